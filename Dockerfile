@@ -1,0 +1,28 @@
+# syntax=docker/dockerfile:1
+# The specgate operator image: `specgate run` as a non-root user, no build tools in the final stage.
+ARG PYTHON_IMAGE=python:3.11.10-slim-bookworm
+
+FROM ${PYTHON_IMAGE} AS build
+WORKDIR /src
+COPY requirements.lock pyproject.toml README.md ./
+COPY operator ./operator
+# requirements.lock pins every runtime dependency (regenerate with `make lock`).
+RUN python -m venv /opt/specgate \
+ && /opt/specgate/bin/pip install --no-cache-dir --only-binary=:all: -r requirements.lock \
+ && /opt/specgate/bin/pip install --no-cache-dir --no-deps .
+
+FROM ${PYTHON_IMAGE}
+ARG VERSION=0.1.0
+LABEL org.opencontainers.image.title="specgate" \
+      org.opencontainers.image.description="Kubernetes operator that rolls out speculative decoding on vLLM safely" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.source="https://specgate.dev"
+COPY --from=build /opt/specgate /opt/specgate
+ENV PATH=/opt/specgate/bin:$PATH \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1
+USER 65532:65532
+EXPOSE 8080 8081
+ENTRYPOINT ["specgate"]
+CMD ["run"]

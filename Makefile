@@ -1,0 +1,65 @@
+# specgate — the two commands users need are `make demo` and `make test`.
+SHELL := /bin/bash
+.DEFAULT_GOAL := help
+
+export SPECGATE_CACHE ?= $(HOME)/.cache/specgate
+PYTHON ?= python3
+VENV := .venv
+PY := $(VENV)/bin/python
+# Extra prerequisites of `make test` (the local cluster, the engines) are added by hack/*.mk.
+TEST_PREREQS :=
+
+-include hack/*.mk
+
+.PHONY: help
+help: ## list the targets
+	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q -e '.[dev]'
+	touch $@
+
+.PHONY: venv
+venv: $(VENV)/.installed ## create .venv with specgate and the dev tools
+
+.PHONY: lint
+lint: venv ## ruff and mypy
+	$(VENV)/bin/ruff check operator tests bench
+	$(VENV)/bin/ruff format --check operator tests bench
+	$(VENV)/bin/mypy
+
+.PHONY: fmt
+fmt: venv ## format the code
+	$(VENV)/bin/ruff check --fix operator tests bench
+	$(VENV)/bin/ruff format operator tests bench
+
+.PHONY: crd
+crd: venv ## regenerate the checked-in CRD (and the chart's copy) from the pydantic models
+	$(VENV)/bin/specgate crd > crds/specgate.dev_speculativedeployments.yaml
+	cp crds/specgate.dev_speculativedeployments.yaml crds/kopf.dev_peerings.yaml charts/specgate/crds/
+
+.PHONY: lock
+lock: ## re-pin the operator image's runtime dependencies (requirements.lock)
+	rm -rf /tmp/specgate-lock && $(PYTHON) -m venv /tmp/specgate-lock
+	/tmp/specgate-lock/bin/pip install -q .
+	{ echo "# Runtime dependencies of the operator image, pinned (regenerate: make lock)."; \
+	  /tmp/specgate-lock/bin/pip freeze --exclude specgate; } > requirements.lock
+
+.PHONY: unit
+unit: venv ## pure unit tests (no cluster, no engine)
+	$(VENV)/bin/pytest -q tests/unit
+
+SCENARIO ?= default
+KEEP ?= 0
+
+.PHONY: demo
+demo: venv engines cluster-up ## roll out the tiny sample on the local cluster (SCENARIO=low-alpha, KEEP=1)
+	@rc=0; $(PY) -m specgate.lab.demo --scenario $(SCENARIO) --kubeconfig $(SPECGATE_CACHE)/kubeconfig || rc=$$?; \
+	if [ "$(KEEP)" != 1 ]; then hack/cluster-down.sh; else echo "cluster kept: export KUBECONFIG=$(SPECGATE_CACHE)/kubeconfig"; fi; \
+	exit $$rc
+
+.PHONY: test
+test: venv lint $(TEST_PREREQS) ## all tests: unit, integration (real Prometheus, engines) and cluster
+	$(VENV)/bin/pytest -q -ra tests

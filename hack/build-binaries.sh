@@ -1,0 +1,125 @@
+#!/usr/bin/env bash
+# Build the local cluster's binaries from the Go module proxy, pinned, into $SPECGATE_CACHE/bin.
+# Each binary is named <tool>-<version>; one that exists is not built again, so a warm run is instant.
+# Nothing comes from release downloads: only Go modules, compiled here.
+set -euo pipefail
+
+CACHE="${SPECGATE_CACHE:-$HOME/.cache/specgate}"
+BIN="$CACHE/bin"
+export GOTOOLCHAIN=local GOFLAGS=-mod=mod GOPATH="$CACHE/go" GOMODCACHE="$CACHE/go/mod" GOCACHE="$CACHE/go/build"
+export CGO_ENABLED=0
+PARALLEL="${SPECGATE_GO_PARALLEL:-2}"
+
+KUBE_VERSION=v1.36.3
+ETCD_VERSION=v3.6.16
+KWOK_VERSION=v0.8.0
+HELM_VERSION=v3.22.0
+KUBECONFORM_VERSION=v0.7.0
+
+mkdir -p "$BIN"
+log() { printf '[build-binaries %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+
+have() { [ -x "$BIN/$1-$2" ]; }
+
+# A module whose go.mod requires k8s.io/kubernetes and points every staging module at its published
+# v0.x twin; `go install pkg@version` refuses modules with replace directives, a wrapper does not.
+kube_module() {
+  local dir="$CACHE/src/kubernetes-$KUBE_VERSION" minor="${KUBE_VERSION#v1.}"
+  if [ ! -f "$dir/go.sum" ]; then
+    mkdir -p "$dir"
+    local upstream="$dir/upstream.mod"
+    (cd "$dir" && go mod download -json "k8s.io/kubernetes@$KUBE_VERSION" >/dev/null)
+    cp "$GOMODCACHE/cache/download/k8s.io/kubernetes/@v/$KUBE_VERSION.mod" "$upstream"
+    {
+      echo "module specgate.local/kubernetes"
+      echo
+      echo "go 1.26.0"
+      echo
+      echo "require k8s.io/kubernetes $KUBE_VERSION"
+      echo
+      grep -E '^\s*k8s.io/[a-z0-9-]+ => \./staging/' "$upstream" |
+        awk -v v="v0.$minor" '{print "replace " $1 " => " $1 " " v}'
+    } >"$dir/go.mod"
+    cat >"$dir/tools.go" <<'EOF'
+//go:build tools
+
+package tools
+
+import (
+	_ "k8s.io/kubernetes/cmd/kube-apiserver"
+	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
+	_ "k8s.io/kubernetes/cmd/kube-scheduler"
+	_ "k8s.io/kubernetes/cmd/kubectl"
+)
+EOF
+    log "resolving k8s.io/kubernetes $KUBE_VERSION dependencies (first run only)"
+    (cd "$dir" && go mod tidy -e >/dev/null 2>&1 || go mod tidy)
+  fi
+  echo "$dir"
+}
+
+build_kube() {
+  local missing=()
+  for tool in kube-apiserver kube-controller-manager kube-scheduler kubectl; do
+    have "$tool" "$KUBE_VERSION" || missing+=("$tool")
+  done
+  [ ${#missing[@]} -eq 0 ] && return
+  local dir minor="${KUBE_VERSION#v1.}"
+  dir="$(kube_module)"
+  minor="${minor%%.*}"
+  local pkg=k8s.io/component-base/version
+  local ldflags="-s -w -X $pkg.gitVersion=$KUBE_VERSION -X $pkg.gitMajor=1 -X $pkg.gitMinor=$minor"
+  ldflags+=" -X $pkg.gitTreeState=clean -X $pkg.buildDate=1970-01-01T00:00:00Z"
+  ldflags+=" -X k8s.io/client-go/pkg/version.gitVersion=$KUBE_VERSION"
+  for tool in "${missing[@]}"; do
+    log "building $tool $KUBE_VERSION (slow on a cold cache)"
+    (cd "$dir" && go build -p "$PARALLEL" -trimpath -tags tools -ldflags "$ldflags" \
+      -o "$BIN/$tool-$KUBE_VERSION.tmp" "k8s.io/kubernetes/cmd/$tool")
+    mv "$BIN/$tool-$KUBE_VERSION.tmp" "$BIN/$tool-$KUBE_VERSION"
+  done
+}
+
+build_etcd() {
+  have etcd "$ETCD_VERSION" && return
+  local dir="$CACHE/src/etcd-$ETCD_VERSION"
+  mkdir -p "$dir"
+  cat >"$dir/go.mod" <<EOF
+module specgate.local/etcd
+
+go 1.26.0
+
+require go.etcd.io/etcd/server/v3 $ETCD_VERSION
+EOF
+  printf '//go:build tools\n\npackage tools\n\nimport _ "go.etcd.io/etcd/server/v3"\n' >"$dir/tools.go"
+  log "building etcd $ETCD_VERSION"
+  (cd "$dir" && go mod tidy >/dev/null 2>&1 || go mod tidy)
+  (cd "$dir" && go build -p "$PARALLEL" -trimpath -ldflags "-s -w" -o "$BIN/etcd-$ETCD_VERSION.tmp" go.etcd.io/etcd/server/v3)
+  mv "$BIN/etcd-$ETCD_VERSION.tmp" "$BIN/etcd-$ETCD_VERSION"
+}
+
+# Modules without replace directives install straight from the proxy.
+go_install() { # name version package
+  local name="$1" version="$2" pkg="$3"
+  have "$name" "$version" && return
+  log "building $name $version"
+  local tmp="$CACHE/go/gobin-$name"
+  mkdir -p "$tmp"
+  GOBIN="$tmp" GOFLAGS= go install -p "$PARALLEL" -trimpath -ldflags "-s -w" "$pkg@$version"
+  mv "$tmp/$(basename "${pkg%%@*}")" "$BIN/$name-$version"
+}
+
+go_install kwok "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok
+go_install kwokctl "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwokctl
+build_etcd
+build_kube
+go_install helm "$HELM_VERSION" helm.sh/helm/v3/cmd/helm
+go_install kubeconform "$KUBECONFORM_VERSION" github.com/yannh/kubeconform/cmd/kubeconform
+
+# Stable names for scripts and tests.
+for pair in "kube-apiserver $KUBE_VERSION" "kube-controller-manager $KUBE_VERSION" "kube-scheduler $KUBE_VERSION" \
+  "kubectl $KUBE_VERSION" "etcd $ETCD_VERSION" "kwok $KWOK_VERSION" "kwokctl $KWOK_VERSION" \
+  "helm $HELM_VERSION" "kubeconform $KUBECONFORM_VERSION"; do
+  set -- $pair
+  ln -sfn "$1-$2" "$BIN/$1"
+done
+log "binaries ready in $BIN"

@@ -1,0 +1,167 @@
+#!/usr/bin/env bash
+# Bring up the local lab: a real control plane (kwokctl, binary runtime: etcd, kube-apiserver,
+# kube-controller-manager, kube-scheduler, kwok-controller as local processes), fake GPU nodes,
+# Prometheus (Debian's package) with file_sd targets, and the bridge that runs one engine per pod.
+# Everything listens on 127.0.0.1. Idempotent: with everything up it returns in seconds.
+set -euo pipefail
+
+HERE="$(cd "$(dirname "$0")" && pwd)"
+ROOT="$(dirname "$HERE")"
+CACHE="${SPECGATE_CACHE:-$HOME/.cache/specgate}"
+STATE="$CACHE/cluster"
+BIN="$CACHE/bin"
+CLUSTER=specgate
+KUBECONFIG_PATH="$CACHE/kubeconfig"
+PROM_PORT="${SPECGATE_PROMETHEUS_PORT:-19090}"
+BRIDGE_PORT="${SPECGATE_BRIDGE_PORT:-18080}"
+PY="${PY:-$ROOT/.venv/bin/python}"
+GPU_NODES="${SPECGATE_GPU_NODES:-2}"
+
+log() { printf '[cluster-up %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }
+kubectl() { "$BIN/kubectl" --kubeconfig "$KUBECONFIG_PATH" "$@"; }
+
+mkdir -p "$STATE"
+"$HERE/build-binaries.sh"
+
+export KWOK_WORKDIR="$STATE/kwok"
+export KWOK_KUBE_VERSION="$("$BIN/kubectl" version --client -o json | sed -n 's/.*"gitVersion": "\(v[^"]*\)".*/\1/p' | head -1)"
+export KWOK_KUBECTL_BINARY="$BIN/kubectl"
+
+# A component whose process died (e.g. a controller that lost its lease on a starved machine)
+# leaves the API server answering but nothing reconciling: restart the cluster then.
+components_alive() {
+  local pids="$KWOK_WORKDIR/clusters/$CLUSTER/pids"
+  [ -d "$pids" ] || return 1
+  for pidfile in "$pids"/*.pid; do
+    kill -0 "$(cat "$pidfile")" 2>/dev/null || { log "$(basename "$pidfile" .pid) is not running"; return 1; }
+  done
+}
+
+start_control_plane() {
+  if kubectl get --raw /readyz >/dev/null 2>&1 && components_alive; then
+    log "control plane already up"
+    return
+  fi
+  if "$BIN/kwokctl" get clusters 2>/dev/null | grep -qx "$CLUSTER"; then
+    log "starting the existing cluster"
+    "$BIN/kwokctl" stop cluster --name "$CLUSTER" >/dev/null 2>&1 || true
+    "$BIN/kwokctl" start cluster --name "$CLUSTER" --timeout 3m || "$BIN/kwokctl" delete cluster --name "$CLUSTER"
+  fi
+  if ! kubectl get --raw /readyz >/dev/null 2>&1; then
+    log "creating the control plane (kwokctl, binary runtime, Kubernetes $KWOK_KUBE_VERSION)"
+    cat >"$STATE/kwokctl.yaml" <<EOF
+apiVersion: config.kwok.x-k8s.io/v1alpha1
+kind: KwokctlConfiguration
+options:
+  bindAddress: 127.0.0.1
+EOF
+    "$BIN/kwokctl" --config "$STATE/kwokctl.yaml" create cluster --name "$CLUSTER" --runtime binary \
+      --kube-apiserver-binary "$BIN/kube-apiserver" \
+      --kube-controller-manager-binary "$BIN/kube-controller-manager" \
+      --kube-scheduler-binary "$BIN/kube-scheduler" \
+      --kwok-controller-binary "$BIN/kwok" \
+      --etcd-binary "$BIN/etcd" \
+      --extra-args kube-controller-manager=leader-elect=false \
+      --extra-args kube-scheduler=leader-elect=false \
+      --kubeconfig "$KUBECONFIG_PATH" \
+      --wait 3m --timeout 5m
+  fi
+  "$BIN/kwokctl" get kubeconfig --name "$CLUSTER" >"$KUBECONFIG_PATH.tmp"
+  mv "$KUBECONFIG_PATH.tmp" "$KUBECONFIG_PATH"
+}
+
+register_gpu_nodes() {
+  for i in $(seq 0 $((GPU_NODES - 1))); do
+    cat <<EOF
+---
+apiVersion: v1
+kind: Node
+metadata:
+  name: gpu-node-$i
+  annotations:
+    kwok.x-k8s.io/node: fake
+  labels:
+    kubernetes.io/hostname: gpu-node-$i
+    kubernetes.io/os: linux
+    kubernetes.io/arch: amd64
+    type: kwok
+    nvidia.com/gpu.product: NVIDIA-H100-80GB-HBM3
+spec:
+  taints:
+    - {key: kwok.x-k8s.io/node, value: fake, effect: NoSchedule}
+status:
+  allocatable: {cpu: "64", memory: 512Gi, pods: "110", nvidia.com/gpu: "8"}
+  capacity: {cpu: "64", memory: 512Gi, pods: "110", nvidia.com/gpu: "8"}
+EOF
+  done | kubectl apply --server-side --force-conflicts -f - >/dev/null
+  # The default namespace's ServiceAccount appears once the controller manager runs.
+  for _ in $(seq 60); do kubectl get serviceaccount default >/dev/null 2>&1 && break; sleep 1; done
+  log "$GPU_NODES fake GPU nodes (8 x nvidia.com/gpu each)"
+}
+
+start_prometheus() {
+  if ! command -v prometheus >/dev/null; then
+    log "installing Prometheus (Debian package)"
+    if ! apt-get install -y -q --no-install-recommends prometheus >/dev/null 2>&1; then
+      apt-get update -q >/dev/null
+      apt-get install -y -q --no-install-recommends prometheus >/dev/null
+    fi
+    # The package starts a system service on :9090 where systemd runs; the lab runs its own.
+    service prometheus stop >/dev/null 2>&1 || true
+  fi
+  if alive "$STATE/prometheus.pid"; then
+    log "Prometheus already up on 127.0.0.1:$PROM_PORT"
+    return
+  fi
+  mkdir -p "$STATE/targets" "$STATE/prometheus-data"
+  cat >"$STATE/prometheus.yml" <<EOF
+global:
+  scrape_interval: 2s
+  evaluation_interval: 2s
+scrape_configs:
+  - job_name: vllm
+    file_sd_configs:
+      - files: ["$STATE/targets/*.json"]
+        refresh_interval: 2s
+EOF
+  prometheus --config.file="$STATE/prometheus.yml" --storage.tsdb.path="$STATE/prometheus-data" \
+    --web.listen-address="127.0.0.1:$PROM_PORT" --storage.tsdb.retention.time=6h \
+    >"$STATE/prometheus.log" 2>&1 &
+  echo $! >"$STATE/prometheus.pid"
+  for _ in $(seq 60); do
+    curl -sf "http://127.0.0.1:$PROM_PORT/-/ready" >/dev/null && break
+    sleep 0.5
+  done
+  curl -sf "http://127.0.0.1:$PROM_PORT/-/ready" >/dev/null || { tail "$STATE/prometheus.log"; exit 1; }
+  log "Prometheus on http://127.0.0.1:$PROM_PORT"
+}
+
+start_bridge() {
+  if alive "$STATE/bridge.pid"; then
+    log "bridge already up on 127.0.0.1:$BRIDGE_PORT"
+    return
+  fi
+  mkdir -p "$STATE/engines"
+  setsid "$PY" -m specgate.lab.bridge --kubeconfig "$KUBECONFIG_PATH" --state-dir "$STATE" \
+    --port "$BRIDGE_PORT" >"$STATE/bridge.log" 2>&1 < /dev/null &
+  echo $! >"$STATE/bridge.pid"
+  for _ in $(seq 40); do
+    curl -sf "http://127.0.0.1:$BRIDGE_PORT/healthz" >/dev/null && break
+    sleep 0.5
+  done
+  curl -sf "http://127.0.0.1:$BRIDGE_PORT/healthz" >/dev/null || { tail -30 "$STATE/bridge.log"; exit 1; }
+  log "bridge on http://127.0.0.1:$BRIDGE_PORT (engine logs in $STATE/engines)"
+}
+
+start_control_plane
+register_gpu_nodes
+start_prometheus
+start_bridge
+cat >&2 <<EOF
+
+Local cluster is up.
+  export KUBECONFIG=$KUBECONFIG_PATH
+  $BIN/kubectl get nodes
+  Prometheus: http://127.0.0.1:$PROM_PORT   Services: http://127.0.0.1:$BRIDGE_PORT/svc/<namespace>/<service>/v1/...
+EOF

@@ -1,0 +1,514 @@
+"""The SpeculativeDeployment API (specgate.dev/v1alpha1): spec and status as pydantic models.
+
+The models are the single source of the CRD schema (see crd.py): field descriptions become what
+`kubectl explain` prints, and the cross-field rules in RULES become both CEL
+`x-kubernetes-validations` (enforced by the API server) and the same check in Python (enforced by
+the operator, for objects that reached it some other way).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic.alias_generators import to_camel
+
+GROUP = "specgate.dev"
+VERSION = "v1alpha1"
+KIND = "SpeculativeDeployment"
+PLURAL = "speculativedeployments"
+API_VERSION = f"{GROUP}/{VERSION}"
+
+DURATION_PATTERN = r"^([0-9]+(\.[0-9]+)?(ms|s|m|h))+$"
+_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(ms|s|m|h)")
+_UNIT_SECONDS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0}
+
+
+def parse_duration(text: str) -> float:
+    """Seconds in a Go-style duration such as "90s", "5m" or "1h30m"."""
+    if not re.fullmatch(DURATION_PATTERN, text):
+        raise ValueError(f"{text!r} is not a duration like 30s, 5m or 1h30m")
+    return sum(float(n) * _UNIT_SECONDS[u] for n, u in _DURATION_PART.findall(text))
+
+
+class Model(BaseModel):
+    """Base: camelCase on the wire, unknown fields rejected (the CRD prunes them anyway)."""
+
+    model_config = ConfigDict(
+        alias_generator=to_camel, populate_by_name=True, extra="forbid", use_enum_values=False
+    )
+
+
+# The pattern cannot bound a duration's size, and "10000000000m" overflows date arithmetic: the
+# operator refuses durations over a year (InvalidSpec naming the field) instead of crashing each tick.
+MAX_DURATION_SECONDS = 366 * 24 * 3600
+
+
+def _bounded_duration(text: str) -> str:
+    if parse_duration(text) > MAX_DURATION_SECONDS:
+        raise ValueError(f"{text!r} is longer than 8784h (366 days)")
+    return text
+
+
+Duration = Annotated[str, AfterValidator(_bounded_duration)]
+
+
+def duration(default: str, description: str) -> Any:
+    return Field(default, description=description, pattern=DURATION_PATTERN)
+
+
+class Method(StrEnum):
+    EAGLE3 = "eagle3"
+    EAGLE = "eagle"
+    NGRAM = "ngram"
+    SUFFIX = "suffix"
+    DRAFT_MODEL = "draft_model"
+    MTP = "mtp"
+
+
+METHODS_NEEDING_DRAFT = (Method.EAGLE3, Method.EAGLE, Method.DRAFT_MODEL)
+METHODS_WITHOUT_DRAFT = (Method.NGRAM, Method.SUFFIX)
+
+
+class Strategy(StrEnum):
+    CANARY = "canary"
+    SEQUENTIAL = "sequential"
+
+
+class Action(StrEnum):
+    ROLL_BACK = "RollBack"
+    PAUSE = "Pause"
+
+
+class ModelSpec(Model):
+    name: str = Field(
+        min_length=1,
+        description="Target model: a Hugging Face id (meta-llama/Llama-3.1-8B-Instruct) or a path "
+        "inside the container (/models/llama). Passed to `vllm serve` as the model.",
+    )
+    served_name: str | None = Field(
+        None, description="Name clients use in requests (--served-model-name). Defaults to name."
+    )
+
+
+class GPUResources(Model):
+    gpus: int = Field(1, ge=1, description="GPUs per replica (the resource limit).")
+    gpu_resource_name: str = Field(
+        "nvidia.com/gpu", min_length=1, description="Extended resource name of the GPU."
+    )
+    cpu: str | None = Field(None, description="CPU request, e.g. '8'.")
+    memory: str | None = Field(None, description="Memory request and limit, e.g. '64Gi'.")
+
+
+class SecretKeyRef(Model):
+    name: str = Field(min_length=1, description="Secret name.")
+    key: str = Field(min_length=1, description="Key inside the Secret.")
+    optional: bool | None = Field(None, description="Start even when the Secret or key is missing.")
+
+
+class EnvValueFrom(Model):
+    secret_key_ref: SecretKeyRef = Field(
+        description="Read the value from a Secret (e.g. HF_TOKEN); the value never enters status or logs."
+    )
+
+
+class EnvVar(Model):
+    name: str = Field(min_length=1, description="Environment variable name.")
+    value: str | None = Field(None, description="Literal value. Exactly one of value and valueFrom.")
+    value_from: EnvValueFrom | None = Field(None, description="Value taken from a Secret.")
+
+
+class ModelCache(Model):
+    claim_name: str = Field(
+        min_length=1, description="PersistentVolumeClaim holding the model cache (shared by replicas)."
+    )
+    mount_path: str = Field(
+        "/root/.cache/huggingface", description="Where the cache is mounted; HF_HOME points there."
+    )
+
+
+class Toleration(Model):
+    key: str | None = Field(None, description="Taint key.")
+    operator: str | None = Field(None, description="Exists or Equal.")
+    value: str | None = Field(None, description="Taint value (with Equal).")
+    effect: str | None = Field(None, description="NoSchedule, PreferNoSchedule or NoExecute.")
+    toleration_seconds: int | None = Field(None, description="How long a NoExecute taint is tolerated.")
+
+
+class SpeculativeSpec(Model):
+    method: Method = Field(
+        Method.EAGLE3, description="vLLM speculative method: eagle3, eagle, ngram, suffix, draft_model, mtp."
+    )
+    draft_model: str | None = Field(
+        None,
+        description="Draft model or EAGLE head (HF id or path). Required by eagle3, eagle and "
+        "draft_model; must be empty for ngram and suffix; optional for mtp.",
+    )
+    num_speculative_tokens: int = Field(
+        3, ge=1, le=16, description="Draft length K: tokens proposed per step (1..16)."
+    )
+    draft_tensor_parallel_size: int | None = Field(
+        None, ge=1, description="Tensor parallel size of the draft (never tensor_parallel_size)."
+    )
+    prompt_lookup_min: int | None = Field(None, ge=1, description="ngram only: shortest n-gram matched.")
+    prompt_lookup_max: int | None = Field(None, ge=1, description="ngram only: longest n-gram matched.")
+    extra_config: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Further --speculative-config keys passed through unchanged (e.g. max_model_len). "
+        "Must not repeat the fields above nor set tensor_parallel_size.",
+    )
+
+
+class Gates(Model):
+    min_acceptance_rate: float = Field(
+        0.55, gt=0, lt=1, description="Promote only when alpha (accepted / draft tokens) is at least this."
+    )
+    max_p99_itl_regression: float = Field(
+        0.10,
+        ge=0,
+        description="Tolerated P99 inter-token latency regression of the canary over the baseline, "
+        "as a fraction (0.10 = 10 % worse at most).",
+    )
+    min_drafts: int = Field(200, ge=1, description="Drafts to observe before any acceptance verdict.")
+    min_latency_samples: int = Field(
+        100, ge=1, description="Inter-token latency observations per track before a latency verdict."
+    )
+    error_rate: float = Field(
+        0.05,
+        gt=0,
+        lt=0.5,
+        description="Allowed probability of a wrong acceptance verdict, for an alpha at least "
+        "indifference away from minAcceptanceRate.",
+    )
+    indifference: float = Field(
+        0.05,
+        gt=0,
+        lt=0.5,
+        description="Tolerance of the acceptance gate, in alpha: a canary within this of "
+        "minAcceptanceRate may get either verdict, one at least this far from it gets the right "
+        "verdict with probability 1 - errorRate. Smaller values decide near the gate more reliably "
+        "but take longer (at the zone's edges, time to a verdict grows like 1/indifference^2).",
+    )
+
+
+class MetricsSource(Model):
+    prometheus_url: str | None = Field(
+        None,
+        description="Prometheus base URL, e.g. http://prometheus-operated.monitoring:9090. "
+        "Defaults to the operator's --prometheus-url.",
+    )
+    namespace_label: str = Field("namespace", description="Target label holding the pod's namespace.")
+    deployment_label: str = Field(
+        "specgate_dev_deployment", description="Target label holding the pod label specgate.dev/deployment."
+    )
+    track_label: str = Field(
+        "specgate_dev_track", description="Target label holding the pod label specgate.dev/track."
+    )
+    pod_monitor: bool = Field(
+        False, description="Also create a PodMonitor (Prometheus Operator) that produces these labels."
+    )
+
+
+class Guard(Model):
+    enabled: bool = Field(True, description="Keep measuring alpha after promotion and roll back on drift.")
+    window: Duration = duration(
+        "5m", "How far back the guard measures alpha after promotion (at least 1m is used)."
+    )
+
+
+class RolloutSpec(Model):
+    strategy: Strategy = Field(
+        Strategy.CANARY,
+        description="canary: canary pods beside the baseline, traffic by replica ratio. sequential: "
+        "the same replicas switched to the candidate (single-replica models).",
+    )
+    canary_replicas: int = Field(1, ge=1, description="Replicas of the canary (strategy canary).")
+    warmup: Duration = duration("60s", "Wait after a track is Ready before measuring it.")
+    analysis_window: Duration = duration("5m", "Measurement window of the baseline and of each canary look.")
+    max_analysis_duration: Duration = duration(
+        "30m", "Longest canary analysis before an inconclusive result takes onInconclusive."
+    )
+    progress_deadline: Duration = duration(
+        "15m", "Longest wait for a track to become Ready before it counts as unhealthy."
+    )
+    metrics_unavailable_budget: Duration = duration(
+        "5m", "How long metrics may be missing before onMetricsUnavailable is taken."
+    )
+    on_metrics_unavailable: Action = Field(
+        Action.ROLL_BACK, description="RollBack or Pause when Prometheus stays unreachable or empty."
+    )
+    on_inconclusive: Action = Field(
+        Action.ROLL_BACK, description="RollBack or Pause when maxAnalysisDuration passes without a verdict."
+    )
+    gates: Gates = Field(default_factory=Gates, description="Promotion gates.")
+    metrics: MetricsSource = Field(default_factory=MetricsSource, description="Where metrics come from.")
+    guard: Guard = Field(default_factory=Guard, description="Guard after promotion.")
+    paused: bool = Field(False, description="Hold the rollout where it is (phase Paused).")
+    retry: int = Field(
+        0, ge=0, description="Bump to re-run a rolled-back rollout of an otherwise unchanged spec."
+    )
+
+
+class SpeculativeDeploymentSpec(Model):
+    model: ModelSpec = Field(description="The target model served by vLLM.")
+    image: str = Field(min_length=1, description="vLLM server image, e.g. vllm/vllm-openai:v0.11.0.")
+    replicas: int = Field(1, ge=1, description="Replicas serving traffic once the rollout settles.")
+    resources: GPUResources = Field(default_factory=GPUResources, description="Per-replica resources.")
+    tensor_parallel_size: int = Field(1, ge=1, description="--tensor-parallel-size; at most resources.gpus.")
+    vllm_args: list[str] = Field(
+        default_factory=list, description="Extra `vllm serve` arguments, e.g. [--max-model-len, '8192']."
+    )
+    env: list[EnvVar] = Field(default_factory=list, description="Environment of the vLLM container.")
+    model_cache: ModelCache | None = Field(None, description="Volume that caches model weights.")
+    node_selector: dict[str, str] = Field(default_factory=dict, description="Pod nodeSelector.")
+    tolerations: list[Toleration] = Field(default_factory=list, description="Pod tolerations.")
+    pod_annotations: dict[str, str] = Field(default_factory=dict, description="Extra pod annotations.")
+    pod_labels: dict[str, str] = Field(default_factory=dict, description="Extra pod labels.")
+    speculative: SpeculativeSpec = Field(description="The speculative decoding config under test.")
+    rollout: RolloutSpec = Field(
+        default_factory=RolloutSpec, description="How the rollout is staged and gated."
+    )
+
+    @property
+    def served_name(self) -> str:
+        return self.model.served_name or self.model.name
+
+
+# --- cross-field rules: one declaration, enforced by the API server (CEL) and by the operator ---
+
+
+@dataclass(frozen=True)
+class Rule:
+    """A cross-field rule on one object of the spec, stated once in CEL and once in Python.
+
+    cel is None where CEL cannot express the rule: the API server cannot look inside free-form
+    maps, so such a rule is enforced by the operator alone (phase Failed, InvalidSpec).
+    """
+
+    model: type[Model]
+    cel: str | None
+    message: str
+    field: str  # the offending field, relative to the object the rule sits on
+    check: Callable[[Any], bool]
+
+
+_RENDERED_KEYS = ("method", "model", "num_speculative_tokens", "draft_tensor_parallel_size")
+
+RULES: tuple[Rule, ...] = (
+    Rule(
+        SpeculativeSpec,
+        "!(self.method in ['eagle3', 'eagle', 'draft_model']) || has(self.draftModel)",
+        "draftModel is required for methods eagle3, eagle and draft_model: set it to the draft or head",
+        "draftModel",
+        lambda s: s.method not in METHODS_NEEDING_DRAFT or s.draft_model is not None,
+    ),
+    Rule(
+        SpeculativeSpec,
+        "!(self.method in ['ngram', 'suffix']) || !has(self.draftModel)",
+        "draftModel must be empty for methods ngram and suffix: they draft from the prompt, remove it",
+        "draftModel",
+        lambda s: s.method not in METHODS_WITHOUT_DRAFT or s.draft_model is None,
+    ),
+    Rule(
+        SpeculativeSpec,
+        "!has(self.promptLookupMin) || !has(self.promptLookupMax) "
+        "|| self.promptLookupMin <= self.promptLookupMax",
+        "promptLookupMin must not exceed promptLookupMax",
+        "promptLookupMin",
+        lambda s: s.prompt_lookup_min is None
+        or s.prompt_lookup_max is None
+        or s.prompt_lookup_min <= s.prompt_lookup_max,
+    ),
+    Rule(
+        SpeculativeSpec,
+        "self.method == 'ngram' || (!has(self.promptLookupMin) && !has(self.promptLookupMax))",
+        "promptLookupMin and promptLookupMax apply to method ngram only: remove them",
+        "promptLookupMin",
+        lambda s: s.method == Method.NGRAM or (s.prompt_lookup_min is None and s.prompt_lookup_max is None),
+    ),
+    Rule(
+        SpeculativeSpec,
+        None,  # CEL cannot test keys of a free-form map: the operator enforces it
+        "extraConfig must not set tensor_parallel_size (use draftTensorParallelSize) nor method, model, "
+        "num_speculative_tokens or draft_tensor_parallel_size (use the typed fields)",
+        "extraConfig",
+        lambda s: not ({"tensor_parallel_size", *_RENDERED_KEYS} & set(s.extra_config)),
+    ),
+    Rule(
+        EnvVar,
+        "has(self.value) != has(self.valueFrom)",
+        "set exactly one of value and valueFrom",
+        "value",
+        lambda e: (e.value is None) != (e.value_from is None),
+    ),
+    Rule(
+        SpeculativeDeploymentSpec,
+        "!has(self.resources) || !has(self.resources.gpus) || "
+        "(has(self.tensorParallelSize) ? self.tensorParallelSize : 1) <= self.resources.gpus",
+        "tensorParallelSize must not exceed resources.gpus: request at least as many GPUs as TP ranks",
+        "tensorParallelSize",
+        lambda s: s.tensor_parallel_size <= s.resources.gpus,
+    ),
+)
+
+
+class SpecError(ValueError):
+    """An invalid spec, with the path of the offending field and how to fix it."""
+
+    def __init__(self, field: str, message: str) -> None:
+        super().__init__(f"spec.{field}: {message}")
+        self.field = field
+        self.message = message
+
+
+def _wire_path(loc: tuple[int | str, ...]) -> str:
+    parts: list[str] = []
+    for p in loc:
+        if isinstance(p, int):
+            parts[-1] += f"[{p}]"
+        else:
+            parts.append(p)
+    return ".".join(parts)
+
+
+def _rule_violations(obj: Any, path: str) -> list[SpecError]:
+    """Walk the parsed spec and evaluate every Rule on the objects it sits on."""
+    errors: list[SpecError] = []
+    if isinstance(obj, Model):
+        for rule in RULES:
+            if isinstance(obj, rule.model) and not rule.check(obj):
+                errors.append(SpecError(_join(path, rule.field), rule.message))
+        for name, info in type(obj).model_fields.items():
+            errors += _rule_violations(getattr(obj, name), _join(path, info.alias or name))
+    elif isinstance(obj, list):
+        for i, item in enumerate(obj):
+            errors += _rule_violations(item, f"{path}[{i}]")
+    return errors
+
+
+def _join(path: str, field: str) -> str:
+    return f"{path}.{field}" if path else field
+
+
+def parse_spec(raw: dict[str, Any]) -> SpeculativeDeploymentSpec:
+    """Parse and validate a spec as the operator sees it; raise SpecError naming the first bad field."""
+    try:
+        spec = SpeculativeDeploymentSpec.model_validate(raw)
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        raise SpecError(_wire_path(first["loc"]), first["msg"]) from exc
+    violations = _rule_violations(spec, "")
+    if violations:
+        raise violations[0]
+    return spec
+
+
+# --- status ---
+
+
+class Phase(StrEnum):
+    PENDING = "Pending"
+    BASELINE = "Baseline"
+    CANARY = "Canary"
+    ANALYZING = "Analyzing"
+    PROMOTING = "Promoting"
+    PROMOTED = "Promoted"
+    ROLLING_BACK = "RollingBack"
+    ROLLED_BACK = "RolledBack"
+    PAUSED = "Paused"
+    FAILED = "Failed"
+
+
+class StatusModel(Model):
+    """Status written by another operator version may carry fields this one does not know: keep going."""
+
+    model_config = ConfigDict(alias_generator=to_camel, populate_by_name=True, extra="ignore")
+
+
+class Condition(StatusModel):
+    type: str = Field(description="Available, Progressing, Degraded or Ready.")
+    status: str = Field(description="True, False or Unknown.")
+    reason: str = Field(description="Machine-readable CamelCase reason.")
+    message: str = Field("", description="Human message.")
+    last_transition_time: str = Field(description="When status last changed (RFC 3339).")
+    observed_generation: int | None = Field(None, description="Generation the condition describes.")
+
+
+class Measurement(StatusModel):
+    """Figures of one track over one analysis window (traffic measured by Prometheus)."""
+
+    window_start: str | None = Field(None, description="Start of the window (RFC 3339).")
+    window_end: str | None = Field(None, description="End of the window (RFC 3339).")
+    p99_itl_ms: float | None = Field(None, description="P99 inter-token latency (stall), ms.")
+    mean_itl_ms: float | None = Field(None, description="Mean inter-token latency, ms.")
+    p99_ttft_ms: float | None = Field(None, description="P99 time to first token, ms.")
+    per_token_latency_ms: float | None = Field(
+        None, description="Mean request time per output token, ms (comparable across spec on/off)."
+    )
+    output_tokens_per_second: float | None = Field(None, description="Generated tokens per second.")
+    requests_per_second: float | None = Field(None, description="Finished requests per second.")
+    concurrency: float | None = Field(None, description="Mean running requests.")
+    alpha: float | None = Field(None, description="Acceptance rate: accepted / draft tokens.")
+    alpha_lower: float | None = Field(None, description="Lower confidence bound of alpha.")
+    alpha_upper: float | None = Field(None, description="Upper confidence bound of alpha.")
+    mean_acceptance_length: float | None = Field(None, description="1 + accepted / drafts.")
+    acceptance_per_position: list[float] = Field(
+        default_factory=list, description="Unconditional acceptance rate of draft position 0..K-1."
+    )
+    drafts: float | None = Field(None, description="Drafts observed.")
+    itl_samples: float | None = Field(None, description="Inter-token latency observations.")
+    itl_bucket_bounds: list[float] = Field(
+        default_factory=list,
+        description="Baseline only: finite ITL histogram bucket bounds in seconds, kept so the guard "
+        "and the sequential strategy compare against the baseline's distribution.",
+    )
+    itl_bucket_counts: list[float] = Field(
+        default_factory=list,
+        description="Baseline only: cumulative counts per bound, then the +Inf bucket (one more entry).",
+    )
+
+
+class HistoryEntry(StatusModel):
+    time: str = Field(description="When (RFC 3339).")
+    phase: Phase = Field(description="Phase entered.")
+    reason: str = Field(description="Why.")
+    message: str = Field("", description="Details with the figures.")
+
+
+class Recommendation(StatusModel):
+    num_speculative_tokens: int = Field(description="Recommended draft length K.")
+    expected_speedup: float = Field(description="Expected speedup at that K.")
+    message: str = Field("", description="How it was derived.")
+
+
+class SpeculativeDeploymentStatus(StatusModel):
+    phase: Phase = Field(Phase.PENDING, description="Where the rollout is.")
+    observed_generation: int | None = Field(None, description="Generation this status describes.")
+    reason: str | None = Field(None, description="Machine-readable reason of the last decision.")
+    message: str | None = Field(None, description="Human message of the last decision.")
+    phase_since: str | None = Field(
+        None, description="When the current phase began (Analyzing: when its warm-up ends), RFC 3339."
+    )
+    ready_since: str | None = Field(None, description="When the track being measured became Ready.")
+    resume_phase: Phase | None = Field(None, description="Phase to resume when unpaused.")
+    metrics_unavailable_since: str | None = Field(
+        None, description="Since when metrics have been missing, if they are."
+    )
+    guard_below_since: str | None = Field(
+        None, description="Since when the guard has seen alpha below the gate, if it has."
+    )
+    baseline: Measurement | None = Field(None, description="Baseline figures.")
+    canary: Measurement | None = Field(None, description="Canary figures (latest look).")
+    verdict: str | None = Field(None, description="Pass, Fail, InsufficientData or MetricsUnavailable.")
+    recommendation: Recommendation | None = Field(None, description="Draft-length recommendation.")
+    conditions: list[Condition] = Field(default_factory=list, description="Available/Progressing/Degraded.")
+    history: list[HistoryEntry] = Field(default_factory=list, description="Phase changes, newest last.")
+
+
+def parse_status(raw: dict[str, Any] | None) -> SpeculativeDeploymentStatus:
+    """Status as stored; unknown keys (kopf's bookkeeping, other versions' fields) are ignored."""
+    return SpeculativeDeploymentStatus.model_validate(raw or {})

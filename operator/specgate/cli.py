@@ -1,0 +1,164 @@
+"""`specgate run | crd | plan | status`."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import sys
+from collections.abc import Sequence
+
+from specgate.api import Measurement, SpeculativeDeploymentStatus, parse_status
+
+
+def _run(args: argparse.Namespace) -> int:
+    if args.prometheus_url:
+        os.environ["SPECGATE_PROMETHEUS_URL"] = args.prometheus_url
+    os.environ["SPECGATE_INTERVAL_SECONDS"] = str(args.interval)
+    os.environ["SPECGATE_METRICS_PORT"] = str(args.metrics_port)
+    os.environ["SPECGATE_VERBOSE"] = "1" if args.verbose else "0"
+    import kopf
+
+    import specgate.handlers  # noqa: F401  (registers the handlers with kopf)
+
+    kopf.configure(verbose=args.verbose)
+    kopf.run(
+        clusterwide=not args.namespace,
+        namespaces=args.namespace or [],
+        standalone=args.peering is None,
+        peering_name=args.peering,
+        priority=_priority(args),
+        liveness_endpoint=args.liveness,
+    )
+    return 0
+
+
+def _priority(args: argparse.Namespace) -> int | None:
+    """With peering, the live replica of the highest priority acts and the others stand by.
+
+    Replicas of one Deployment share their arguments, so without --priority each draws its own at
+    random: kopf freezes every replica when two share a priority."""
+    if args.priority is not None or args.peering is None:
+        return args.priority  # type: ignore[no-any-return]
+    return random.SystemRandom().randint(1, 2**31 - 1)
+
+
+def _crd(_: argparse.Namespace) -> int:
+    from specgate.crd import crd_yaml
+
+    sys.stdout.write(crd_yaml())
+    return 0
+
+
+def _status(args: argparse.Namespace) -> int:
+    from specgate import kube
+
+    kube.load_config()
+    obj = kube.get_speculative_deployment(args.namespace, args.name)
+    sys.stdout.write(render_timeline(args.name, parse_status(obj.get("status"))))
+    return 0
+
+
+def render_timeline(name: str, status: SpeculativeDeploymentStatus) -> str:
+    """A readable story of one rollout: phase changes with figures, then where it stands."""
+    lines = [f"{name}: {status.phase.value} ({status.reason or '-'})"]
+    for entry in status.history:
+        lines.append(f"  {entry.time}  {entry.phase.value:<12} {entry.reason}: {entry.message}")
+
+    def figures(track: str, m: Measurement | None) -> None:
+        if m is not None:
+            alpha = "" if m.alpha is None else f" alpha={m.alpha:.3f} [{m.alpha_lower}, {m.alpha_upper}]"
+            lines.append(
+                f"  {track:<8} p99_itl_ms={m.p99_itl_ms} per_token_ms={m.per_token_latency_ms} "
+                f"tok/s={m.output_tokens_per_second} concurrency={m.concurrency}{alpha}"
+            )
+
+    figures("baseline", status.baseline)
+    figures("canary", status.canary)
+    if status.verdict:
+        lines.append(f"  verdict  {status.verdict}: {status.message}")
+    if status.recommendation:
+        lines.append(
+            f"  advice   K={status.recommendation.num_speculative_tokens}: {status.recommendation.message}"
+        )
+    return "\n".join(lines) + "\n"
+
+
+def _plan(args: argparse.Namespace) -> int:
+    from specgate import planning
+
+    k, alpha, overhead, batch = args.k, args.alpha, args.overhead, args.concurrency
+    speedup = planning.expected_speedup(alpha, k, overhead, batch)
+    even = planning.break_even_alpha(k, overhead, batch)
+    print(f"alpha={alpha} K={k} overhead={overhead} concurrency={batch}")
+    print(
+        f"expected speedup: {speedup:.2f}x ({planning.expected_tokens_per_step(alpha, k):.2f} tokens per step)"
+    )
+    print(
+        "break-even alpha: " + ("none: speculation loses even at alpha 1" if even is None else f"{even:.3f}")
+    )
+    c = planning.conditional_for_alpha(alpha, k)
+    per_position = args.per_position or [c ** (i + 1) for i in range(k)]
+    advice = planning.recommend_k(per_position, 1.0, planning.CostModel.from_overhead(overhead), batch)
+    if advice is not None:
+        print(f"best K: {advice.message}")
+        for row_k, row_speedup in advice.table:
+            print(f"  K={row_k}: {row_speedup:.2f}x")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="specgate", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="run the operator")
+    run.add_argument("-n", "--namespace", action="append", help="watch this namespace (repeat); default all")
+    run.add_argument(
+        "--prometheus-url",
+        default=os.environ.get("SPECGATE_PROMETHEUS_URL"),
+        help="default Prometheus URL for objects that set none",
+    )
+    run.add_argument("--interval", type=float, default=10.0, help="seconds between reconciles of an object")
+    run.add_argument(
+        "--peering",
+        help="kopf peering object (KopfPeering per watched namespace, or ClusterKopfPeering): "
+        "run several replicas, one acting and the others standing by",
+    )
+    run.add_argument(
+        "--priority", type=int, help="peering priority; the highest live one acts (default: random)"
+    )
+    run.add_argument("--liveness", default=None, help="liveness endpoint, e.g. http://0.0.0.0:8080/healthz")
+    run.add_argument(
+        "--metrics-port", type=int, default=8080, help="port of the operator's /metrics (0: off)"
+    )
+    run.add_argument("-v", "--verbose", action="store_true")
+    run.set_defaults(func=_run)
+
+    status = sub.add_parser("status", help="the timeline of one SpeculativeDeployment")
+    status.add_argument("name")
+    status.add_argument("-n", "--namespace", default="default")
+    status.set_defaults(func=_status)
+
+    plan = sub.add_parser("plan", help="expected speedup, break-even alpha and best K")
+    plan.add_argument("--alpha", type=float, required=True, help="acceptance rate: accepted / draft tokens")
+    plan.add_argument("--k", type=int, required=True, help="draft length (numSpeculativeTokens)")
+    plan.add_argument("--overhead", type=float, default=0.05, help="cost of one draft pass in target steps")
+    plan.add_argument("--concurrency", type=int, default=1, help="running requests per replica")
+    plan.add_argument(
+        "--per-position", type=float, nargs="+", help="measured P(positions 0..i accepted) instead of alpha"
+    )
+    plan.set_defaults(func=_plan)
+
+    crd = sub.add_parser("crd", help="print the CustomResourceDefinition")
+    crd.set_defaults(func=_crd)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    code: int = args.func(args)
+    return code
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,62 @@
+"""Kubernetes-style conditions derived from the phase (pure).
+
+Available/Progressing/Degraded follow the Kubebuilder vocabulary and Ready/Reconciling/Stalled follow
+kstatus, so `kubectl wait`, Flux health checks and Argo CD all read the same status.
+"""
+
+from __future__ import annotations
+
+from specgate.api import Condition, Phase
+
+_IN_PROGRESS = {
+    Phase.PENDING,
+    Phase.BASELINE,
+    Phase.CANARY,
+    Phase.ANALYZING,
+    Phase.PROMOTING,
+    Phase.ROLLING_BACK,
+}
+# Stalled: nothing more happens without a person (a spec change, spec.rollout.retry, or unpausing).
+_STALLED = {Phase.FAILED, Phase.PAUSED, Phase.ROLLED_BACK}
+
+
+def set_condition(conditions: list[Condition], new: Condition) -> list[Condition]:
+    """Replace the condition of new.type, keeping lastTransitionTime when the status did not change."""
+    old = next((c for c in conditions if c.type == new.type), None)
+    if old is not None and old.status == new.status:
+        new = new.model_copy(update={"last_transition_time": old.last_transition_time})
+    return [c for c in conditions if c.type != new.type] + [new]
+
+
+def _truth(flag: bool) -> str:
+    return "True" if flag else "False"
+
+
+def conditions_for(
+    conditions: list[Condition], phase: Phase, reason: str, message: str, generation: int, now: str
+) -> list[Condition]:
+    """Every condition type for the phase.
+
+    RolledBack still serves (Available) but is Degraded, not Ready and Stalled: a GitOps tool
+    should show the change that was pushed as not taking effect.
+    """
+    in_progress = phase in _IN_PROGRESS
+    flags = {
+        "Available": phase in (Phase.PROMOTED, Phase.ROLLED_BACK),
+        "Progressing": in_progress,
+        "Degraded": phase in (Phase.ROLLED_BACK, Phase.ROLLING_BACK, Phase.FAILED),
+        "Ready": phase == Phase.PROMOTED,
+        "Reconciling": in_progress,
+        "Stalled": phase in _STALLED,
+    }
+    for kind, flag in flags.items():
+        cond = Condition(
+            type=kind,
+            status=_truth(flag),
+            reason=reason,
+            message=message,
+            last_transition_time=now,
+            observed_generation=generation,
+        )
+        conditions = set_condition(conditions, cond)
+    return conditions

@@ -1,0 +1,141 @@
+"""kopf wiring only: on a timer per object, observe -> decide -> apply.
+
+Reconciliation is level-based: every interval the handler reads the object's children and metrics
+afresh and asks rollout.decide() what to do, so a missed event or an operator restart loses nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from dataclasses import replace
+from datetime import UTC, datetime
+from typing import Any
+
+import kopf
+
+from specgate import api, kube, metrics, render, rollout
+from specgate.api import Phase, SpeculativeDeploymentSpec, SpeculativeDeploymentStatus
+from specgate.prometheus import MetricsUnavailable, PrometheusClient, Selector
+from specgate.render import Owner, Track
+
+INTERVAL_SECONDS = float(os.environ.get("SPECGATE_INTERVAL_SECONDS", "10"))
+METRICS_PORT = int(os.environ.get("SPECGATE_METRICS_PORT", "8080"))
+VERBOSE = os.environ.get("SPECGATE_VERBOSE") == "1"
+
+
+def default_prometheus_url() -> str | None:
+    return os.environ.get("SPECGATE_PROMETHEUS_URL") or None
+
+
+@kopf.on.startup()
+def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
+    kube.load_config()
+    if METRICS_PORT:
+        metrics.serve(METRICS_PORT)
+    # kopf would post every handler log line as an Event; ours are posted explicitly, with reasons.
+    settings.posting.level = logging.WARNING
+    if not VERBOSE:  # "Timer 'reconcile' succeeded" every few seconds per object is noise
+        logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+
+
+@kopf.timer(api.GROUP, api.VERSION, api.PLURAL, interval=INTERVAL_SECONDS, initial_delay=0)
+def reconcile(
+    body: kopf.Body, meta: kopf.Meta, spec: kopf.Spec, status: kopf.Status, patch: kopf.Patch, **_: Any
+) -> None:
+    now = datetime.now(UTC)
+    owner = Owner(name=meta["name"], namespace=meta["namespace"], uid=meta["uid"])
+    generation = int(meta.get("generation", 0))
+    current = api.parse_status(dict(status))
+    try:
+        decision = step(dict(spec), current, owner, generation, now)
+    except Exception:
+        metrics.RECONCILE_ERRORS.labels(owner.namespace, owner.name).inc()
+        raise  # kopf logs it and retries on the next tick
+    write_status(patch, current, decision.status)
+    for event in decision.events:
+        kopf.event(body, type=event.type, reason=event.reason, message=event.message)
+    analysis_start = rollout.parse_time(current.phase_since)
+    analysis_seconds = (now - analysis_start).total_seconds() if analysis_start else None
+    metrics.record(owner.namespace, owner.name, current.phase, decision, analysis_seconds)
+
+
+@kopf.on.delete(api.GROUP, api.VERSION, api.PLURAL, optional=True)  # optional: no finalizer needed
+def forget(meta: kopf.Meta, **_: Any) -> None:
+    metrics.forget(meta["namespace"], meta["name"])
+
+
+def step(
+    raw_spec: dict[str, Any],
+    current: SpeculativeDeploymentStatus,
+    owner: Owner,
+    generation: int,
+    now: datetime,
+) -> rollout.Decision:
+    """Observe, decide, apply; an invalid spec touches no child."""
+    try:
+        spec = api.parse_spec(raw_spec)
+    except api.SpecError as error:
+        return rollout.invalid_spec(error, current, generation, now)
+    observation = observe(spec, current, owner, generation, now)
+    decision = rollout.decide(spec, current, observation, now)
+    apply_children(spec, owner, decision)
+    return decision
+
+
+def observe(
+    spec: SpeculativeDeploymentSpec,
+    status: SpeculativeDeploymentStatus,
+    owner: Owner,
+    generation: int,
+    now: datetime,
+) -> rollout.Observation:
+    tracks = {
+        track: kube.track_state(
+            owner.namespace, render.deployment_name(owner, track), render.selector_labels(owner, track)
+        )
+        for track in Track
+    }
+    observation = rollout.Observation(generation, tracks[Track.BASELINE], tracks[Track.CANARY])
+    window = rollout.measurement_window(spec, status, now)
+    if window is None or status.observed_generation != generation:
+        return observation
+    url = spec.rollout.metrics.prometheus_url or default_prometheus_url()
+    if url is None:
+        error = "no Prometheus URL: set spec.rollout.metrics.prometheusUrl or run with --prometheus-url"
+        return replace(observation, metrics_error=error)
+    prom = PrometheusClient(url)
+    try:
+        baseline = canary = None
+        if status.phase in (Phase.BASELINE, Phase.ANALYZING):
+            baseline = prom.track_metrics(_selector(spec, owner, Track.BASELINE), window)
+        if status.phase in (Phase.ANALYZING, Phase.PROMOTED):
+            canary = prom.track_metrics(_selector(spec, owner, Track.CANARY), window)
+    except MetricsUnavailable as exc:
+        return replace(observation, metrics_error=str(exc))
+    return replace(observation, baseline_metrics=baseline, canary_metrics=canary)
+
+
+def _selector(spec: SpeculativeDeploymentSpec, owner: Owner, track: Track) -> Selector:
+    return Selector(owner.namespace, owner.name, track.value, spec.rollout.metrics)
+
+
+def apply_children(spec: SpeculativeDeploymentSpec, owner: Owner, decision: rollout.Decision) -> None:
+    baseline = render.deployment(spec, owner, Track.BASELINE, decision.baseline_replicas)
+    children = [baseline, render.service(owner)]
+    if decision.canary_replicas is not None:
+        canary = render.deployment(spec, owner, Track.CANARY, decision.canary_replicas)
+        # Scaling the canary down goes first so its GPUs are free before the baseline grows.
+        children = [canary, *children] if decision.canary_replicas == 0 else [*children, canary]
+    if spec.rollout.metrics.pod_monitor:
+        children.append(render.pod_monitor(owner))
+    for manifest in children:
+        kube.apply(manifest)
+
+
+def write_status(
+    patch: kopf.Patch, current: SpeculativeDeploymentStatus, new: SpeculativeDeploymentStatus
+) -> None:
+    if new != current:
+        # None values stay in the dump: in a merge patch they delete what the last rollout left.
+        patch.status.update(new.model_dump(by_alias=True, mode="json"))

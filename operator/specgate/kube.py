@@ -1,0 +1,110 @@
+"""The only module that talks to the Kubernetes API (besides kopf's own watching and status patches).
+
+Children are written with server-side apply under one field manager, so reconciling is idempotent
+and fields that other controllers own (e.g. an HPA's replicas would be) are not fought over.
+"""
+
+from __future__ import annotations
+
+from typing import Any, cast
+
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+
+from specgate import api
+from specgate.render import Manifest
+from specgate.rollout import TrackState
+
+FIELD_MANAGER = "specgate"
+APPLY = "application/apply-patch+yaml"  # a JSON body is valid YAML
+
+# Waiting reasons that will not clear up by themselves: the pod needs a different spec.
+FATAL_WAITING_REASONS = frozenset(
+    {"CrashLoopBackOff", "ImagePullBackOff", "ErrImagePull", "CreateContainerConfigError", "InvalidImageName"}
+)
+
+
+# Every (API group, resource, verbs) the operator uses: this module's calls, kopf's watch of the
+# objects and its status patches, and Events. The Helm chart grants exactly these (a test diffs them).
+PERMISSIONS: tuple[tuple[str, str, frozenset[str]], ...] = (
+    ("specgate.dev", "speculativedeployments", frozenset({"get", "list", "watch", "patch"})),
+    ("specgate.dev", "speculativedeployments/status", frozenset({"get", "patch"})),
+    ("apps", "deployments", frozenset({"get", "create", "patch"})),
+    ("", "services", frozenset({"create", "patch"})),
+    ("", "pods", frozenset({"list"})),
+    ("", "events", frozenset({"create"})),
+    ("events.k8s.io", "events", frozenset({"create"})),
+    ("monitoring.coreos.com", "podmonitors", frozenset({"create", "patch"})),
+    # Peering (several replicas, one acting): kopf's heartbeats in the peering object's status.
+    ("kopf.dev", "kopfpeerings", frozenset({"get", "list", "watch", "patch"})),
+    # kopf lists and watches namespaces (to resolve what it watches) and CRDs (to notice new
+    # resources): cluster scope, even when it watches a list of namespaces.
+    ("", "namespaces", frozenset({"list", "watch"})),
+    ("apiextensions.k8s.io", "customresourcedefinitions", frozenset({"list", "watch"})),
+    ("kopf.dev", "clusterkopfpeerings", frozenset({"get", "list", "watch", "patch"})),
+)
+
+
+def load_config() -> None:
+    try:
+        config.load_incluster_config()  # type: ignore[no-untyped-call]
+    except config.ConfigException:
+        config.load_kube_config()  # type: ignore[no-untyped-call]
+
+
+def apply(manifest: Manifest) -> None:
+    """Create or update one child by server-side apply."""
+    meta = manifest["metadata"]
+    name, namespace, kind = meta["name"], meta["namespace"], manifest["kind"]
+    common: dict[str, Any] = {"field_manager": FIELD_MANAGER, "force": True, "_content_type": APPLY}
+    if kind == "Deployment":
+        client.AppsV1Api().patch_namespaced_deployment(name, namespace, manifest, **common)
+    elif kind == "Service":
+        client.CoreV1Api().patch_namespaced_service(name, namespace, manifest, **common)
+    elif kind == "PodMonitor":
+        client.CustomObjectsApi().patch_namespaced_custom_object(
+            "monitoring.coreos.com", "v1", namespace, "podmonitors", name, manifest, **common
+        )
+    else:
+        raise ValueError(f"specgate does not manage {kind} objects")
+
+
+def track_state(namespace: str, name: str, selector: dict[str, str]) -> TrackState:
+    """The Deployment's replica counts and the first fatal reason among its pods."""
+    try:
+        dep = client.AppsV1Api().read_namespaced_deployment(name, namespace)
+    except ApiException as exc:
+        if exc.status == 404:
+            return TrackState()
+        raise
+    label_selector = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
+    pods = client.CoreV1Api().list_namespaced_pod(namespace, label_selector=label_selector).items
+    return TrackState(
+        exists=True,
+        replicas=dep.spec.replicas or 0,
+        ready_replicas=(dep.status.ready_replicas or 0) if dep.status else 0,
+        failure=next((f for f in map(_pod_failure, pods) if f), None),
+        waiting=next((w for w in map(_pod_unscheduled, pods) if w), None),
+    )
+
+
+def _pod_failure(pod: Any) -> str | None:
+    for cs in (pod.status.container_statuses or []) if pod.status else []:
+        waiting = cs.state.waiting if cs.state else None
+        if waiting is not None and waiting.reason in FATAL_WAITING_REASONS:
+            return f"pod {pod.metadata.name}: {waiting.reason}: {waiting.message or ''}".strip()
+    return None
+
+
+def _pod_unscheduled(pod: Any) -> str | None:
+    for cond in (pod.status.conditions or []) if pod.status else []:
+        if cond.type == "PodScheduled" and cond.status == "False":
+            return f"pod {pod.metadata.name}: {cond.reason}: {cond.message or ''}".strip()
+    return None
+
+
+def get_speculative_deployment(namespace: str, name: str) -> dict[str, Any]:
+    obj = client.CustomObjectsApi().get_namespaced_custom_object(
+        api.GROUP, api.VERSION, namespace, api.PLURAL, name
+    )
+    return cast(dict[str, Any], obj)

@@ -1,0 +1,352 @@
+"""The bridge between kwok's container-less pods and real local engine processes.
+
+kwok marks pods Running without running anything. For each Running pod that carries the engine
+label, the bridge starts one local engine (the simulator or the real vLLM CPU engine) from the
+pod's own `vllm serve` arguments and environment, on a free loopback port, and writes a Prometheus
+file_sd target with the labels a PodMonitor would produce. When the pod goes, so does its engine.
+
+It also routes `/svc/<namespace>/<service>/<path>` to the Ready engines of the pods a Service
+selects, round robin, which reproduces Service traffic: weight follows the replica counts.
+
+Run: python -m specgate.lab.bridge --kubeconfig FILE --state-dir DIR [--port 18080]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import itertools
+import json
+import logging
+import os
+import signal
+import socket
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+from aiohttp import web
+from kubernetes import client, config
+
+from specgate.lab.engines import engine_command
+from specgate.render import LABEL_DEPLOYMENT, LABEL_ENGINE, LABEL_METHOD, LABEL_TRACK
+
+ENGINE_ANNOTATION = "specgate.dev/lab-engine"
+TARGET_LABELS = {
+    LABEL_DEPLOYMENT: "specgate_dev_deployment",
+    LABEL_TRACK: "specgate_dev_track",
+    LABEL_METHOD: "specgate_dev_method",
+}
+POLL_SECONDS = 1.0
+RESTART_BACKOFF_SECONDS = 5.0
+HOP_HEADERS = {"connection", "keep-alive", "transfer-encoding", "content-length", "host", "content-encoding"}
+
+log = logging.getLogger("specgate.bridge")
+
+
+@dataclass
+class Engine:
+    """One local engine process standing in for one pod's container."""
+
+    namespace: str
+    pod: str
+    uid: str
+    labels: dict[str, str]
+    port: int
+    argv: list[str]
+    env: dict[str, str]
+    log_path: Path
+    process: subprocess.Popen[bytes] | None = None
+    ready: bool = False
+    restarts: int = 0
+    exited_at: float | None = None
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}_{self.pod}"
+
+    def start(self) -> None:
+        with self.log_path.open("ab") as out:
+            self.process = subprocess.Popen(
+                self.argv, env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        self.exited_at = None
+        log.info(
+            "started %s/%s on :%d (pid %d): %s",
+            self.namespace,
+            self.pod,
+            self.port,
+            self.process.pid,
+            self.argv,
+        )
+
+    def stop(self) -> None:
+        proc = self.process
+        if proc is None or proc.poll() is not None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+    def target(self) -> list[dict[str, Any]]:
+        labels = {"namespace": self.namespace, "pod": self.pod}
+        labels |= {target: self.labels[k] for k, target in TARGET_LABELS.items() if k in self.labels}
+        return [{"targets": [f"127.0.0.1:{self.port}"], "labels": labels}]
+
+
+@dataclass
+class Bridge:
+    core: client.CoreV1Api
+    state_dir: Path
+    default_engine: str
+    engines: dict[str, Engine] = field(default_factory=dict)  # by pod uid
+    services: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)
+    _round_robin: dict[tuple[str, str], itertools.count[int]] = field(default_factory=dict)
+
+    @property
+    def targets_dir(self) -> Path:
+        return self.state_dir / "targets"
+
+    # --- reconcile pods into engines ---
+
+    async def run(self) -> None:
+        self.targets_dir.mkdir(parents=True, exist_ok=True)
+        (self.state_dir / "engines").mkdir(parents=True, exist_ok=True)
+        for stale in self.targets_dir.glob("*.json"):
+            stale.unlink()
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=1)) as session:
+            while True:
+                try:
+                    await self.reconcile(session)
+                except Exception:  # the API server may restart under us; try again next tick
+                    log.exception("reconcile failed")
+                await asyncio.sleep(POLL_SECONDS)
+
+    async def reconcile(self, session: aiohttp.ClientSession) -> None:
+        pods = await asyncio.to_thread(
+            self.core.list_pod_for_all_namespaces, label_selector=f"{LABEL_ENGINE}=vllm"
+        )
+        items: list[Any] = pods.items
+        running = {p.metadata.uid: p for p in items if _is_running(p)}
+        for uid in list(self.engines):
+            if uid not in running:
+                self._remove(self.engines.pop(uid))
+        for uid, pod in running.items():
+            if uid not in self.engines:
+                self._add(pod)
+        await asyncio.gather(*(self._check(e, session) for e in self.engines.values()))
+        for uid, engine in self.engines.items():
+            await self._sync_pod_status(running[uid], engine)
+        svcs: list[Any] = (await asyncio.to_thread(self.core.list_service_for_all_namespaces)).items
+        self.services = {(s.metadata.namespace, s.metadata.name): dict(s.spec.selector or {}) for s in svcs}
+        self._write_state()
+
+    def _add(self, pod: Any) -> None:
+        container = pod.spec.containers[0]
+        annotations = pod.metadata.annotations or {}
+        kind = annotations.get(ENGINE_ANNOTATION, self.default_engine)
+        port = _free_port()
+        pod_env = {e.name: e.value for e in container.env or [] if e.value is not None}
+        argv, env = engine_command(kind, list(container.args or []), port, pod_env)
+        engine = Engine(
+            namespace=pod.metadata.namespace,
+            pod=pod.metadata.name,
+            uid=pod.metadata.uid,
+            labels=dict(pod.metadata.labels or {}),
+            port=port,
+            argv=argv,
+            env=env,
+            log_path=self.state_dir / "engines" / f"{pod.metadata.namespace}_{pod.metadata.name}.log",
+        )
+        engine.start()
+        self.engines[engine.uid] = engine
+        _write_json(self.targets_dir / f"{engine.key}.json", engine.target())
+
+    def _remove(self, engine: Engine) -> None:
+        with contextlib.suppress(FileNotFoundError):
+            (self.targets_dir / f"{engine.key}.json").unlink()
+        engine.stop()
+        log.info("stopped %s/%s", engine.namespace, engine.pod)
+
+    async def _check(self, engine: Engine, session: aiohttp.ClientSession) -> None:
+        """Ready when /health answers 200; an engine that died is restarted after a back-off."""
+        proc = engine.process
+        if proc is not None and proc.poll() is not None:
+            engine.ready = False
+            loop_time = asyncio.get_running_loop().time()
+            if engine.exited_at is None:
+                engine.exited_at = loop_time
+                log.warning("%s/%s exited with %s", engine.namespace, engine.pod, proc.returncode)
+            elif loop_time - engine.exited_at >= RESTART_BACKOFF_SECONDS * (engine.restarts + 1):
+                engine.restarts += 1
+                engine.start()
+            return
+        try:
+            async with session.get(f"http://127.0.0.1:{engine.port}/health") as resp:
+                engine.ready = resp.status == 200
+        except (aiohttp.ClientError, TimeoutError):
+            engine.ready = False
+
+    async def _sync_pod_status(self, pod: Any, engine: Engine) -> None:
+        """Pod readiness follows the engine's /health, as a readinessProbe would; a crashing engine
+        shows CrashLoopBackOff. (kwok marks pods Ready at once and does not touch them afterwards.)"""
+        crashing = engine.restarts > 0 and not engine.ready
+        ready = "True" if engine.ready else "False"
+        current = next((c.status for c in pod.status.conditions or [] if c.type == "Ready"), None)
+        statuses = pod.status.container_statuses or []
+        waiting = statuses[0].state.waiting if statuses and statuses[0].state else None
+        if current == ready and (waiting is not None) == crashing:
+            return
+        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        state: dict[str, Any] = {"running": {"startedAt": now}}
+        if crashing:
+            state = {
+                "waiting": {"reason": "CrashLoopBackOff", "message": f"engine exited; see {engine.log_path}"}
+            }
+        container = pod.spec.containers[0]
+        body = {
+            "status": {
+                "conditions": [
+                    {"type": kind, "status": ready, "lastTransitionTime": now} for kind in ("Ready", "ContainersReady")
+                ],
+                "containerStatuses": [
+                    {"name": container.name, "image": container.image, "imageID": "", "ready": engine.ready,
+                     "restartCount": engine.restarts, "started": not crashing, "state": state}
+                ],
+            }
+        }  # fmt: skip
+        try:
+            await asyncio.to_thread(self.core.patch_namespaced_pod_status, engine.pod, engine.namespace, body)
+        except client.ApiException as exc:
+            if exc.status != 404:  # the pod went away meanwhile
+                raise
+
+    def _write_state(self) -> None:
+        state = {
+            f"{e.namespace}/{e.pod}": {
+                "port": e.port,
+                "pid": e.process.pid if e.process else None,
+                "ready": e.ready,
+                "restarts": e.restarts,
+                "labels": e.labels,
+                "log": str(e.log_path),
+            }
+            for e in self.engines.values()
+        }
+        _write_json(self.state_dir / "bridge-state.json", state)
+
+    # --- Service router ---
+
+    def pick(self, namespace: str, service: str) -> Engine | None:
+        selector = self.services.get((namespace, service))
+        if not selector:
+            return None
+        ready = sorted(
+            (
+                e
+                for e in self.engines.values()
+                if e.namespace == namespace and e.ready and selector.items() <= e.labels.items()
+            ),
+            key=lambda e: e.pod,
+        )
+        if not ready:
+            return None
+        counter = self._round_robin.setdefault((namespace, service), itertools.count())
+        return ready[next(counter) % len(ready)]
+
+
+def _is_running(pod: Any) -> bool:
+    return bool(pod.status and pod.status.phase == "Running" and pod.metadata.deletion_timestamp is None)
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def _write_json(path: Path, data: Any) -> None:
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(json.dumps(data, indent=1))
+    tmp.replace(path)  # atomic: Prometheus never reads half a file
+
+
+def make_app(bridge: Bridge) -> web.Application:
+    async def healthz(_: web.Request) -> web.Response:
+        return web.Response(text="ok")
+
+    async def state(_: web.Request) -> web.Response:
+        return web.json_response(
+            {f"{e.namespace}/{e.pod}": {"port": e.port, "ready": e.ready} for e in bridge.engines.values()}
+        )
+
+    async def proxy(request: web.Request) -> web.StreamResponse:
+        ns, svc, tail = request.match_info["ns"], request.match_info["svc"], request.match_info["tail"]
+        engine = bridge.pick(ns, svc)
+        if engine is None:
+            return web.json_response({"error": f"service {ns}/{svc} has no Ready endpoints"}, status=503)
+        url = f"http://127.0.0.1:{engine.port}/{tail}"
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_HEADERS}
+        session: aiohttp.ClientSession = request.app["session"]
+        async with session.request(
+            request.method, url, params=request.query, data=await request.read(), headers=headers
+        ) as upstream:
+            response = web.StreamResponse(status=upstream.status)
+            response.headers.update(
+                {k: v for k, v in upstream.headers.items() if k.lower() not in HOP_HEADERS}
+            )
+            response.headers["X-Specgate-Pod"] = engine.pod
+            await response.prepare(request)
+            async for chunk in upstream.content.iter_any():
+                await response.write(chunk)
+            await response.write_eof()
+            return response
+
+    async def on_startup(app: web.Application) -> None:
+        app["session"] = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=600))
+        app["loop_task"] = asyncio.create_task(bridge.run())
+
+    async def on_cleanup(app: web.Application) -> None:
+        app["loop_task"].cancel()
+        await app["session"].close()
+        for engine in bridge.engines.values():
+            bridge._remove(engine)
+
+    app = web.Application()
+    app.router.add_get("/healthz", healthz)
+    app.router.add_get("/state", state)
+    app.router.add_route("*", "/svc/{ns}/{svc}/{tail:.*}", proxy)
+    app.on_startup.append(on_startup)
+    app.on_cleanup.append(on_cleanup)
+    return app
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--kubeconfig", required=True)
+    parser.add_argument("--state-dir", required=True, type=Path)
+    parser.add_argument("--port", type=int, default=18080)
+    parser.add_argument(
+        "--default-engine", default=os.environ.get("SPECGATE_LAB_ENGINE", "sim"), choices=["sim", "vllm"]
+    )
+    args = parser.parse_args()
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
+    config.load_kube_config(config_file=args.kubeconfig)  # type: ignore[no-untyped-call]
+    bridge = Bridge(core=client.CoreV1Api(), state_dir=args.state_dir, default_engine=args.default_engine)
+    web.run_app(make_app(bridge), host="127.0.0.1", port=args.port, print=None, access_log=None)
+
+
+if __name__ == "__main__":
+    main()

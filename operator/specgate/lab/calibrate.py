@@ -1,0 +1,133 @@
+"""Measure noise scale -> alpha for the noisy tiny drafts with the real vLLM CPU engine.
+
+`python -m specgate.lab.calibrate [SCALE ...]` starts one engine per scale (draft_model, K=4),
+sends the fixed prompt set greedily, reads alpha from the engine's own counters and writes
+operator/specgate/lab/calibration.json. Tests then ask for "a draft with alpha about 0.6".
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from specgate.lab.engines import engine_command
+from specgate.lab.tiny_models import NOISE_PREFIX
+
+CALIBRATION = Path(__file__).with_name("calibration.json")
+K = 4
+PROMPTS = (
+    "the model drafts token target",
+    "cluster node pod gpu memory",
+    "user system prompt code function",
+    "latency tail rate speed good",
+    "build run deploy test data",
+)
+MAX_TOKENS = 64
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+@contextmanager
+def real_engine(serve_args: list[str], log: Path, startup_timeout: float = 600) -> Iterator[str]:
+    """A real vLLM CPU engine on a free loopback port for the duration of the block."""
+    port = free_port()
+    argv, env = engine_command("vllm", serve_args, port, {})
+    with log.open("wb") as out:
+        proc = subprocess.Popen(argv, env=env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.monotonic() + startup_timeout
+        while not _healthy(url):
+            if proc.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"engine did not start ({argv}); log tail:\n{log.read_text()[-3000:]}")
+            time.sleep(2)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+def _healthy(url: str) -> bool:
+    try:
+        with urllib.request.urlopen(f"{url}/health", timeout=2) as resp:
+            return bool(resp.status == 200)
+    except OSError:
+        return False
+
+
+def complete(url: str, model: str, prompt: str, max_tokens: int = MAX_TOKENS) -> None:
+    body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "temperature": 0, "ignore_eos": True}
+    request = urllib.request.Request(
+        f"{url}/v1/completions", json.dumps(body).encode(), {"Content-Type": "application/json"}
+    )
+    with urllib.request.urlopen(request, timeout=300) as resp:
+        resp.read()
+
+
+def counter(url: str, name: str) -> float:
+    """Sum of a counter over its series (engines, labels) in the engine's own /metrics."""
+    with urllib.request.urlopen(f"{url}/metrics", timeout=10) as resp:
+        text = resp.read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith(name + "{"))
+
+
+def measured_alpha(url: str, model: str) -> float:
+    for prompt in PROMPTS:
+        complete(url, model, prompt)
+    drafted = counter(url, "vllm:spec_decode_num_draft_tokens_total")
+    return counter(url, "vllm:spec_decode_num_accepted_tokens_total") / drafted
+
+
+def draft_args(draft: str) -> list[str]:
+    config = {"method": "draft_model", "model": draft, "num_speculative_tokens": K}
+    return ["specgate/tiny-llama", "--served-model-name", "tiny", "--max-model-len", "512",
+            "--speculative-config", json.dumps(config)]  # fmt: skip
+
+
+def calibrate(scales: list[float], log_dir: Path) -> dict[str, float]:
+    table: dict[str, float] = {}
+    for scale in scales:
+        draft = f"specgate/{NOISE_PREFIX}{scale:g}"
+        with real_engine(draft_args(draft), log_dir / f"calibrate-{scale:g}.log") as url:
+            table[f"{scale:g}"] = round(measured_alpha(url, "tiny"), 4)
+        print(f"noise {scale:g}: alpha {table[f'{scale:g}']}", flush=True)
+    return table
+
+
+def draft_for_alpha(target_alpha: float) -> tuple[str, float]:
+    """The calibrated noisy draft whose alpha is closest to target_alpha: (model name, its alpha)."""
+    table: dict[str, float] = json.loads(CALIBRATION.read_text())["alpha_by_noise"]
+    scale, alpha = min(table.items(), key=lambda item: abs(item[1] - target_alpha))
+    return f"specgate/{NOISE_PREFIX}{scale}", alpha
+
+
+def main(argv: list[str]) -> None:
+    scales = [float(a) for a in argv] or [0.0, 0.01, 0.02, 0.03, 0.05, 0.1]
+    table = calibrate(scales, Path("/tmp"))
+    CALIBRATION.write_text(
+        json.dumps(
+            {"method": "draft_model", "num_speculative_tokens": K, "max_tokens": MAX_TOKENS,
+             "prompts": list(PROMPTS), "greedy": True, "alpha_by_noise": table},
+            indent=2,
+        ) + "\n"
+    )  # fmt: skip
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

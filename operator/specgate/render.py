@@ -1,0 +1,222 @@
+"""Manifests of a SpeculativeDeployment's children (pure: dicts in, dicts out).
+
+Names are stable (`<name>-baseline`, `<name>-canary`, Service `<name>`) so that reconciling again
+finds the same objects, and every child carries an ownerReference so that deleting the object lets
+the garbage collector remove them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from specgate import api
+
+Manifest = dict[str, Any]
+
+HTTP_PORT = 8000
+LABEL_DEPLOYMENT = "specgate.dev/deployment"
+LABEL_TRACK = "specgate.dev/track"
+LABEL_METHOD = "specgate.dev/method"
+LABEL_ENGINE = "specgate.dev/engine"
+
+
+class Track(StrEnum):
+    BASELINE = "baseline"
+    CANARY = "canary"
+
+
+@dataclass(frozen=True)
+class Owner:
+    """The SpeculativeDeployment a child belongs to."""
+
+    name: str
+    namespace: str
+    uid: str
+
+    def reference(self) -> dict[str, Any]:
+        return {
+            "apiVersion": api.API_VERSION,
+            "kind": api.KIND,
+            "name": self.name,
+            "uid": self.uid,
+            "controller": True,
+            "blockOwnerDeletion": True,
+        }
+
+
+def deployment_name(owner: Owner, track: Track) -> str:
+    return f"{owner.name}-{track.value}"
+
+
+def speculative_config(spec: api.SpeculativeSpec) -> dict[str, Any]:
+    """The --speculative-config object vLLM accepts (never tensor_parallel_size inside it)."""
+    config: dict[str, Any] = {
+        "method": spec.method.value,
+        "num_speculative_tokens": spec.num_speculative_tokens,
+    }
+    optional = {
+        "model": spec.draft_model,
+        "draft_tensor_parallel_size": spec.draft_tensor_parallel_size,
+        "prompt_lookup_min": spec.prompt_lookup_min,
+        "prompt_lookup_max": spec.prompt_lookup_max,
+    }
+    config.update({k: v for k, v in optional.items() if v is not None})
+    return {**spec.extra_config, **config}
+
+
+def vllm_args(spec: api.SpeculativeDeploymentSpec, track: Track) -> list[str]:
+    args = [
+        spec.model.name,
+        "--host",
+        "0.0.0.0",
+        "--port",
+        str(HTTP_PORT),
+        "--served-model-name",
+        spec.served_name,
+        "--tensor-parallel-size",
+        str(spec.tensor_parallel_size),
+        *spec.vllm_args,
+    ]
+    if track is Track.CANARY:
+        # Serialised, never concatenated: user strings cannot break out of the JSON argument.
+        args += ["--speculative-config", json.dumps(speculative_config(spec.speculative), sort_keys=True)]
+    return args
+
+
+def selector_labels(owner: Owner, track: Track) -> dict[str, str]:
+    return {LABEL_DEPLOYMENT: owner.name, LABEL_TRACK: track.value}
+
+
+def pod_labels(spec: api.SpeculativeDeploymentSpec, owner: Owner, track: Track) -> dict[str, str]:
+    method = spec.speculative.method.value if track is Track.CANARY else "none"
+    return {
+        **spec.pod_labels,
+        "app.kubernetes.io/name": "vllm",
+        "app.kubernetes.io/instance": owner.name,
+        "app.kubernetes.io/managed-by": "specgate",
+        LABEL_ENGINE: "vllm",
+        LABEL_METHOD: method,
+        **selector_labels(owner, track),
+    }
+
+
+def _env(spec: api.SpeculativeDeploymentSpec) -> list[dict[str, Any]]:
+    env: list[dict[str, Any]] = [e.model_dump(by_alias=True, exclude_none=True) for e in spec.env]
+    if spec.model_cache is not None:
+        env.append({"name": "HF_HOME", "value": spec.model_cache.mount_path})
+    return env
+
+
+def _probe(period: int, failures: int) -> dict[str, Any]:
+    # httpGet on /health: the socket opens before the engine has loaded, so a TCP probe lies.
+    return {
+        "httpGet": {"path": "/health", "port": "http"},
+        "periodSeconds": period,
+        "failureThreshold": failures,
+        "timeoutSeconds": 5,
+    }
+
+
+def _resources(spec: api.SpeculativeDeploymentSpec) -> dict[str, Any]:
+    res = spec.resources
+    limits: dict[str, str] = {res.gpu_resource_name: str(res.gpus)}
+    requests: dict[str, str] = {res.gpu_resource_name: str(res.gpus)}
+    if res.cpu:
+        requests["cpu"] = res.cpu
+    if res.memory:
+        requests["memory"] = limits["memory"] = res.memory
+    return {"limits": limits, "requests": requests}
+
+
+def _volumes(spec: api.SpeculativeDeploymentSpec) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    # vLLM's tensor-parallel workers exchange data through /dev/shm, which defaults to 64 MiB.
+    volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]
+    mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": "/dev/shm"}]
+    if spec.model_cache is not None:
+        volumes.append(
+            {"name": "model-cache", "persistentVolumeClaim": {"claimName": spec.model_cache.claim_name}}
+        )
+        mounts.append({"name": "model-cache", "mountPath": spec.model_cache.mount_path})
+    return volumes, mounts
+
+
+def _container(spec: api.SpeculativeDeploymentSpec, track: Track) -> dict[str, Any]:
+    _, mounts = _volumes(spec)
+    return {
+        "name": "vllm",
+        "image": spec.image,
+        "command": ["vllm", "serve"],
+        "args": vllm_args(spec, track),
+        "env": _env(spec),
+        "ports": [{"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"}],
+        "resources": _resources(spec),
+        "volumeMounts": mounts,
+        # Loading weights can take many minutes: a long startupProbe keeps liveness from killing it.
+        "startupProbe": _probe(period=10, failures=180),
+        "readinessProbe": _probe(period=5, failures=3),
+        "livenessProbe": _probe(period=10, failures=6),
+    }
+
+
+def _metadata(owner: Owner, name: str, labels: dict[str, str]) -> dict[str, Any]:
+    return {
+        "name": name,
+        "namespace": owner.namespace,
+        "labels": labels,
+        "ownerReferences": [owner.reference()],
+    }
+
+
+def deployment(spec: api.SpeculativeDeploymentSpec, owner: Owner, track: Track, replicas: int) -> Manifest:
+    labels = pod_labels(spec, owner, track)
+    volumes, _ = _volumes(spec)
+    pod_spec: dict[str, Any] = {
+        "containers": [_container(spec, track)],
+        "volumes": volumes,
+        "nodeSelector": dict(spec.node_selector),
+        "tolerations": [t.model_dump(by_alias=True, exclude_none=True) for t in spec.tolerations],
+        "terminationGracePeriodSeconds": 60,
+    }
+    return {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "metadata": _metadata(owner, deployment_name(owner, track), dict(labels)),
+        "spec": {
+            "replicas": replicas,
+            "selector": {"matchLabels": selector_labels(owner, track)},
+            "template": {
+                "metadata": {"labels": labels, "annotations": dict(spec.pod_annotations)},
+                "spec": pod_spec,
+            },
+        },
+    }
+
+
+def service(owner: Owner) -> Manifest:
+    """One Service over both tracks: traffic follows the replica ratio of baseline and canary."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": _metadata(owner, owner.name, {"app.kubernetes.io/managed-by": "specgate"}),
+        "spec": {
+            "selector": {LABEL_DEPLOYMENT: owner.name, "app.kubernetes.io/name": "vllm"},
+            "ports": [{"name": "http", "port": HTTP_PORT, "targetPort": "http", "protocol": "TCP"}],
+        },
+    }
+
+
+def pod_monitor(owner: Owner) -> Manifest:
+    """Prometheus Operator PodMonitor producing the target labels the gates query by."""
+    return {
+        "apiVersion": "monitoring.coreos.com/v1",
+        "kind": "PodMonitor",
+        "metadata": _metadata(owner, owner.name, {"app.kubernetes.io/managed-by": "specgate"}),
+        "spec": {
+            "selector": {"matchLabels": {LABEL_DEPLOYMENT: owner.name}},
+            "podMetricsEndpoints": [{"port": "http", "path": "/metrics", "interval": "15s"}],
+            "podTargetLabels": [LABEL_DEPLOYMENT, LABEL_TRACK, LABEL_METHOD],
+        },
+    }

@@ -1,0 +1,689 @@
+"""The staged rollout as one pure function: decide(spec, status, observation, now) -> Decision.
+
+Everything the rollout remembers lives in status, so the operator can restart at any moment and
+resume: each reconcile observes the world afresh (children, metrics), decides, and applies. Time is
+passed in. The allowed phase changes are one table, TRANSITIONS, which decide() never leaves.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+
+from specgate import conditions, gates, planning
+from specgate.api import (
+    Action,
+    HistoryEntry,
+    Measurement,
+    Phase,
+    Recommendation,
+    SpecError,
+    SpeculativeDeploymentSpec,
+    SpeculativeDeploymentStatus,
+    Strategy,
+    parse_duration,
+)
+from specgate.gates import AcceptanceWindow, Histogram, Verdict
+
+HISTORY_LIMIT = 30
+# The acceptance gate needs a few 15-s windows before it can say anything; a shorter guard window
+# would never trip, so the guard looks back at least this far.
+MIN_GUARD_WINDOW = timedelta(seconds=60)
+
+TRANSITIONS: dict[Phase, frozenset[Phase]] = {
+    Phase.PENDING: frozenset({Phase.BASELINE, Phase.PAUSED}),
+    Phase.BASELINE: frozenset({Phase.CANARY, Phase.ROLLED_BACK, Phase.PAUSED}),
+    Phase.CANARY: frozenset({Phase.ANALYZING, Phase.ROLLING_BACK, Phase.PAUSED}),
+    Phase.ANALYZING: frozenset({Phase.PROMOTING, Phase.ROLLING_BACK, Phase.PAUSED}),
+    Phase.PROMOTING: frozenset({Phase.PROMOTED, Phase.ROLLING_BACK, Phase.PAUSED}),
+    Phase.PROMOTED: frozenset({Phase.ROLLING_BACK}),
+    Phase.ROLLING_BACK: frozenset({Phase.ROLLED_BACK}),
+    Phase.ROLLED_BACK: frozenset(),
+    Phase.PAUSED: frozenset(
+        {Phase.BASELINE, Phase.CANARY, Phase.ANALYZING, Phase.PROMOTING, Phase.ROLLING_BACK}
+    ),
+    Phase.FAILED: frozenset(),
+}
+# A new generation (spec change or spec.rollout.retry) restarts from Pending from any phase, and an
+# invalid spec fails from any phase; neither is a step of the rollout itself.
+
+
+class Reason:
+    """Machine-readable reasons, shared by status, conditions, Events and runbooks/."""
+
+    NEW_GENERATION = "NewGeneration"
+    INVALID_SPEC = "InvalidSpec"
+    WAITING_FOR_BASELINE = "WaitingForBaseline"
+    MEASURING_BASELINE = "MeasuringBaseline"
+    BASELINE_MEASURED = "BaselineMeasured"
+    BASELINE_UNHEALTHY = "BaselineUnhealthy"
+    WAITING_FOR_CANARY = "WaitingForCanary"
+    CANARY_READY = "CanaryReady"
+    ANALYZING = "Analyzing"
+    GATES_PASSED = "GatesPassed"
+    PROMOTED = "Promoted"
+    GUARDING = "Guarding"
+    ACCEPTANCE_BELOW_GATE = "AcceptanceBelowGate"
+    LATENCY_REGRESSION = "LatencyRegression"
+    CANARY_UNHEALTHY = "CanaryUnhealthy"
+    METRICS_UNAVAILABLE = "MetricsUnavailable"
+    INCONCLUSIVE = "Inconclusive"
+    GUARD_TRIPPED = "GuardTripped"
+    ROLLED_BACK = "RolledBack"
+    PAUSED = "Paused"
+    RESUMED = "Resumed"
+
+
+# --- what the handler observed ---
+
+
+@dataclass(frozen=True)
+class TrackState:
+    """A track's Deployment as the API server reports it."""
+
+    exists: bool = False
+    replicas: int = 0
+    ready_replicas: int = 0
+    failure: str | None = None  # a reason that needs a new spec, e.g. CrashLoopBackOff
+    waiting: str | None = None  # a reason that may clear up, e.g. Unschedulable (progressDeadline bounds it)
+
+    def ready(self, want: int) -> bool:
+        return self.exists and want > 0 and self.ready_replicas >= want
+
+
+@dataclass(frozen=True)
+class TrackMetrics:
+    """One track's figures over the measurement window, from Prometheus."""
+
+    acceptance: tuple[AcceptanceWindow, ...] = ()
+    accepted_per_position: tuple[float, ...] = ()
+    itl: Histogram | None = None
+    p99_ttft_ms: float | None = None
+    per_token_latency_ms: float | None = None
+    output_tokens_per_second: float | None = None
+    requests_per_second: float | None = None
+    concurrency: float | None = None
+
+
+@dataclass(frozen=True)
+class Observation:
+    generation: int
+    baseline: TrackState = TrackState()
+    canary: TrackState = TrackState()
+    baseline_metrics: TrackMetrics | None = None
+    canary_metrics: TrackMetrics | None = None
+    metrics_error: str | None = None  # set when Prometheus failed or returned nothing usable
+
+
+@dataclass(frozen=True)
+class Event:
+    type: str  # Normal or Warning
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True)
+class Decision:
+    status: SpeculativeDeploymentStatus
+    baseline_replicas: int
+    canary_replicas: int | None  # None: no canary Deployment (yet)
+    events: tuple[Event, ...] = field(default_factory=tuple)
+
+
+@dataclass(frozen=True)
+class Window:
+    """The time range the handler should measure for the current phase."""
+
+    start: datetime
+    end: datetime
+
+
+# --- time helpers (status stores RFC 3339 strings) ---
+
+
+def iso(t: datetime) -> str:
+    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(text: str | None) -> datetime | None:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")) if text else None
+
+
+def _seconds(text: str) -> timedelta:
+    return timedelta(seconds=parse_duration(text))
+
+
+# --- measurement windows ---
+
+
+def measurement_window(
+    spec: SpeculativeDeploymentSpec, status: SpeculativeDeploymentStatus, now: datetime
+) -> Window | None:
+    """What to query now: the baseline window, the canary analysis so far, or the guard window."""
+    rollout = spec.rollout
+    since = parse_time(status.phase_since)
+    if since is None:
+        return None
+    if status.phase == Phase.BASELINE:
+        start = _baseline_measurement_start(spec, status)
+        if start is None or now <= start:
+            return None
+        return Window(max(start, now - _seconds(rollout.analysis_window)), now)
+    if status.phase == Phase.ANALYZING:
+        return Window(since, now) if now > since else None
+    if status.phase == Phase.PROMOTED and rollout.guard.enabled:
+        span = max(_seconds(rollout.guard.window), MIN_GUARD_WINDOW)
+        return Window(max(since, now - span), now)
+    return None
+
+
+# --- the decision ---
+
+
+@dataclass
+class _Step:
+    """The decision being built: the next status, child replica counts, and events."""
+
+    spec: SpeculativeDeploymentSpec
+    status: SpeculativeDeploymentStatus
+    obs: Observation
+    now: datetime
+    baseline_replicas: int
+    canary_replicas: int | None
+    events: list[Event] = field(default_factory=list)
+
+    def enter(self, phase: Phase, reason: str, message: str, warning: bool = False) -> None:
+        current = self.status.phase
+        if phase != current and phase not in TRANSITIONS[current]:
+            raise AssertionError(f"transition {current} -> {phase} is not in TRANSITIONS")
+        update: dict[str, object] = {"reason": reason, "message": message}
+        if phase != current:
+            update |= {
+                "phase": phase,
+                "phase_since": iso(self.now),
+                "metrics_unavailable_since": None,
+                "ready_since": None,
+            }
+            entry = HistoryEntry(time=iso(self.now), phase=phase, reason=reason, message=message)
+            update["history"] = [*self.status.history, entry][-HISTORY_LIMIT:]
+            self.events.append(Event("Warning" if warning else "Normal", reason, message))
+        self.status = self.status.model_copy(update=update)
+
+    def note(self, reason: str, message: str) -> None:
+        """Stay in the phase; record why (an Event only when the reason changes)."""
+        if reason != self.status.reason:
+            self.events.append(Event("Normal", reason, message))
+        self.status = self.status.model_copy(update={"reason": reason, "message": message})
+
+    def elapsed(self) -> timedelta:
+        since = parse_time(self.status.phase_since) or self.now
+        return self.now - since
+
+    def decision(self) -> Decision:
+        gen = self.obs.generation
+        status = self.status.model_copy(
+            update={
+                "observed_generation": gen,
+                "conditions": conditions.conditions_for(
+                    self.status.conditions,
+                    self.status.phase,
+                    self.status.reason or "",
+                    self.status.message or "",
+                    gen,
+                    iso(self.now),
+                ),
+            }
+        )
+        return Decision(status, self.baseline_replicas, self.canary_replicas, tuple(self.events))
+
+
+def invalid_spec(
+    error: SpecError, status: SpeculativeDeploymentStatus, generation: int, now: datetime
+) -> Decision:
+    """Phase Failed naming the field; the caller touches no child."""
+    message = f"invalid spec: {error}"
+    entry = HistoryEntry(time=iso(now), phase=Phase.FAILED, reason=Reason.INVALID_SPEC, message=message)
+    changed = status.phase != Phase.FAILED or status.observed_generation != generation
+    failed = status.model_copy(
+        update={
+            "phase": Phase.FAILED,
+            "reason": Reason.INVALID_SPEC,
+            "message": message,
+            "phase_since": iso(now) if changed else status.phase_since,
+            "observed_generation": generation,
+            "history": [*status.history, entry][-HISTORY_LIMIT:] if changed else status.history,
+            "conditions": conditions.conditions_for(
+                status.conditions, Phase.FAILED, Reason.INVALID_SPEC, message, generation, iso(now)
+            ),
+        }
+    )
+    events = (Event("Warning", Reason.INVALID_SPEC, message),) if changed else ()
+    return Decision(failed, baseline_replicas=0, canary_replicas=None, events=events)
+
+
+def decide(
+    spec: SpeculativeDeploymentSpec,
+    status: SpeculativeDeploymentStatus,
+    observation: Observation,
+    now: datetime,
+) -> Decision:
+    """One reconcile step of the rollout state machine."""
+    step = _Step(
+        spec,
+        status,
+        observation,
+        now,
+        baseline_replicas=observation.baseline.replicas if observation.baseline.exists else spec.replicas,
+        canary_replicas=observation.canary.replicas if observation.canary.exists else None,
+    )
+    if status.observed_generation != observation.generation:
+        _restart(step)
+    if spec.rollout.paused or step.status.phase == Phase.PAUSED:
+        _paused(step)
+    else:
+        _HANDLERS[step.status.phase](step)
+    return step.decision()
+
+
+def _restart(step: _Step) -> None:
+    """A new generation: forget the last rollout's figures and begin again from the baseline."""
+    previous = step.status
+    step.status = previous.model_copy(
+        update={
+            "phase": Phase.PENDING,
+            "phase_since": iso(step.now),
+            "baseline": None,
+            "canary": None,
+            "verdict": None,
+            "recommendation": None,
+            "metrics_unavailable_since": None,
+            "guard_below_since": None,
+            "resume_phase": None,
+        }
+    )
+    step.enter(Phase.BASELINE, Reason.NEW_GENERATION, f"rollout of generation {step.obs.generation} begins")
+
+
+def _paused(step: _Step) -> None:
+    if step.status.phase != Phase.PAUSED:
+        paused_in = step.status.phase
+        step.enter(Phase.PAUSED, Reason.PAUSED, "spec.rollout.paused is set; replicas are held as they are")
+        step.status = step.status.model_copy(update={"resume_phase": paused_in})
+        return
+    resume = step.status.resume_phase
+    if step.spec.rollout.paused or resume is None:
+        return  # paused by a person, or by an action that waits for spec.rollout.retry
+    step.enter(resume, Reason.RESUMED, f"unpaused; resuming {resume.value}")
+    step.status = step.status.model_copy(update={"resume_phase": None})
+
+
+def _baseline(step: _Step) -> None:
+    spec, obs = step.spec, step.obs
+    step.baseline_replicas = spec.replicas
+    if step.canary_replicas and obs.baseline.ready(spec.replicas):
+        step.canary_replicas = 0  # a new generation after a promotion: baseline serves again
+    if not obs.baseline.ready(spec.replicas):
+        step.status = step.status.model_copy(update={"ready_since": None})
+        _wait_for_ready(
+            step, "baseline", obs.baseline, Reason.WAITING_FOR_BASELINE, Reason.BASELINE_UNHEALTHY
+        )
+        return
+    if step.status.ready_since is None:
+        step.status = step.status.model_copy(update={"ready_since": iso(step.now)})
+        step.note(
+            Reason.MEASURING_BASELINE,
+            f"baseline is Ready; warming up for {spec.rollout.warmup}, then measuring",
+        )
+    measured_from = _baseline_measurement_start(spec, step.status)
+    if measured_from is None or step.now < measured_from + _seconds(spec.rollout.analysis_window):
+        return
+    metrics = _metrics_or_budget(step, obs.baseline_metrics)
+    if metrics is None:
+        return
+    itl = metrics.itl
+    if itl is None or itl.counts[-1] < spec.rollout.gates.min_latency_samples:
+        _inconclusive_or_wait(step, "baseline has too little traffic to measure: send traffic to the Service")
+        return
+    step.status = step.status.model_copy(update={"baseline": _measurement(metrics, step.now)})
+    step.canary_replicas = _canary_replicas(spec)
+    step.baseline_replicas = _baseline_replicas_beside_canary(spec)
+    step.enter(Phase.CANARY, Reason.BASELINE_MEASURED, _figures("baseline", step.status.baseline))
+
+
+def _baseline_measurement_start(
+    spec: SpeculativeDeploymentSpec, status: SpeculativeDeploymentStatus
+) -> datetime | None:
+    ready = parse_time(status.ready_since)
+    return None if ready is None else ready + _seconds(spec.rollout.warmup)
+
+
+def _keep_canary(step: _Step) -> bool:
+    """Canary replicas beside the baseline; False after rolling back a canary that fails."""
+    step.canary_replicas = _canary_replicas(step.spec)
+    step.baseline_replicas = _baseline_replicas_beside_canary(step.spec)
+    if step.obs.canary.failure:
+        _roll_back(step, Reason.CANARY_UNHEALTHY, f"canary is unhealthy: {step.obs.canary.failure}")
+        return False
+    return True
+
+
+def _canary(step: _Step) -> None:
+    spec, obs = step.spec, step.obs
+    if not _keep_canary(step):
+        return
+    if obs.canary.ready(_canary_replicas(spec)):
+        step.enter(Phase.ANALYZING, Reason.CANARY_READY, "canary is Ready; analysis begins after warm-up")
+        warm = step.now + _seconds(spec.rollout.warmup)
+        step.status = step.status.model_copy(update={"phase_since": iso(warm)})
+    elif step.elapsed() > _seconds(spec.rollout.progress_deadline):
+        _roll_back(
+            step,
+            Reason.CANARY_UNHEALTHY,
+            f"canary not Ready within progressDeadline {spec.rollout.progress_deadline} "
+            f"({obs.canary.ready_replicas}/{_canary_replicas(spec)} ready"
+            + (f"; {obs.canary.waiting})" if obs.canary.waiting else ")"),
+        )
+    else:
+        step.note(Reason.WAITING_FOR_CANARY, _waiting_message("canary", obs.canary))
+
+
+def _analyzing(step: _Step) -> None:
+    spec, obs = step.spec, step.obs
+    if not _keep_canary(step):
+        return
+    if step.elapsed() <= timedelta(0):
+        return  # still warming up (phase_since is the end of the warm-up)
+    metrics = _metrics_or_budget(step, obs.canary_metrics)
+    if metrics is None:
+        return
+    acceptance, latency = _gate_results(step, metrics)
+    step.status = step.status.model_copy(
+        update={
+            "canary": _canary_measurement(metrics, acceptance, step.now),
+            "verdict": _verdict(acceptance, latency),
+            "recommendation": _recommendation(metrics),
+        }
+    )
+    if acceptance.verdict == Verdict.FAIL:
+        _roll_back(step, Reason.ACCEPTANCE_BELOW_GATE, acceptance.message)
+    elif latency.verdict == Verdict.FAIL:
+        _roll_back(step, Reason.LATENCY_REGRESSION, latency.message)
+    elif acceptance.verdict == latency.verdict == Verdict.PASS and step.elapsed() >= _seconds(
+        spec.rollout.analysis_window
+    ):
+        step.canary_replicas = spec.replicas
+        step.enter(Phase.PROMOTING, Reason.GATES_PASSED, f"{acceptance.message}; {latency.message}")
+    elif step.elapsed() > _seconds(spec.rollout.max_analysis_duration):
+        _take_action(
+            step, spec.rollout.on_inconclusive, Reason.INCONCLUSIVE, "no verdict within maxAnalysisDuration"
+        )
+    else:
+        step.note(Reason.ANALYZING, f"{acceptance.message}; {latency.message}")
+
+
+def _promoting(step: _Step) -> None:
+    spec, obs = step.spec, step.obs
+    step.canary_replicas = spec.replicas
+    if obs.canary.failure:
+        _roll_back(
+            step, Reason.CANARY_UNHEALTHY, f"canary is unhealthy while scaling up: {obs.canary.failure}"
+        )
+    elif obs.canary.ready(spec.replicas):
+        step.baseline_replicas = 0
+        step.enter(
+            Phase.PROMOTED, Reason.PROMOTED, f"all {spec.replicas} replicas speculative; baseline at 0"
+        )
+    elif step.elapsed() > _seconds(spec.rollout.progress_deadline):
+        _roll_back(step, Reason.CANARY_UNHEALTHY, f"canary did not scale to {spec.replicas} Ready replicas")
+
+
+def _promoted(step: _Step) -> None:
+    spec = step.spec
+    step.canary_replicas, step.baseline_replicas = spec.replicas, 0
+    if not spec.rollout.guard.enabled or step.obs.canary_metrics is None:
+        return
+    metrics = step.obs.canary_metrics
+    acceptance = gates.acceptance_gate(
+        metrics.acceptance,
+        spec.rollout.gates.min_acceptance_rate,
+        min_drafts=spec.rollout.gates.min_drafts,
+        error_rate=spec.rollout.gates.error_rate,
+        indifference=spec.rollout.gates.indifference,
+    )
+    latency = _latency_result(step, metrics)
+    guard_window = spec.rollout.guard.window
+    if acceptance.verdict == Verdict.FAIL:
+        _roll_back(
+            step,
+            Reason.GUARD_TRIPPED,
+            f"alpha below the gate over the last {guard_window}: {acceptance.message}",
+        )
+    elif latency.verdict == Verdict.FAIL:
+        _roll_back(
+            step, Reason.GUARD_TRIPPED, f"P99 ITL regressed over the last {guard_window}: {latency.message}"
+        )
+    else:
+        step.status = step.status.model_copy(
+            update={"canary": _canary_measurement(metrics, acceptance, step.now)}
+        )
+        step.note(Reason.GUARDING, f"guard: {acceptance.message}")
+
+
+def _rolling_back(step: _Step) -> None:
+    spec, obs = step.spec, step.obs
+    step.canary_replicas, step.baseline_replicas = 0, spec.replicas
+    if obs.baseline.ready(spec.replicas):
+        step.enter(
+            Phase.ROLLED_BACK,
+            step.status.reason or Reason.ROLLED_BACK,
+            step.status.message or "",
+            warning=True,
+        )
+
+
+def _pending(step: _Step) -> None:
+    step.enter(Phase.BASELINE, Reason.NEW_GENERATION, "rollout begins")
+
+
+def _failed(step: _Step) -> None:
+    """Nothing to do: a valid spec arrives as a new generation, which restarts the rollout."""
+
+
+def _rolled_back(step: _Step) -> None:
+    step.baseline_replicas = step.spec.replicas
+    if step.canary_replicas is not None:
+        step.canary_replicas = 0
+
+
+_HANDLERS = {
+    Phase.PENDING: _pending,
+    Phase.BASELINE: _baseline,
+    Phase.CANARY: _canary,
+    Phase.ANALYZING: _analyzing,
+    Phase.PROMOTING: _promoting,
+    Phase.PROMOTED: _promoted,
+    Phase.ROLLING_BACK: _rolling_back,
+    Phase.ROLLED_BACK: _rolled_back,
+    Phase.FAILED: _failed,
+}
+
+
+# --- shared pieces of the phases ---
+
+
+def _canary_replicas(spec: SpeculativeDeploymentSpec) -> int:
+    return spec.replicas if spec.rollout.strategy == Strategy.SEQUENTIAL else spec.rollout.canary_replicas
+
+
+def _baseline_replicas_beside_canary(spec: SpeculativeDeploymentSpec) -> int:
+    """Sequential: the candidate takes the baseline's place. Canary: keep at least one baseline pod."""
+    if spec.rollout.strategy == Strategy.SEQUENTIAL:
+        return 0
+    return max(spec.replicas - spec.rollout.canary_replicas, 1)
+
+
+def _roll_back(step: _Step, reason: str, message: str) -> None:
+    # The canary's GPUs go at once; RolledBack follows when the baseline is Ready again.
+    step.canary_replicas, step.baseline_replicas = 0, step.spec.replicas
+    step.enter(Phase.ROLLING_BACK, reason, message, warning=True)
+    if step.obs.baseline.ready(step.spec.replicas):
+        step.enter(Phase.ROLLED_BACK, reason, message, warning=False)
+
+
+def _take_action(step: _Step, action: Action, reason: str, message: str) -> None:
+    if action == Action.PAUSE:
+        step.enter(
+            Phase.PAUSED, reason, f"{message}; paused (bump spec.rollout.retry to try again)", warning=True
+        )
+    else:
+        _roll_back(step, reason, message)
+
+
+def _wait_for_ready(step: _Step, track: str, state: TrackState, waiting: str, unhealthy: str) -> None:
+    if state.failure:
+        step.note(unhealthy, f"{track} is unhealthy: {state.failure}")
+    else:
+        step.note(waiting, _waiting_message(track, state))
+
+
+def _waiting_message(track: str, state: TrackState) -> str:
+    detail = f" ({state.waiting})" if state.waiting else ""
+    return f"waiting for {track}: {state.ready_replicas}/{state.replicas} ready{detail}"
+
+
+def _metrics_or_budget(step: _Step, metrics: TrackMetrics | None) -> TrackMetrics | None:
+    """The metrics, or None after recording that they are missing (and acting once over budget)."""
+    error = step.obs.metrics_error or (None if metrics is not None else "no metrics for the track")
+    if error is None:
+        step.status = step.status.model_copy(update={"metrics_unavailable_since": None})
+        return metrics
+    since = parse_time(step.status.metrics_unavailable_since) or step.now
+    step.status = step.status.model_copy(
+        update={"metrics_unavailable_since": iso(since), "verdict": Verdict.METRICS_UNAVAILABLE.value}
+    )
+    budget = step.spec.rollout.metrics_unavailable_budget
+    if step.now - since >= _seconds(budget):
+        _take_action_from_any(step, Reason.METRICS_UNAVAILABLE, f"metrics unavailable for {budget}: {error}")
+    else:
+        step.note(
+            Reason.METRICS_UNAVAILABLE, f"metrics unavailable since {iso(since)} (never a pass): {error}"
+        )
+    return None
+
+
+def _take_action_from_any(step: _Step, reason: str, message: str) -> None:
+    if step.status.phase == Phase.BASELINE:
+        # Nothing to roll back yet: stop with the baseline serving.
+        step.enter(Phase.ROLLED_BACK, reason, f"{message}; the canary was never started", warning=True)
+    else:
+        _take_action(step, step.spec.rollout.on_metrics_unavailable, reason, message)
+
+
+def _inconclusive_or_wait(step: _Step, message: str) -> None:
+    limit = _seconds(step.spec.rollout.max_analysis_duration)
+    if step.elapsed() > limit:
+        step.enter(
+            Phase.ROLLED_BACK, Reason.INCONCLUSIVE, f"{message} (for maxAnalysisDuration)", warning=True
+        )
+    else:
+        step.note(Reason.MEASURING_BASELINE, message)
+
+
+def _gate_results(step: _Step, metrics: TrackMetrics) -> tuple[gates.GateResult, gates.GateResult]:
+    g = step.spec.rollout.gates
+    acceptance = gates.acceptance_gate(
+        metrics.acceptance,
+        g.min_acceptance_rate,
+        min_drafts=g.min_drafts,
+        error_rate=g.error_rate,
+        indifference=g.indifference,
+    )
+    return acceptance, _latency_result(step, metrics)
+
+
+def _latency_result(step: _Step, metrics: TrackMetrics) -> gates.GateResult:
+    """Canary ITL against the baseline measured beside it now (canary) or stored (sequential, guard)."""
+    g = step.spec.rollout.gates
+    beside = step.obs.baseline_metrics
+    baseline = beside.itl if beside is not None and beside.itl is not None else _stored_itl(step.status)
+    if baseline is None or metrics.itl is None:
+        return gates.GateResult(Verdict.INSUFFICIENT_DATA, None, None, None, 0, "no ITL histogram yet")
+    return gates.latency_gate(
+        baseline, metrics.itl, max_regression=g.max_p99_itl_regression, min_count=g.min_latency_samples
+    )
+
+
+def _stored_itl(status: SpeculativeDeploymentStatus) -> Histogram | None:
+    m = status.baseline
+    if m is None or not m.itl_bucket_bounds:
+        return None
+    return Histogram(bounds=(*m.itl_bucket_bounds, math.inf), counts=tuple(m.itl_bucket_counts))
+
+
+def _verdict(acceptance: gates.GateResult, latency: gates.GateResult) -> str:
+    for v in (Verdict.FAIL, Verdict.METRICS_UNAVAILABLE, Verdict.INSUFFICIENT_DATA):
+        if v in (acceptance.verdict, latency.verdict):
+            return v.value
+    return Verdict.PASS.value
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None or not math.isfinite(seconds) else round(seconds * 1000, 3)
+
+
+def _measurement(metrics: TrackMetrics, now: datetime) -> Measurement:
+    itl = metrics.itl
+    p99 = gates.histogram_quantile(itl, 0.99) if itl is not None else None
+    finite_bounds = [b for b in itl.bounds if math.isfinite(b)] if itl else []
+    return Measurement(
+        window_end=iso(now),
+        p99_itl_ms=_ms(p99),
+        p99_ttft_ms=metrics.p99_ttft_ms,
+        per_token_latency_ms=metrics.per_token_latency_ms,
+        output_tokens_per_second=metrics.output_tokens_per_second,
+        requests_per_second=metrics.requests_per_second,
+        concurrency=metrics.concurrency,
+        itl_samples=itl.counts[-1] if itl else None,
+        itl_bucket_bounds=finite_bounds,
+        itl_bucket_counts=list(itl.counts) if itl else [],
+    )
+
+
+def _canary_measurement(metrics: TrackMetrics, acceptance: gates.GateResult, now: datetime) -> Measurement:
+    drafts = sum(w.drafts for w in metrics.acceptance if math.isfinite(w.drafts) and w.drafts > 0)
+    accepted = sum(w.accepted_tokens for w in metrics.acceptance if math.isfinite(w.accepted_tokens))
+    per_position = [round(a / drafts, 4) for a in metrics.accepted_per_position] if drafts else []
+    return _measurement(metrics, now).model_copy(
+        update={
+            "alpha": None if acceptance.estimate is None else round(acceptance.estimate, 4),
+            "alpha_lower": None if acceptance.lower is None else round(acceptance.lower, 4),
+            "alpha_upper": None if acceptance.upper is None else round(acceptance.upper, 4),
+            "mean_acceptance_length": round(1 + accepted / drafts, 4) if drafts else None,
+            "acceptance_per_position": per_position,
+            "drafts": drafts,
+            "itl_bucket_bounds": [],
+            "itl_bucket_counts": [],
+        }
+    )
+
+
+def _recommendation(metrics: TrackMetrics) -> Recommendation | None:
+    drafts = sum(w.drafts for w in metrics.acceptance if w.usable())
+    concurrency = max(round(metrics.concurrency or 1), 1)
+    advice = planning.recommend_k(metrics.accepted_per_position, drafts, concurrency=concurrency)
+    if advice is None:
+        return None
+    return Recommendation(
+        num_speculative_tokens=advice.k, expected_speedup=advice.expected_speedup, message=advice.message
+    )
+
+
+def _figures(track: str, m: Measurement | None) -> str:
+    if m is None:
+        return f"{track}: no figures"
+    return (
+        f"{track}: P99 ITL {m.p99_itl_ms} ms, P99 TTFT {m.p99_ttft_ms} ms, "
+        f"{m.per_token_latency_ms} ms/token, {m.output_tokens_per_second} tok/s "
+        f"at concurrency {m.concurrency}"
+    )

@@ -1,0 +1,74 @@
+"""`python -m specgate.sim MODEL [vllm serve flags]`: see the package docstring."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Mapping, Sequence
+
+from aiohttp import web
+
+from specgate.sim.metrics import EngineMetrics
+from specgate.sim.model import PROFILES, Knobs, Speculation, parse_script
+from specgate.sim.server import SimEngine, make_app
+
+
+def parse_args(argv: Sequence[str]) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="specgate.sim", description=__doc__)
+    parser.add_argument("model")
+    parser.add_argument("--host", default="127.0.0.1")
+    parser.add_argument("--port", type=int, default=8000)
+    parser.add_argument("--served-model-name", nargs="+")
+    parser.add_argument("--speculative-config")
+    parser.add_argument("--max-num-seqs", type=int, default=64)
+    args, _ignored = parser.parse_known_args(argv)  # other vLLM flags do not change the model
+    return args
+
+
+def knobs_from_env(env: Mapping[str, str], max_num_seqs: int) -> Knobs:
+    def number(name: str, default: float | None) -> float | None:
+        value = env.get(f"SPECGATE_SIM_{name}")
+        return float(value) if value else default
+
+    profile = env.get("SPECGATE_SIM_PROFILE", "chat")
+    if profile not in PROFILES:
+        raise SystemExit(f"SPECGATE_SIM_PROFILE={profile!r}: choose one of {', '.join(PROFILES)}")
+    base = Knobs()
+    return Knobs(
+        profile=profile,
+        alpha=number("ALPHA", None),
+        step_ms=number("STEP_MS", base.step_ms) or base.step_ms,
+        token_ms=number("TOKEN_MS", base.token_ms) or base.token_ms,
+        draft_pass_ms=number("DRAFT_PASS_MS", None),
+        max_num_seqs=max_num_seqs,
+        seed=int(env.get("SPECGATE_SIM_SEED", "0")),
+    )
+
+
+def speculation(config_json: str | None) -> Speculation | None:
+    if not config_json:
+        return None
+    config = json.loads(config_json)
+    return Speculation(method=str(config["method"]), k=int(config.get("num_speculative_tokens", 1)))
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    exit_when = os.environ.get("SPECGATE_SIM_EXIT")
+    if exit_when == "startup" or (exit_when == "speculative" and args.speculative_config):
+        raise SystemExit(f"simulated engine failure at startup (SPECGATE_SIM_EXIT={exit_when})")
+    spec = speculation(args.speculative_config)
+    engine = SimEngine(
+        served_name=(args.served_model_name or [args.model])[0],
+        knobs=knobs_from_env(os.environ, args.max_num_seqs),
+        spec=spec,
+        script=parse_script(os.environ.get("SPECGATE_SIM_SCRIPT", "")),
+        metrics=EngineMetrics.create(speculative=spec is not None),
+    )
+    web.run_app(make_app(engine), host=args.host, port=args.port, print=None)
+
+
+if __name__ == "__main__":
+    main()

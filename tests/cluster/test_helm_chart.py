@@ -1,0 +1,133 @@
+"""The Helm chart for real: lint, schema-valid manifests, install, and the operator working with
+exactly the chart's RBAC (its ServiceAccount's token), while a call outside it is forbidden."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from kubernetes import client
+from tests.cluster.conftest import CACHE
+from tests.cluster.operator_process import PEERING_CRDS_PATH, install_crd, wait_for
+from tests.cluster.rollouts import run_rollout, sim_rollout
+from tests.conftest import ROOT
+
+pytestmark = pytest.mark.cluster
+
+CHART = ROOT / "charts" / "specgate"
+HELM = str(CACHE / "bin" / "helm")
+KUBECONFORM = str(CACHE / "bin" / "kubeconform")
+RELEASE_NS = "specgate-system"
+
+
+def run(*argv: str, **kwargs: Any) -> str:
+    done = subprocess.run(argv, capture_output=True, text=True, **kwargs)
+    assert done.returncode == 0, f"{' '.join(argv)} failed:\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
+def test_helm_lint() -> None:
+    out = run(HELM, "lint", str(CHART), "--strict")
+    assert "0 chart(s) failed" in out
+
+
+def test_values_schema_rejects_bad_values() -> None:
+    done = subprocess.run(
+        [HELM, "template", "x", str(CHART), "--set", "replicas=4"], capture_output=True, text=True
+    )
+    assert done.returncode != 0 and "replicas" in done.stderr
+
+
+def cluster_schemas(kubectl: str, kubeconfig: str, out: Path, kinds: set[tuple[str, str]]) -> Path:
+    """kubeconform schemas for the given (apiVersion, kind) from the local cluster's OpenAPI."""
+    swagger = json.loads(run(kubectl, "--kubeconfig", kubeconfig, "get", "--raw", "/openapi/v2"))
+    definitions = swagger["definitions"]
+    for name, schema in definitions.items():
+        for gvk in schema.get("x-kubernetes-group-version-kind", []):
+            api_version = f"{gvk['group']}/{gvk['version']}" if gvk["group"] else gvk["version"]
+            if (api_version, gvk["kind"]) not in kinds:
+                continue
+            group = gvk["group"].split(".")[0]
+            suffix = f"-{group}-{gvk['version']}" if group else f"-{gvk['version']}"
+            standalone = {"$ref": f"#/definitions/{name}", "definitions": definitions}
+            (out / f"{gvk['kind'].lower()}{suffix}.json").write_text(json.dumps(standalone))
+    return out
+
+
+def test_rendered_manifests_validate_against_the_cluster_openapi(
+    api_client: client.ApiClient, kubectl: str, kubeconfig: str, tmp_path: Path
+) -> None:
+    # The peering objects of replicas > 1 are custom resources: their CRDs must be served.
+    install_crd(api_client, PEERING_CRDS_PATH)
+    wait_for(lambda: "KopfPeering" in run(kubectl, "--kubeconfig", kubeconfig, "get", "--raw", "/openapi/v2"),
+             30, "KopfPeering in the OpenAPI")  # fmt: skip
+    for values in (
+        [],
+        ["--set", "watchNamespaces={a,b}", "--set", "metrics.serviceMonitor=false"],
+        ["--set", "replicas=2"],
+        ["--set", "replicas=3", "--set", "watchNamespaces={a,b}"],
+    ):
+        rendered = run(HELM, "template", "specgate", str(CHART), "--namespace", RELEASE_NS, *values)
+        docs = [d for d in yaml.safe_load_all(rendered) if d]
+        kinds = {(d["apiVersion"], d["kind"]) for d in docs}
+        schemas = cluster_schemas(kubectl, kubeconfig, tmp_path, kinds)
+        out = run(
+            KUBECONFORM, "-strict", "-summary", "-schema-location",
+            f"{schemas}/{{{{ .ResourceKind }}}}{{{{ .KindSuffix }}}}.json", input=rendered,
+        )  # fmt: skip
+        assert "Invalid: 0, Errors: 0" in out, out
+
+
+def test_chart_installs_and_its_rbac_runs_a_rollout(
+    api_client: client.ApiClient,
+    namespace: str,
+    kubectl: str,
+    kubeconfig: str,
+    bridge_url: str,
+    prometheus_url: str,
+    tmp_path: Path,
+) -> None:
+    env = {"KUBECONFIG": kubeconfig, "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    run(
+        HELM,
+        "upgrade",
+        "--install",
+        "specgate",
+        str(CHART),
+        "--namespace",
+        RELEASE_NS,
+        "--create-namespace",
+        "--wait=false",
+        env=env,
+    )
+    try:
+        token = run(
+            kubectl, "--kubeconfig", kubeconfig, "-n", RELEASE_NS, "create", "token", "specgate"
+        ).strip()
+        operator_kubeconfig = tmp_path / "operator-kubeconfig"
+        config = yaml.safe_load(Path(kubeconfig).read_text())
+        config["users"] = [{"name": "specgate", "user": {"token": token}}]
+        for ctx in config["contexts"]:
+            ctx["context"]["user"] = "specgate"
+        operator_kubeconfig.write_text(yaml.safe_dump(config))
+
+        forbidden = subprocess.run(
+            [kubectl, "--kubeconfig", str(operator_kubeconfig), "-n", namespace, "get", "secrets"],
+            capture_output=True,
+            text=True,
+        )
+        assert forbidden.returncode != 0 and "forbidden" in forbidden.stderr.lower()
+
+        body = sim_rollout("helm", {"SPECGATE_SIM_ALPHA": "0.8"})
+        rollout = run_rollout(
+            api_client, namespace, str(operator_kubeconfig), bridge_url, prometheus_url, body, tmp_path
+        )
+        assert rollout.status["phase"] == "Promoted", rollout.status.get("message")
+        log = rollout.operator_log
+        assert "Forbidden" not in log and "403" not in log, log[-2000:]
+    finally:
+        run(HELM, "uninstall", "specgate", "--namespace", RELEASE_NS, env=env)

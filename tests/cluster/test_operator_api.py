@@ -1,0 +1,173 @@
+"""The API on a real API server, and the operator reconciling a sample into its children."""
+
+from __future__ import annotations
+
+import copy
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+from kubernetes.client.exceptions import ApiException
+from tests.cluster.operator_process import (
+    create_sd,
+    get_sd,
+    install_crd,
+    operator_process,
+    wait_for,
+)
+from tests.conftest import load_sample
+from tests.unit.test_api import RULE_CASES
+
+from specgate import api
+
+pytestmark = pytest.mark.cluster
+
+
+def sd(name: str, spec: dict[str, Any]) -> dict[str, Any]:
+    return {"apiVersion": api.API_VERSION, "kind": api.KIND, "metadata": {"name": name}, "spec": spec}
+
+
+@pytest.fixture(autouse=True)
+def crd(api_client: client.ApiClient) -> None:
+    install_crd(api_client)
+
+
+def test_samples_are_accepted(api_client: client.ApiClient, namespace: str) -> None:
+    for sample in ("llama-3.1-8b-eagle3.yaml", "tiny-cpu.yaml"):
+        body = load_sample(sample)
+        body["metadata"]["namespace"] = namespace
+        created = create_sd(api_client, namespace, body, dry_run=True)
+        # The API server applied the schema's defaults.
+        assert created["spec"]["rollout"]["gates"]["minAcceptanceRate"] in (0.55, 0.55)
+        assert created["spec"]["speculative"]["numSpeculativeTokens"] >= 1
+
+
+@pytest.mark.parametrize(
+    ("index", "rejected", "accepted"), [case for case in RULE_CASES if api.RULES[case[0]].cel is not None]
+)
+def test_cel_rules_on_the_api_server(
+    api_client: client.ApiClient,
+    namespace: str,
+    index: int,
+    rejected: dict[str, Any],
+    accepted: dict[str, Any],
+) -> None:
+    rule = api.RULES[index]
+    with pytest.raises(ApiException) as err:
+        create_sd(api_client, namespace, sd("bad", rejected), dry_run=True)
+    assert err.value.status == 422
+    assert rule.message in err.value.body
+    assert rule.field.split(".")[-1] in err.value.body
+    create_sd(api_client, namespace, sd("good", accepted), dry_run=True)
+
+
+@pytest.mark.parametrize(
+    ("path", "value", "field"),
+    [
+        (("speculative", "numSpeculativeTokens"), 17, "spec.speculative.numSpeculativeTokens"),
+        (("rollout", "gates", "minAcceptanceRate"), 1.5, "spec.rollout.gates.minAcceptanceRate"),
+        (("speculative", "method"), "medusa", "spec.speculative.method"),
+        (("rollout", "warmup"), "5 minutes", "spec.rollout.warmup"),
+    ],
+)
+def test_schema_errors_name_the_field(
+    api_client: client.ApiClient, namespace: str, path: tuple[str, ...], value: Any, field: str
+) -> None:
+    spec = copy.deepcopy(RULE_CASES[0][2])
+    node = spec
+    for part in path[:-1]:
+        node = node.setdefault(part, {})
+    node[path[-1]] = value
+    with pytest.raises(ApiException) as err:
+        create_sd(api_client, namespace, sd("bad", spec), dry_run=True)
+    assert err.value.status == 422 and field in err.value.body
+
+
+def test_operator_creates_the_baseline(
+    api_client: client.ApiClient, namespace: str, kubeconfig: str, tmp_path: Path
+) -> None:
+    body = load_sample("tiny-cpu.yaml")
+    body["spec"]["podAnnotations"] = {"specgate.dev/lab-engine": "sim"}
+    body["spec"]["replicas"] = 2
+    secret = "hf_do_not_leak_0123456789"
+    client.CoreV1Api(api_client).create_namespaced_secret(
+        namespace,
+        client.V1Secret(metadata=client.V1ObjectMeta(name="hf-token"), string_data={"token": secret}),
+    )
+    body["spec"]["env"] = [
+        {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "token"}}}
+    ]
+    create_sd(api_client, namespace, body)
+    apps = client.AppsV1Api(api_client)
+    with operator_process(kubeconfig, tmp_path / "operator.log", "--namespace", namespace):
+        dep = wait_for(lambda: apps.read_namespaced_deployment("tiny-baseline", namespace), 60, "baseline")
+        status = wait_for(
+            lambda: get_sd(api_client, namespace, "tiny").get("status", {}).get("observedGeneration"),
+            60,
+            "status",
+        )
+        assert status == 1
+        obj = get_sd(api_client, namespace, "tiny")
+    container = dep.spec.template.spec.containers[0]
+    assert dep.spec.replicas == 2
+    assert container.resources.limits == {"nvidia.com/gpu": "1"}
+    assert container.args[0] == "specgate/tiny-llama" and "--speculative-config" not in container.args
+    assert container.startup_probe.http_get.path == "/health"
+    assert dep.metadata.owner_references[0].uid == obj["metadata"]["uid"]
+    svc = client.CoreV1Api(api_client).read_namespaced_service("tiny", namespace)
+    assert svc.spec.selector == {"specgate.dev/deployment": "tiny", "app.kubernetes.io/name": "vllm"}
+    assert obj["status"]["phase"] == "Baseline"
+    conditions = {c["type"]: c["status"] for c in obj["status"]["conditions"]}
+    assert conditions["Progressing"] == "True" and conditions["Available"] == "False"
+    assert any(e.involved_object.name == "tiny" for e in _events(api_client, namespace, "NewGeneration"))
+    # The token stays a reference: not in the Deployment, the status, the Events or the operator's log.
+    assert container.env[0].value_from.secret_key_ref.name == "hf-token" and container.env[0].value is None
+    events = client.CoreV1Api(api_client).list_namespaced_event(namespace).items
+    for text in (
+        str(dep.to_dict()),
+        str(obj["status"]),
+        " ".join(e.message or "" for e in events),
+        (tmp_path / "operator.log").read_text(),
+    ):
+        assert secret not in text
+
+
+def test_kubectl_get_shows_the_columns(
+    api_client: client.ApiClient, namespace: str, kubeconfig: str, kubectl: str
+) -> None:
+    body = load_sample("tiny-cpu.yaml")
+    create_sd(api_client, namespace, body)
+    out = subprocess.run(
+        [kubectl, "--kubeconfig", kubeconfig, "-n", namespace, "get", "sd"],
+        capture_output=True, text=True, check=True,
+    ).stdout  # fmt: skip
+    header = out.splitlines()[0].split()
+    assert header == ["NAME", "PHASE", "METHOD", "K", "ALPHA", "P99-ITL-BASE", "P99-ITL-CANARY", "AGE"]
+    assert out.splitlines()[1].split()[:2] == ["tiny", "draft_model"] or "draft_model" in out
+
+
+def test_an_invalid_spec_that_slips_past_the_schema_fails_without_children(
+    api_client: client.ApiClient, namespace: str, kubeconfig: str, tmp_path: Path
+) -> None:
+    """CEL cannot look inside extraConfig, so the API server accepts this; the operator refuses it."""
+    bad = load_sample("tiny-cpu.yaml")
+    bad["spec"]["speculative"]["extraConfig"] = {"tensor_parallel_size": 2}
+    create_sd(api_client, namespace, bad)
+    with operator_process(kubeconfig, tmp_path / "operator.log", "--namespace", namespace):
+        status = wait_for(lambda: get_sd(api_client, namespace, "tiny").get("status"), 60, "status")
+        events = wait_for(lambda: _events(api_client, namespace, "InvalidSpec"), 30, "InvalidSpec Event")
+    assert status["phase"] == "Failed" and status["reason"] == "InvalidSpec"
+    assert (
+        "spec.speculative.extraConfig" in status["message"] and "draftTensorParallelSize" in status["message"]
+    )
+    assert events[0].type == "Warning"
+    conditions = {c["type"]: c for c in status["conditions"]}
+    assert conditions["Stalled"]["status"] == "True" and conditions["Stalled"]["reason"] == "InvalidSpec"
+    assert client.AppsV1Api(api_client).list_namespaced_deployment(namespace).items == []
+
+
+def _events(api_client: client.ApiClient, namespace: str, reason: str) -> list[Any]:
+    events = client.CoreV1Api(api_client).list_namespaced_event(namespace).items
+    return [e for e in events if e.reason == reason]

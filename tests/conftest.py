@@ -1,0 +1,27 @@
+"""Shared test helpers: the repository root and the samples."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parent.parent
+SAMPLES = ROOT / "crds" / "samples"
+
+
+def load_sample(name: str) -> dict[str, Any]:
+    doc: dict[str, Any] = yaml.safe_load((SAMPLES / name).read_text())
+    return doc
+
+
+@pytest.fixture
+def eagle3_sample() -> dict[str, Any]:
+    return load_sample("llama-3.1-8b-eagle3.yaml")
+
+
+@pytest.fixture
+def tiny_sample() -> dict[str, Any]:
+    return load_sample("tiny-cpu.yaml")

@@ -1,0 +1,39 @@
+"""The real vLLM CPU engine with tiny models: counters and alpha (engines come from conftest)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from tests.integration.engines import SPEC_FAMILIES, metric_families, real_engine, scrape, spec_args
+
+from specgate.lab.calibrate import CALIBRATION, counter, draft_for_alpha, measured_alpha
+
+pytestmark = pytest.mark.engine
+
+
+def test_self_draft_accepts_every_token(engines: dict[str, str]) -> None:
+    url = engines["self"]
+    drafts = counter(url, "vllm:spec_decode_num_drafts_total")
+    assert drafts > 0
+    assert counter(url, "vllm:spec_decode_num_accepted_tokens_total") == counter(
+        url, "vllm:spec_decode_num_draft_tokens_total"
+    )
+    assert counter(url, "vllm:spec_decode_num_draft_tokens_total") == 4 * drafts
+
+
+def test_speculation_off_has_no_spec_counters(engines: dict[str, str]) -> None:
+    families = metric_families(scrape(engines["off"]))
+    assert "vllm:inter_token_latency_seconds" in families
+    assert not SPEC_FAMILIES & set(families)
+
+
+@pytest.mark.parametrize("wanted", [0.6])
+def test_noisy_draft_matches_its_calibration(wanted: float, tmp_path: Path) -> None:
+    draft, calibrated = draft_for_alpha(wanted)
+    config = {"method": "draft_model", "model": draft, "num_speculative_tokens": 4}
+    with real_engine(spec_args(config), tmp_path / "noise.log") as url:
+        alpha = measured_alpha(url, "tiny")
+    table = json.loads(CALIBRATION.read_text())["alpha_by_noise"]
+    assert alpha == pytest.approx(calibrated, abs=0.05), f"{draft}: measured {alpha}, calibration {table}"

@@ -1,0 +1,127 @@
+"""The spec models: defaults, field errors, and every cross-field rule both ways."""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from specgate import api
+
+BASE: dict[str, Any] = {
+    "model": {"name": "meta-llama/Llama-3.1-8B-Instruct"},
+    "image": "vllm/vllm-openai:v0.11.0",
+    "speculative": {"method": "eagle3", "draftModel": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"},
+}
+
+
+def with_(path: str, value: Any) -> dict[str, Any]:
+    """BASE with one field (dotted path) set; None removes it."""
+    spec = copy.deepcopy(BASE)
+    *parents, leaf = path.split(".")
+    node = spec
+    for part in parents:
+        node = node.setdefault(part, {})
+    if value is None:
+        node.pop(leaf, None)
+    else:
+        node[leaf] = value
+    return spec
+
+
+def test_defaults_follow_the_production_recipe() -> None:
+    spec = api.parse_spec(BASE)
+    assert spec.rollout.gates.min_acceptance_rate == 0.55
+    assert (spec.rollout.gates.error_rate, spec.rollout.gates.indifference) == (0.05, 0.05)
+    assert api.parse_spec(with_("rollout.gates.indifference", 0.1)).rollout.gates.indifference == 0.1
+    assert spec.speculative.method == api.Method.EAGLE3
+    assert spec.resources.gpu_resource_name == "nvidia.com/gpu"
+    assert spec.served_name == BASE["model"]["name"]
+
+
+def test_samples_are_valid(eagle3_sample: dict[str, Any], tiny_sample: dict[str, Any]) -> None:
+    assert api.parse_spec(eagle3_sample["spec"]).replicas == 4
+    assert api.parse_spec(tiny_sample["spec"]).speculative.method == api.Method.DRAFT_MODEL
+
+
+@pytest.mark.parametrize(
+    ("spec", "field"),
+    [
+        (with_("speculative.numSpeculativeTokens", 17), "speculative.numSpeculativeTokens"),
+        (with_("speculative.numSpeculativeTokens", 0), "speculative.numSpeculativeTokens"),
+        (with_("rollout.gates.minAcceptanceRate", 1.0), "rollout.gates.minAcceptanceRate"),
+        (with_("rollout.gates.minAcceptanceRate", 0), "rollout.gates.minAcceptanceRate"),
+        (with_("rollout.gates.indifference", 0), "rollout.gates.indifference"),
+        (with_("rollout.gates.indifference", 0.5), "rollout.gates.indifference"),
+        (with_("rollout.warmup", "5 minutes"), "rollout.warmup"),
+        (with_("rollout.warmup", "10000000000m"), "rollout.warmup"),  # matches the pattern, overflows dates
+        (with_("speculative.method", "medusa"), "speculative.method"),
+        (with_("image", None), "image"),
+        (with_("replicas", 0), "replicas"),
+        (with_("unknownField", 1), "unknownField"),
+    ],
+)
+def test_field_errors_name_the_field(spec: dict[str, Any], field: str) -> None:
+    with pytest.raises(api.SpecError) as err:
+        api.parse_spec(spec)
+    assert err.value.field == field
+    assert str(err.value).startswith(f"spec.{field}: ")
+
+
+def ngram(**fields: Any) -> dict[str, Any]:
+    return {**BASE, "speculative": {"method": "ngram", **fields}}
+
+
+# (rule index, a spec the rule rejects, a spec it accepts); every rule in api.RULES appears.
+RULE_CASES: list[tuple[int, dict[str, Any], dict[str, Any]]] = [
+    (0, with_("speculative.draftModel", None), BASE),
+    (1, ngram(draftModel="x"), ngram()),
+    (2, ngram(promptLookupMin=5, promptLookupMax=2), ngram(promptLookupMin=2, promptLookupMax=5)),
+    (3, with_("speculative.promptLookupMax", 4), ngram(promptLookupMax=4)),
+    (
+        4,
+        with_("speculative.extraConfig", {"tensor_parallel_size": 2}),
+        with_("speculative.extraConfig", {"max_model_len": 4096}),
+    ),
+    (4, with_("speculative.extraConfig", {"method": "ngram"}), BASE),
+    (5, with_("env", [{"name": "A"}]), with_("env", [{"name": "A", "value": "1"}])),
+    (
+        5,
+        with_(
+            "env",
+            [{"name": "HF_TOKEN", "value": "x", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}],
+        ),
+        with_("env", [{"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "s", "key": "k"}}}]),
+    ),
+    (6, with_("tensorParallelSize", 2), {**with_("tensorParallelSize", 2), "resources": {"gpus": 2}}),
+]
+
+
+def test_every_rule_has_a_case() -> None:
+    assert {i for i, _, _ in RULE_CASES} == set(range(len(api.RULES)))
+
+
+@pytest.mark.parametrize(("index", "rejected", "accepted"), RULE_CASES)
+def test_rule_rejects_and_accepts(index: int, rejected: dict[str, Any], accepted: dict[str, Any]) -> None:
+    rule = api.RULES[index]
+    with pytest.raises(api.SpecError) as err:
+        api.parse_spec(rejected)
+    assert err.value.message == rule.message
+    assert err.value.field.endswith(rule.field)
+    api.parse_spec(accepted)
+
+
+def test_parse_duration() -> None:
+    assert api.parse_duration("90s") == 90
+    assert api.parse_duration("1h30m") == 5400
+    assert api.parse_duration("250ms") == 0.25
+    with pytest.raises(ValueError, match="not a duration"):
+        api.parse_duration("5")
+
+
+def test_status_ignores_kopf_bookkeeping_and_fields_of_other_versions() -> None:
+    status = api.parse_status(
+        {"phase": "Analyzing", "kopf": {"progress": {}}, "canary": {"alpha": 0.7, "newField": 1}, "later": 2}
+    )
+    assert status.phase == api.Phase.ANALYZING and status.canary is not None and status.canary.alpha == 0.7

@@ -1,0 +1,86 @@
+"""The checked-in CRD is what `specgate crd` prints, and it carries what kubectl users rely on."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import yaml
+from tests.conftest import ROOT
+
+from specgate import api, crd
+
+CRD_FILE = ROOT / "crds" / "specgate.dev_speculativedeployments.yaml"
+
+
+def walk(schema: dict[str, Any], path: str = "") -> list[tuple[str, dict[str, Any]]]:
+    nodes = [(path, schema)]
+    for name, sub in schema.get("properties", {}).items():
+        nodes += walk(sub, f"{path}.{name}")
+    if isinstance(schema.get("items"), dict):
+        nodes += walk(schema["items"], f"{path}[]")
+    return nodes
+
+
+def version() -> dict[str, Any]:
+    doc: dict[str, Any] = crd.crd()["spec"]["versions"][0]
+    return doc
+
+
+def test_checked_in_crd_matches_the_models() -> None:
+    assert CRD_FILE.read_text() == crd.crd_yaml(), "run `make crd` and commit the result"
+
+
+def test_names_columns_and_status_subresource() -> None:
+    doc = crd.crd()
+    assert doc["spec"]["names"]["shortNames"] == ["sd", "specdeploy"]
+    v = version()
+    assert v["subresources"] == {"status": {}}
+    columns = {c["name"]: c["jsonPath"] for c in v["additionalPrinterColumns"]}
+    assert columns["Phase"] == ".status.phase"
+    assert columns["Method"] == ".spec.speculative.method"
+    assert columns["K"] == ".spec.speculative.numSpeculativeTokens"
+    assert columns["Alpha"] == ".status.canary.alpha"
+    assert "Age" in columns and "P99-ITL-Base" in columns and "P99-ITL-Canary" in columns
+
+
+def test_every_spec_and_status_field_has_a_description() -> None:
+    root = version()["schema"]["openAPIV3Schema"]
+    missing = [
+        path
+        for path, node in walk(root)
+        # scalar array items are described by their array
+        if path.startswith((".spec.", ".status.")) and not node.get("description") and not path.endswith("[]")
+    ]
+    assert missing == []
+
+
+def test_schema_is_structural() -> None:
+    """Every node has a type (or preserves unknown fields); no refs or unions survive."""
+    root = version()["schema"]["openAPIV3Schema"]
+    text = yaml.safe_dump(root)
+    assert "$ref" not in text and "anyOf" not in text and "title" not in text
+    for path, node in walk(root):
+        assert "type" in node or node.get("x-kubernetes-preserve-unknown-fields"), path
+
+
+def test_every_rule_is_attached_as_cel() -> None:
+    root = version()["schema"]["openAPIV3Schema"]
+    attached = {v["rule"] for _, node in walk(root) for v in node.get("x-kubernetes-validations", [])}
+    assert attached == {rule.cel for rule in api.RULES if rule.cel is not None}
+
+
+def test_defaults_and_bounds_reach_the_api_server() -> None:
+    spec = version()["schema"]["openAPIV3Schema"]["properties"]["spec"]["properties"]
+    gates = spec["rollout"]["properties"]["gates"]["properties"]
+    assert gates["minAcceptanceRate"] == {
+        **gates["minAcceptanceRate"],
+        "default": 0.55,
+        "minimum": 0,
+        "exclusiveMinimum": True,
+        "maximum": 1,
+        "exclusiveMaximum": True,
+    }
+    k = spec["speculative"]["properties"]["numSpeculativeTokens"]
+    assert (k["minimum"], k["maximum"]) == (1, 16)
+    assert spec["rollout"]["default"] == {}
+    assert "default" not in spec["speculative"]

@@ -1,0 +1,126 @@
+"""Static checks of what users install: chart CRD and RBAC, image entrypoint, Argo CD health."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from datetime import UTC, datetime
+from typing import Any
+
+import lupa.lua51 as lua51
+import pytest
+import yaml
+from tests.conftest import ROOT
+
+from specgate import api, cli, kube
+from specgate.api import Phase
+
+CHART = ROOT / "charts" / "specgate"
+
+
+@pytest.mark.parametrize("crd", ["specgate.dev_speculativedeployments.yaml", "kopf.dev_peerings.yaml"])
+def test_chart_ships_the_crds(crd: str) -> None:
+    assert (CHART / "crds" / crd).read_text() == (ROOT / "crds" / crd).read_text(), (
+        "copy crds/ into charts/specgate/crds (make crd does it)"
+    )
+
+
+def chart_rules() -> set[tuple[str, str, frozenset[str]]]:
+    text = (CHART / "templates" / "_helpers.tpl").read_text()
+    rules = []
+    for name in ("specgate.rules", "specgate.clusterRules"):
+        block = text.split(f'define "{name}" -}}}}', 1)[1].split("{{- end -}}", 1)[0]
+        rules += yaml.safe_load(block)
+    return {
+        (group, resource, frozenset(rule["verbs"]))
+        for rule in rules
+        for group in rule["apiGroups"]
+        for resource in rule["resources"]
+    }
+
+
+def test_chart_rbac_is_exactly_what_the_operator_uses() -> None:
+    assert chart_rules() == set(kube.PERMISSIONS)
+
+
+def test_values_schema_accepts_the_default_values() -> None:
+    schema = json.loads((CHART / "values.schema.json").read_text())
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert set(values) <= set(schema["properties"])
+    assert set(schema["required"]) <= set(values)
+
+
+def test_image_entrypoint_command_runs() -> None:
+    """The Dockerfile's ENTRYPOINT/CMD (`specgate run`) parses its arguments outside a container."""
+    dockerfile = (ROOT / "Dockerfile").read_text()
+    assert 'ENTRYPOINT ["specgate"]' in dockerfile and 'CMD ["run"]' in dockerfile
+    assert "USER 65532:65532" in dockerfile
+    out = subprocess.run(
+        [sys.executable, "-m", "specgate.cli", "run", "--help"], capture_output=True, text=True, check=True
+    )
+    assert "--prometheus-url" in out.stdout
+
+
+def test_peered_replicas_draw_their_own_priority_unless_given() -> None:
+    def priority(*argv: str) -> int | None:
+        return cli._priority(cli.build_parser().parse_args(["run", *argv]))
+
+    assert priority() is None  # standalone
+    assert priority("--peering", "p", "--priority", "7") == 7
+    drawn = {priority("--peering", "p") for _ in range(20)}
+    assert len(drawn) > 1 and all(p is not None and p > 0 for p in drawn)
+
+
+def argo_health(obj: dict[str, Any]) -> dict[str, str]:
+    runtime = lua51.LuaRuntime(unpack_returned_tuples=True)
+    script = (ROOT / "integrations" / "argocd" / "health.lua").read_text()
+    run = runtime.eval(f"function(obj) {script} end")
+    result = run(runtime.table_from(_to_lua(runtime, obj)))
+    return {k: result[k] for k in ("status", "message")}
+
+
+def _to_lua(runtime: Any, value: Any) -> Any:
+    if isinstance(value, dict):
+        return {
+            k: (runtime.table_from(_to_lua(runtime, v)) if isinstance(v, dict | list) else v)
+            for k, v in value.items()
+        }
+    return value
+
+
+def status_object(phase: Phase, generation: int = 2, observed: int = 2) -> dict[str, Any]:
+    status = api.SpeculativeDeploymentStatus(
+        phase=phase, observed_generation=observed, reason="Why", message="figures"
+    )
+    return {
+        "metadata": {"generation": generation},
+        "status": status.model_dump(by_alias=True, mode="json", exclude_none=True),
+    }
+
+
+@pytest.mark.parametrize(
+    ("phase", "health"),
+    [
+        (Phase.PROMOTED, "Healthy"),
+        (Phase.ROLLED_BACK, "Degraded"),
+        (Phase.FAILED, "Degraded"),
+        (Phase.PAUSED, "Suspended"),
+        (Phase.ANALYZING, "Progressing"),
+    ],
+)
+def test_argocd_health(phase: Phase, health: str) -> None:
+    result = argo_health(status_object(phase))
+    assert result["status"] == health
+    assert result["message"].startswith(f"{phase.value} (Why)")
+
+
+def test_argocd_health_waits_for_the_new_generation() -> None:
+    assert argo_health(status_object(Phase.PROMOTED, generation=3, observed=2))["status"] == "Progressing"
+    assert argo_health({"metadata": {"generation": 1}})["status"] == "Progressing"
+
+
+def test_timestamps_are_rfc3339() -> None:
+    from specgate.rollout import iso
+
+    assert iso(datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)) == "2026-01-02T03:04:05Z"

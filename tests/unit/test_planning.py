@@ -1,0 +1,57 @@
+"""Planning formulas against hand-computed values and the shape the seeds describe."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from specgate import planning
+from specgate.cli import main
+
+
+def test_conditional_rate_round_trips() -> None:
+    c = planning.conditional_for_alpha(0.6, 4)
+    assert planning.expected_accepted([c] * 4) / 4 == pytest.approx(0.6, abs=1e-9)
+    assert planning.conditional_for_alpha(1.0, 3) == pytest.approx(1.0)
+
+
+def test_cost_model_by_hand() -> None:
+    cost = planning.CostModel(step_ms=10, token_ms=1, draft_pass_ms=2)
+    assert cost.step(1, 0) == 10 + 1 * 1 * 1
+    assert cost.step(4, 3) == pytest.approx(10 + 1 * 4 * 4 + 3 * 2 * 1.2)
+
+
+def test_speculation_pays_at_low_concurrency_and_not_at_high() -> None:
+    low = planning.expected_speedup(0.7, 3, overhead=0.05, concurrency=1)
+    high = planning.expected_speedup(0.7, 3, overhead=0.05, concurrency=256)
+    assert low > 2 > 1 > high
+
+
+def test_break_even_alpha() -> None:
+    even = planning.break_even_alpha(3, overhead=0.05, concurrency=1)
+    assert even is not None and 0 < even < 0.2
+    assert planning.expected_speedup(even, 3, 0.05) == pytest.approx(1.0, abs=1e-6)
+    assert planning.break_even_alpha(8, overhead=0.05, concurrency=512) is None
+
+
+def test_recommend_k_stops_where_acceptance_falls_off() -> None:
+    # positions 0-1 nearly always accepted, later ones almost never: K=2 is best at batch 1
+    advice = planning.recommend_k([95, 90, 5, 1], drafts=100, concurrency=1)
+    assert advice is not None and advice.k == 2
+    assert [k for k, _ in advice.table] == [1, 2, 3, 4]
+    assert "K=2" in advice.message
+    assert planning.recommend_k([], 0) is None
+
+
+@given(st.floats(0, 1), st.integers(1, 16), st.floats(0, 0.5))
+def test_speedup_grows_with_alpha(alpha: float, k: int, overhead: float) -> None:
+    assert planning.expected_speedup(min(alpha + 0.1, 1), k, overhead) >= planning.expected_speedup(
+        alpha, k, overhead
+    )
+
+
+def test_plan_cli(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["plan", "--alpha", "0.6", "--k", "4", "--concurrency", "8"]) == 0
+    out = capsys.readouterr().out
+    assert "expected speedup" in out and "break-even alpha" in out and "best K" in out

@@ -1,0 +1,116 @@
+"""Rendered children: snapshots of whole manifests plus the properties vLLM and Kubernetes need."""
+
+from __future__ import annotations
+
+import json
+import os
+from typing import Any
+
+import pytest
+import yaml
+from tests.conftest import ROOT, load_sample
+
+from specgate import api, render
+from specgate.render import Owner, Track
+
+SNAPSHOTS = ROOT / "tests" / "unit" / "snapshots"
+OWNER = Owner(name="llama-8b", namespace="inference", uid="0000-1111")
+
+
+def children(sample: str) -> list[dict[str, Any]]:
+    spec = api.parse_spec(load_sample(sample)["spec"])
+    return [
+        render.deployment(spec, OWNER, Track.BASELINE, 3),
+        render.deployment(spec, OWNER, Track.CANARY, 1),
+        render.service(OWNER),
+        render.pod_monitor(OWNER),
+    ]
+
+
+@pytest.mark.parametrize("sample", ["llama-3.1-8b-eagle3.yaml", "tiny-cpu.yaml"])
+def test_snapshot(sample: str) -> None:
+    rendered = yaml.safe_dump_all(children(sample), sort_keys=True)
+    path = SNAPSHOTS / sample
+    if os.environ.get("SPECGATE_UPDATE_SNAPSHOTS"):
+        path.write_text(rendered)
+    assert path.read_text() == rendered, "rendering changed: review, then SPECGATE_UPDATE_SNAPSHOTS=1"
+
+
+def container(manifest: dict[str, Any]) -> dict[str, Any]:
+    c: dict[str, Any] = manifest["spec"]["template"]["spec"]["containers"][0]
+    return c
+
+
+def test_canary_gets_the_speculative_config_and_baseline_does_not() -> None:
+    baseline, canary, *_ = children("llama-3.1-8b-eagle3.yaml")
+    assert "--speculative-config" not in container(baseline)["args"]
+    args = container(canary)["args"]
+    config = json.loads(args[args.index("--speculative-config") + 1])
+    assert config == {
+        "method": "eagle3",
+        "model": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
+        "num_speculative_tokens": 3,
+    }
+    assert "tensor_parallel_size" not in config
+
+
+def test_user_strings_cannot_break_the_json() -> None:
+    spec = api.parse_spec(
+        {
+            "model": {"name": "m"},
+            "image": "i",
+            "speculative": {"method": "draft_model", "draftModel": 'x", "method": "ngram'},
+        }
+    )
+    args = render.vllm_args(spec, Track.CANARY)
+    config = json.loads(args[args.index("--speculative-config") + 1])
+    assert config["method"] == "draft_model"
+    assert config["model"] == 'x", "method": "ngram'
+
+
+def test_ngram_and_extra_config() -> None:
+    spec = api.SpeculativeSpec(
+        method=api.Method.NGRAM,
+        prompt_lookup_min=2,
+        prompt_lookup_max=5,
+        extra_config={"max_model_len": 4096},
+    )
+    assert render.speculative_config(spec) == {
+        "method": "ngram",
+        "num_speculative_tokens": 3,
+        "prompt_lookup_min": 2,
+        "prompt_lookup_max": 5,
+        "max_model_len": 4096,
+    }
+
+
+def test_gpu_probes_labels_and_owner() -> None:
+    baseline, canary, service, _ = children("llama-3.1-8b-eagle3.yaml")
+    c = container(canary)
+    assert c["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    for probe in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert c[probe]["httpGet"] == {"path": "/health", "port": "http"}
+        assert "tcpSocket" not in c[probe]
+    assert c["startupProbe"]["periodSeconds"] * c["startupProbe"]["failureThreshold"] >= 1800
+    labels = canary["spec"]["template"]["metadata"]["labels"]
+    assert labels[render.LABEL_TRACK] == "canary"
+    assert labels[render.LABEL_METHOD] == "eagle3"
+    assert baseline["spec"]["template"]["metadata"]["labels"][render.LABEL_METHOD] == "none"
+    assert set(service["spec"]["selector"].items()) <= set(labels.items())
+    assert set(service["spec"]["selector"].items()) <= set(
+        baseline["spec"]["template"]["metadata"]["labels"].items()
+    )
+    for child in (baseline, canary, service):
+        ref = child["metadata"]["ownerReferences"][0]
+        assert (ref["kind"], ref["uid"], ref["controller"]) == ("SpeculativeDeployment", OWNER.uid, True)
+    assert [d["metadata"]["name"] for d in (baseline, canary)] == ["llama-8b-baseline", "llama-8b-canary"]
+
+
+def test_secret_env_stays_a_reference() -> None:
+    _, canary, *_ = children("llama-3.1-8b-eagle3.yaml")
+    env = {e["name"]: e for e in container(canary)["env"]}
+    assert env["HF_TOKEN"] == {
+        "name": "HF_TOKEN",
+        "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "token"}},
+    }
+    assert env["HF_HOME"]["value"] == "/root/.cache/huggingface"

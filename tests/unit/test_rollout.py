@@ -1,0 +1,456 @@
+"""The rollout state machine, driven through time with scripted observations (no cluster)."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from specgate import api, rollout
+from specgate.api import Phase
+from specgate.gates import AcceptanceWindow, Histogram
+from specgate.rollout import Decision, Observation, Reason, TrackMetrics, TrackState
+
+T0 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+ITL_BOUNDS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, math.inf)
+
+
+def make_spec(**rollout_fields: Any) -> api.SpeculativeDeploymentSpec:
+    return api.parse_spec(
+        {
+            "model": {"name": "m"},
+            "image": "vllm",
+            "replicas": 2,
+            "speculative": {"method": "draft_model", "draftModel": "d", "numSpeculativeTokens": 4},
+            "rollout": {
+                "warmup": "30s",
+                "analysisWindow": "60s",
+                "maxAnalysisDuration": "10m",
+                "progressDeadline": "5m",
+                "metricsUnavailableBudget": "2m",
+                "gates": {"minDrafts": 100, "minLatencySamples": 50},
+                **rollout_fields,
+            },
+        }
+    )
+
+
+def itl(typical_seconds: float, count: float = 1000) -> Histogram:
+    """A histogram whose mass sits in the bucket of typical_seconds (1 % spills one bucket higher)."""
+    i = next(i for i, b in enumerate(ITL_BOUNDS) if typical_seconds <= b)
+    cumulative = [0.0 if j < i else (0.985 * count if j == i else count) for j in range(len(ITL_BOUNDS))]
+    return Histogram(bounds=ITL_BOUNDS, counts=tuple(cumulative))
+
+
+def metrics(alpha: float | None = None, latency: float = 0.04, windows: int = 20) -> TrackMetrics:
+    acceptance: tuple[AcceptanceWindow, ...] = ()
+    per_position: tuple[float, ...] = ()
+    if alpha is not None:
+        acceptance = tuple(AcceptanceWindow(50, 200, 200 * alpha) for _ in range(windows))
+        per_position = tuple(50 * windows * alpha ** (i + 1) for i in range(4))
+    return TrackMetrics(
+        acceptance=acceptance,
+        accepted_per_position=per_position,
+        itl=itl(latency),
+        p99_ttft_ms=120.0,
+        per_token_latency_ms=30.0,
+        output_tokens_per_second=250.0,
+        requests_per_second=2.0,
+        concurrency=4.0,
+    )
+
+
+def ready(n: int) -> TrackState:
+    return TrackState(exists=True, replicas=n, ready_replicas=n)
+
+
+class Run:
+    """Feeds decide() one observation at a time, keeping status and the children it asked for."""
+
+    def __init__(self, spec: api.SpeculativeDeploymentSpec | None = None) -> None:
+        self.spec = spec or make_spec()
+        self.status = api.SpeculativeDeploymentStatus()
+        self.now = T0
+        self.generation = 1
+        self.last: Decision | None = None
+
+    def step(self, after: float = 10, **obs: Any) -> Decision:
+        self.now += timedelta(seconds=after)
+        observation = Observation(generation=self.generation, **obs)
+        decision = rollout.decide(self.spec, self.status, observation, self.now)
+        self.status, self.last = decision.status, decision
+        return decision
+
+    @property
+    def phase(self) -> Phase:
+        return self.status.phase
+
+    def to_canary(self) -> None:
+        self.step(baseline=ready(2))
+        self.step(baseline=ready(2))  # Ready seen: warm-up starts
+        self.step(after=95, baseline=ready(2), baseline_metrics=metrics())
+        assert self.phase == Phase.CANARY, self.status.message
+
+    def to_analyzing(self) -> None:
+        self.to_canary()
+        self.step(baseline=ready(1), canary=ready(1))
+        assert self.phase == Phase.ANALYZING
+        self.now += timedelta(seconds=30)  # warm-up of the canary
+
+    def to_promoted(self) -> None:
+        self.to_analyzing()
+        self.step(
+            after=70,
+            baseline=ready(1),
+            canary=ready(1),
+            baseline_metrics=metrics(),
+            canary_metrics=metrics(0.8),
+        )
+        assert self.phase == Phase.PROMOTING, self.status.message
+        self.step(baseline=ready(1), canary=ready(2))
+        assert self.phase == Phase.PROMOTED
+
+
+def test_a_new_object_starts_its_baseline() -> None:
+    run = Run()
+    d = run.step(baseline=TrackState())
+    assert (run.phase, d.baseline_replicas, d.canary_replicas) == (Phase.BASELINE, 2, None)
+    assert run.status.observed_generation == 1
+    assert [e.reason for e in d.events] == [Reason.NEW_GENERATION, Reason.WAITING_FOR_BASELINE]
+    assert [h.reason for h in run.status.history] == [Reason.NEW_GENERATION]
+
+
+def test_baseline_waits_for_ready_then_warms_up_then_measures() -> None:
+    run = Run()
+    run.step(baseline=TrackState(exists=True, replicas=2, ready_replicas=1, waiting="pod x: Unschedulable"))
+    assert run.status.reason == Reason.WAITING_FOR_BASELINE and "Unschedulable" in (run.status.message or "")
+    run.step(baseline=ready(2))
+    assert run.status.reason == Reason.MEASURING_BASELINE
+    assert rollout.measurement_window(run.spec, run.status, run.now + timedelta(seconds=20)) is None
+    window = rollout.measurement_window(run.spec, run.status, run.now + timedelta(seconds=90))
+    assert window is not None and window.end - window.start == timedelta(seconds=60)
+    run.step(after=60, baseline=ready(2), baseline_metrics=metrics())
+    assert run.phase == Phase.BASELINE  # warm-up (30 s) + window (60 s) not over yet
+    d = run.step(after=35, baseline=ready(2), baseline_metrics=metrics())
+    assert run.phase == Phase.CANARY
+    assert (d.baseline_replicas, d.canary_replicas) == (1, 1)
+    assert run.status.baseline is not None and run.status.baseline.p99_itl_ms == pytest.approx(
+        58.333
+    )  # interpolated in 50-75 ms
+    assert len(run.status.baseline.itl_bucket_counts) == len(ITL_BOUNDS)
+
+
+def test_a_quiet_baseline_is_inconclusive_after_the_max_duration() -> None:
+    run = Run()
+    run.step(baseline=ready(2))
+    quiet = replace(metrics(), itl=Histogram(ITL_BOUNDS, (0.0,) * len(ITL_BOUNDS)))
+    run.step(after=120, baseline=ready(2), baseline_metrics=quiet)
+    assert run.phase == Phase.BASELINE and "too little traffic" in (run.status.message or "")
+    run.step(after=600, baseline=ready(2), baseline_metrics=quiet)
+    assert (run.phase, run.status.reason) == (Phase.ROLLED_BACK, Reason.INCONCLUSIVE)
+
+
+def test_sequential_strategy_swaps_the_replicas() -> None:
+    run = Run(make_spec(strategy="sequential"))
+    run.to_canary()
+    assert run.last is not None and (run.last.baseline_replicas, run.last.canary_replicas) == (0, 2)
+
+
+def test_crashing_canary_rolls_back_at_once() -> None:
+    run = Run()
+    run.to_canary()
+    crash = TrackState(exists=True, replicas=1, ready_replicas=0, failure="pod c: CrashLoopBackOff")
+    d = run.step(baseline=ready(1), canary=crash)
+    assert (run.phase, run.status.reason, d.canary_replicas, d.baseline_replicas) == (
+        Phase.ROLLING_BACK,
+        Reason.CANARY_UNHEALTHY,
+        0,
+        2,
+    )
+    assert any(e.type == "Warning" for e in d.events)
+    run.step(baseline=ready(2), canary=TrackState(exists=True))
+    assert (run.phase, run.status.reason) == (Phase.ROLLED_BACK, Reason.CANARY_UNHEALTHY)
+    d = run.step(baseline=ready(2), canary=TrackState(exists=True))
+    assert (run.phase, d.canary_replicas, d.events) == (Phase.ROLLED_BACK, 0, ())
+
+
+def test_canary_that_never_becomes_ready_hits_the_progress_deadline() -> None:
+    run = Run()
+    run.to_canary()
+    unschedulable = "pod c-1: Unschedulable: 0/2 nodes are available: 2 Insufficient nvidia.com/gpu."
+    starting = TrackState(exists=True, replicas=1, ready_replicas=0, waiting=unschedulable)
+    run.step(baseline=ready(1), canary=starting)
+    assert run.status.reason == Reason.WAITING_FOR_CANARY
+    run.step(after=301, baseline=ready(2), canary=starting)
+    assert (run.phase, run.status.reason) == (Phase.ROLLED_BACK, Reason.CANARY_UNHEALTHY)
+    # The rollback says why the canary never became Ready, not only that it did not.
+    assert "progressDeadline" in (run.status.message or "") and unschedulable in (run.status.message or "")
+
+
+def test_good_canary_is_promoted_after_a_full_window() -> None:
+    run = Run()
+    run.to_analyzing()
+    run.step(
+        after=20, baseline=ready(1), canary=ready(1), baseline_metrics=metrics(), canary_metrics=metrics(0.8)
+    )
+    assert run.phase == Phase.ANALYZING  # gates pass, but less than one analysis window has passed
+    assert run.status.verdict == "Pass"
+    d = run.step(
+        after=50, baseline=ready(1), canary=ready(1), baseline_metrics=metrics(), canary_metrics=metrics(0.8)
+    )
+    assert run.phase == Phase.PROMOTING and d.canary_replicas == 2
+    canary = run.status.canary
+    assert canary is not None and canary.alpha == pytest.approx(0.8, abs=0.01)
+    assert canary.mean_acceptance_length == pytest.approx(1 + 0.8 * 4, abs=0.01)
+    assert canary.acceptance_per_position[0] == pytest.approx(0.8, abs=0.01)
+    assert (
+        run.status.recommendation is not None and 1 <= run.status.recommendation.num_speculative_tokens <= 4
+    )
+    d = run.step(baseline=ready(1), canary=ready(2))
+    assert (run.phase, d.baseline_replicas, d.canary_replicas) == (Phase.PROMOTED, 0, 2)
+    available = {c.type: c.status for c in run.status.conditions}
+    assert available == {
+        "Available": "True",
+        "Progressing": "False",
+        "Degraded": "False",
+        "Ready": "True",
+        "Reconciling": "False",
+        "Stalled": "False",
+    }
+
+
+@pytest.mark.parametrize(("indifference", "verdict"), [(0.05, "InsufficientData"), (0.3, "Pass")])
+def test_the_indifference_zone_reaches_the_gate(indifference: float, verdict: str) -> None:
+    """alpha 0.56 over spread-out windows: inside the default zone (0.55 +/- 0.05) that is not yet a
+    verdict; with a zone of +/- 0.3 it is well past its middle and passes."""
+    run = Run(make_spec(gates={"minDrafts": 100, "minLatencySamples": 50, "indifference": indifference}))
+    run.to_analyzing()
+    spread = tuple(AcceptanceWindow(50, 200, 90 if i % 2 else 134) for i in range(20))
+    canary = replace(metrics(0.56), acceptance=spread)
+    run.step(after=20, baseline=ready(1), canary=ready(1), baseline_metrics=metrics(), canary_metrics=canary)
+    assert run.status.verdict == verdict, run.status.message
+    assert f"+/- {indifference:g}" in (run.status.message or "")
+
+
+def test_low_alpha_rolls_back_with_the_figures() -> None:
+    run = Run()
+    run.to_analyzing()
+    d = run.step(
+        after=20, baseline=ready(1), canary=ready(1), baseline_metrics=metrics(), canary_metrics=metrics(0.3)
+    )
+    assert (run.phase, run.status.reason, d.canary_replicas, d.baseline_replicas) == (
+        Phase.ROLLING_BACK,
+        Reason.ACCEPTANCE_BELOW_GATE,
+        0,
+        2,
+    )
+    assert "0.3" in (run.status.message or "") and "0.55" in (run.status.message or "")
+    assert run.status.verdict == "Fail"
+    run.step(baseline=ready(2), canary=TrackState(exists=True))
+    assert (run.phase, run.status.reason) == (Phase.ROLLED_BACK, Reason.ACCEPTANCE_BELOW_GATE)
+
+
+def test_worse_p99_itl_rolls_back() -> None:
+    run = Run()
+    run.to_analyzing()
+    run.step(
+        after=20,
+        baseline=ready(1),
+        canary=ready(1),
+        baseline_metrics=metrics(latency=0.04),
+        canary_metrics=metrics(0.9, latency=0.14),
+    )
+    assert (run.phase, run.status.reason) == (Phase.ROLLING_BACK, Reason.LATENCY_REGRESSION)
+
+
+@pytest.mark.parametrize("action", ["RollBack", "Pause"])
+def test_metrics_unavailable_never_promotes_and_acts_after_the_budget(action: str) -> None:
+    run = Run(make_spec(onMetricsUnavailable=action))
+    run.to_analyzing()
+    for _ in range(11):
+        run.step(baseline=ready(1), canary=ready(1), metrics_error="connection refused")
+        assert run.phase == Phase.ANALYZING and run.status.verdict == "MetricsUnavailable"
+    run.step(after=20, baseline=ready(1), canary=ready(1), metrics_error="connection refused")
+    expected = Phase.ROLLING_BACK if action == "RollBack" else Phase.PAUSED
+    assert (run.phase, run.status.reason) == (expected, Reason.METRICS_UNAVAILABLE)
+
+
+def test_metrics_coming_back_resets_the_budget() -> None:
+    run = Run()
+    run.to_analyzing()
+    run.step(after=100, baseline=ready(1), canary=ready(1), canary_metrics=None)
+    assert run.status.metrics_unavailable_since is not None
+    run.step(
+        after=10, baseline=ready(1), canary=ready(1), baseline_metrics=metrics(), canary_metrics=metrics(None)
+    )
+    assert run.status.metrics_unavailable_since is None and run.phase == Phase.ANALYZING
+
+
+def test_no_drafts_is_insufficient_then_inconclusive() -> None:
+    run = Run()
+    run.to_analyzing()
+    run.step(
+        after=60, baseline=ready(1), canary=ready(1), baseline_metrics=metrics(), canary_metrics=metrics(None)
+    )
+    assert run.phase == Phase.ANALYZING and run.status.verdict == "InsufficientData"
+    run.step(
+        after=600,
+        baseline=ready(2),
+        canary=ready(1),
+        baseline_metrics=metrics(),
+        canary_metrics=metrics(None),
+    )
+    assert (run.phase, run.status.reason) == (Phase.ROLLED_BACK, Reason.INCONCLUSIVE)
+
+
+def test_counter_resets_and_nan_do_not_crash_or_promote() -> None:
+    run = Run()
+    run.to_analyzing()
+    broken = replace(
+        metrics(0.9),
+        acceptance=(AcceptanceWindow(math.nan, math.nan, math.nan), AcceptanceWindow(-50, -200, -180)),
+    )
+    run.step(after=70, baseline=ready(1), canary=ready(1), baseline_metrics=metrics(), canary_metrics=broken)
+    assert run.phase == Phase.ANALYZING and run.status.verdict == "InsufficientData"
+
+
+def test_guard_trips_when_alpha_drifts_after_promotion() -> None:
+    run = Run()
+    run.to_promoted()
+    window = rollout.measurement_window(run.spec, run.status, run.now + timedelta(seconds=60))
+    assert window is not None
+    run.step(after=60, canary=ready(2), canary_metrics=metrics(0.8))
+    assert (run.phase, run.status.reason) == (Phase.PROMOTED, Reason.GUARDING)
+    d = run.step(after=60, canary=ready(2), canary_metrics=metrics(0.2))
+    assert (run.phase, run.status.reason, d.canary_replicas, d.baseline_replicas) == (
+        Phase.ROLLING_BACK,
+        Reason.GUARD_TRIPPED,
+        0,
+        2,
+    )
+    run.step(baseline=ready(2), canary=TrackState(exists=True))
+    assert run.phase == Phase.ROLLED_BACK
+
+
+def test_guard_compares_latency_with_the_stored_baseline() -> None:
+    run = Run()
+    run.to_promoted()
+    run.step(after=60, canary=ready(2), canary_metrics=metrics(0.8, latency=0.4))
+    assert (run.phase, run.status.reason) == (Phase.ROLLING_BACK, Reason.GUARD_TRIPPED)
+    assert "P99 ITL" in (run.status.message or "")
+
+
+def test_a_new_generation_restarts_and_keeps_the_canary_until_the_baseline_is_ready() -> None:
+    run = Run()
+    run.to_promoted()
+    run.generation = 2
+    d = run.step(baseline=TrackState(exists=True, replicas=0), canary=ready(2))
+    assert (run.phase, run.status.history[-1].reason) == (Phase.BASELINE, Reason.NEW_GENERATION)
+    assert (d.baseline_replicas, d.canary_replicas) == (2, 2)
+    assert run.status.baseline is None and run.status.canary is None
+    d = run.step(baseline=ready(2), canary=ready(2))
+    assert d.canary_replicas == 0
+
+
+def test_pause_holds_and_resumes() -> None:
+    run = Run()
+    run.to_canary()
+    run.spec = make_spec(paused=True)
+    d = run.step(baseline=ready(1), canary=TrackState(exists=True, replicas=1))
+    assert run.phase == Phase.PAUSED and (d.baseline_replicas, d.canary_replicas) == (1, 1)
+    run.step(after=3600, baseline=ready(1), canary=TrackState(exists=True, replicas=1))
+    assert run.phase == Phase.PAUSED
+    run.spec = make_spec()
+    run.step(baseline=ready(1), canary=TrackState(exists=True, replicas=1))
+    assert (run.phase, run.status.reason) == (Phase.CANARY, Reason.RESUMED)
+
+
+def test_invalid_spec_fails_without_touching_children() -> None:
+    error = api.SpecError("speculative.draftModel", "draftModel is required")
+    d = rollout.invalid_spec(error, api.SpeculativeDeploymentStatus(), 3, T0)
+    assert (d.status.phase, d.status.reason, d.status.observed_generation) == (Phase.FAILED, "InvalidSpec", 3)
+    assert "spec.speculative.draftModel" in (d.status.message or "")
+    assert [e.type for e in d.events] == ["Warning"]
+    again = rollout.invalid_spec(error, d.status, 3, T0 + timedelta(seconds=10))
+    assert again.events == () and again.status.history == d.status.history
+
+
+def test_history_and_conditions_keep_transition_times() -> None:
+    run = Run()
+    run.to_canary()
+    first = {c.type: c.last_transition_time for c in run.status.conditions}
+    run.step(baseline=ready(1), canary=TrackState(exists=True, replicas=1))
+    assert {c.type: c.last_transition_time for c in run.status.conditions} == first
+    assert [h.phase for h in run.status.history] == [Phase.BASELINE, Phase.CANARY]
+
+
+def at(phase: Phase, **fields: Any) -> api.SpeculativeDeploymentStatus:
+    """A status in phase, entered a minute before T0, for generation 1."""
+    since = rollout.iso(T0 - timedelta(seconds=60))
+    return api.SpeculativeDeploymentStatus(phase=phase, phase_since=since, observed_generation=1, **fields)
+
+
+LONG_AGO = rollout.iso(T0 - timedelta(minutes=30))
+HALF_READY = TrackState(exists=True, replicas=2, ready_replicas=1)
+CRASHING = TrackState(exists=True, replicas=1, failure="pod c: CrashLoopBackOff")
+GOOD = {"baseline_metrics": metrics(), "canary_metrics": metrics(0.8)}
+
+# (from status, spec overrides, observation fields, expected phase): one row per arrow of TRANSITIONS.
+TABLE: list[tuple[api.SpeculativeDeploymentStatus, dict[str, Any], dict[str, Any], Phase]] = [
+    (at(Phase.PENDING), {}, {}, Phase.BASELINE),
+    (at(Phase.PENDING), {"paused": True}, {}, Phase.PAUSED),
+    (at(Phase.BASELINE, ready_since=LONG_AGO), {}, {"baseline": ready(2), **GOOD}, Phase.CANARY),
+    (
+        at(Phase.BASELINE, ready_since=LONG_AGO, metrics_unavailable_since=LONG_AGO),
+        {},
+        {"baseline": ready(2), "metrics_error": "down"},
+        Phase.ROLLED_BACK,
+    ),
+    (at(Phase.BASELINE), {"paused": True}, {}, Phase.PAUSED),
+    (at(Phase.CANARY), {}, {"baseline": ready(1), "canary": ready(1)}, Phase.ANALYZING),
+    (at(Phase.CANARY), {}, {"baseline": HALF_READY, "canary": CRASHING}, Phase.ROLLING_BACK),
+    (at(Phase.CANARY), {"paused": True}, {}, Phase.PAUSED),
+    (at(Phase.ANALYZING), {}, {"baseline": ready(1), "canary": ready(1), **GOOD}, Phase.PROMOTING),
+    (
+        at(Phase.ANALYZING),
+        {},
+        {"baseline": HALF_READY, "canary": ready(1), "canary_metrics": metrics(0.2)},
+        Phase.ROLLING_BACK,
+    ),
+    (at(Phase.ANALYZING), {"paused": True}, {}, Phase.PAUSED),
+    (at(Phase.PROMOTING), {}, {"baseline": ready(1), "canary": ready(2)}, Phase.PROMOTED),
+    (at(Phase.PROMOTING), {}, {"baseline": HALF_READY, "canary": CRASHING}, Phase.ROLLING_BACK),
+    (at(Phase.PROMOTING), {"paused": True}, {}, Phase.PAUSED),
+    (at(Phase.PROMOTED), {}, {"canary": ready(2), "canary_metrics": metrics(0.2)}, Phase.ROLLING_BACK),
+    (at(Phase.ROLLING_BACK), {}, {"baseline": ready(2)}, Phase.ROLLED_BACK),
+    *[
+        (at(Phase.PAUSED, resume_phase=target), {}, {}, target)
+        for target in rollout.TRANSITIONS[Phase.PAUSED]
+    ],
+]
+
+
+@pytest.mark.parametrize(("status", "overrides", "fields", "expected"), TABLE)
+def test_transition(
+    status: api.SpeculativeDeploymentStatus,
+    overrides: dict[str, Any],
+    fields: dict[str, Any],
+    expected: Phase,
+) -> None:
+    decision = rollout.decide(make_spec(**overrides), status, Observation(generation=1, **fields), T0)
+    assert decision.status.phase == expected, decision.status.message
+    assert decision.status.history[-1].phase == expected
+
+
+def test_the_table_covers_every_arrow() -> None:
+    arrows = {(a, b) for a, targets in rollout.TRANSITIONS.items() for b in targets}
+    assert {(status.phase, expected) for status, _, _, expected in TABLE} == arrows
+
+
+def test_settled_phases_stay_put() -> None:
+    for phase in (Phase.ROLLED_BACK, Phase.FAILED):
+        decision = rollout.decide(make_spec(), at(phase), Observation(generation=1, baseline=ready(2)), T0)
+        assert decision.status.phase == phase and decision.events == ()
