@@ -17,6 +17,10 @@ HELM_VERSION=v3.22.0
 KUBECONFORM_VERSION=v0.7.0
 
 mkdir -p "$BIN"
+# One build at a time (make -j, or a test session beside a `make cluster-up`): a second waits, then
+# finds the binaries built.
+exec 9>"$BIN/.build.lock"
+flock 9
 log() { printf '[build-binaries %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
 have() { [ -x "$BIN/$1-$2" ]; }

@@ -287,13 +287,28 @@ class Rule:
 
     cel is None where CEL cannot express the rule: the API server cannot look inside free-form
     maps, so such a rule is enforced by the operator alone (phase Failed, InvalidSpec).
+    check is None where only the API server sees the problem (see _whole_number).
     """
 
     model: type[Model]
     cel: str | None
     message: str
     field: str  # the offending field, relative to the object the rule sits on
-    check: Callable[[Any], bool]
+    check: Callable[[Any], bool] | None
+
+
+def _whole_number(model: type[Model], field: str) -> Rule:
+    """The API server stores `2.0` for an integer field as a float, and a CEL rule that reads the
+    field then fails with "invalid data, expected int, got float64" reported on the rule's object,
+    which may not name the field. This rule, on the field's own object, names it and the fix.
+    pydantic reads 2.0 as 2, so the operator has nothing to check."""
+    return Rule(
+        model,
+        f"!has(self.{field}) || int(self.{field}) == self.{field}",
+        f"{field} must be a whole number without a decimal point: write 2, not 2.0",
+        field,
+        None,
+    )
 
 
 _RENDERED_KEYS = ("method", "model", "num_speculative_tokens", "draft_tensor_parallel_size")
@@ -353,6 +368,11 @@ RULES: tuple[Rule, ...] = (
         "tensorParallelSize",
         lambda s: s.tensor_parallel_size <= s.resources.gpus,
     ),
+    # Integer fields that the rules above read: name them when a float stands in one.
+    _whole_number(GPUResources, "gpus"),
+    _whole_number(SpeculativeDeploymentSpec, "tensorParallelSize"),
+    _whole_number(SpeculativeSpec, "promptLookupMin"),
+    _whole_number(SpeculativeSpec, "promptLookupMax"),
 )
 
 
@@ -380,7 +400,7 @@ def _rule_violations(obj: Any, path: str) -> list[SpecError]:
     errors: list[SpecError] = []
     if isinstance(obj, Model):
         for rule in RULES:
-            if isinstance(obj, rule.model) and not rule.check(obj):
+            if isinstance(obj, rule.model) and rule.check is not None and not rule.check(obj):
                 errors.append(SpecError(_join(path, rule.field), rule.message))
         for name, info in type(obj).model_fields.items():
             errors += _rule_violations(getattr(obj, name), _join(path, info.alias or name))

@@ -464,9 +464,10 @@ def _promoted(step: _Step) -> None:
             step, Reason.GUARD_TRIPPED, f"P99 ITL regressed over the last {guard_window}: {latency.message}"
         )
     else:
-        step.status = step.status.model_copy(
-            update={"canary": _canary_measurement(metrics, acceptance, step.now)}
-        )
+        if acceptance.estimate is not None:  # until the guard has drafts, the analysis figures stand
+            step.status = step.status.model_copy(
+                update={"canary": _canary_measurement(metrics, acceptance, step.now)}
+            )
         step.note(Reason.GUARDING, f"guard: {acceptance.message}")
 
 

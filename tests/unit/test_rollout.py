@@ -335,6 +335,18 @@ def test_guard_trips_when_alpha_drifts_after_promotion() -> None:
     assert run.phase == Phase.ROLLED_BACK
 
 
+def test_guard_keeps_the_analysis_figures_until_it_sees_drafts() -> None:
+    """Just after promotion the guard window holds no draft yet: alpha must not vanish from status."""
+    run = Run()
+    run.to_promoted()
+    analysed = run.status.canary
+    assert analysed is not None and analysed.alpha == pytest.approx(0.8)
+    run.step(after=5, canary=ready(2), canary_metrics=metrics(None))
+    assert (run.phase, run.status.reason, run.status.canary) == (Phase.PROMOTED, Reason.GUARDING, analysed)
+    run.step(after=60, canary=ready(2), canary_metrics=metrics(0.7))
+    assert run.status.canary is not None and run.status.canary.alpha == pytest.approx(0.7)
+
+
 def test_guard_compares_latency_with_the_stored_baseline() -> None:
     run = Run()
     run.to_promoted()
