@@ -12,32 +12,11 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from tests.conftest import ROOT
 
 from specgate import api
-
-CRD_PATH = ROOT / "crds" / "specgate.dev_speculativedeployments.yaml"
-PEERING_CRDS_PATH = ROOT / "crds" / "kopf.dev_peerings.yaml"
-
-
-def install_crd(api_client: client.ApiClient, path: Path = CRD_PATH) -> None:
-    """Apply the checked-in CRDs of one file (server-side) and wait until they are Established."""
-    ext = client.ApiextensionsV1Api(api_client)
-    for body in yaml.safe_load_all(path.read_text()):
-        ext.patch_custom_resource_definition(
-            body["metadata"]["name"], body, field_manager="specgate-tests", force=True,
-            _content_type="application/apply-patch+yaml",
-        )  # fmt: skip
-        name = body["metadata"]["name"]
-        wait_for(lambda name=name: _established(ext, name), 60, f"CRD {name} Established")
-
-
-def _established(ext: client.ApiextensionsV1Api, name: str) -> bool:
-    crd = ext.read_custom_resource_definition(name)
-    return any(c.type == "Established" and c.status == "True" for c in crd.status.conditions or [])
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 1.0) -> Any:

@@ -13,9 +13,10 @@ from pathlib import Path
 from typing import Any
 
 from kubernetes import client
-from tests.cluster.operator_process import Operator, create_sd, get_sd, install_crd, wait_for
+from tests.cluster.operator_process import Operator, create_sd, get_sd, wait_for
 from tests.conftest import ROOT, load_sample
 
+from specgate.lab.crds import install_crd
 from specgate.loadgen import run_load
 
 SETTLED = {"Promoted", "RolledBack", "Failed", "Paused"}

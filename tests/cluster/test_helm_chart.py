@@ -12,9 +12,11 @@ import pytest
 import yaml
 from kubernetes import client
 from tests.cluster.conftest import CACHE
-from tests.cluster.operator_process import PEERING_CRDS_PATH, install_crd, wait_for
+from tests.cluster.operator_process import wait_for
 from tests.cluster.rollouts import run_rollout, sim_rollout
 from tests.conftest import ROOT
+
+from specgate.lab.crds import PEERING_CRDS_PATH, install_crd
 
 pytestmark = pytest.mark.cluster
 

@@ -13,7 +13,6 @@ from kubernetes.client.exceptions import ApiException
 from tests.cluster.operator_process import (
     create_sd,
     get_sd,
-    install_crd,
     operator_process,
     wait_for,
 )
@@ -21,6 +20,7 @@ from tests.conftest import load_sample
 from tests.unit.test_api import RULE_CASES
 
 from specgate import api
+from specgate.lab.crds import install_crd
 
 pytestmark = pytest.mark.cluster
 

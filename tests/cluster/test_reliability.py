@@ -17,7 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from tests.cluster.operator_process import create_sd, get_sd, install_crd, wait_for
+from tests.cluster.operator_process import create_sd, get_sd, wait_for
 from tests.cluster.rollouts import (
     SETTLED,
     fake_gpu_node,
@@ -31,6 +31,7 @@ from tests.cluster.rollouts import (
 from tests.conftest import load_sample
 
 from specgate import api, render, rollout
+from specgate.lab.crds import install_crd
 from specgate.render import LABEL_DEPLOYMENT, LABEL_TRACK, Owner, Track
 
 pytestmark = pytest.mark.cluster

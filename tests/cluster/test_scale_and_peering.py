@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client
-from tests.cluster.operator_process import PEERING_CRDS_PATH, create_sd, install_crd, wait_for
+from tests.cluster.operator_process import create_sd, wait_for
 from tests.cluster.rollouts import (
     SETTLED,
     Load,
@@ -24,6 +24,7 @@ from tests.cluster.rollouts import (
 )
 
 from specgate import api
+from specgate.lab.crds import PEERING_CRDS_PATH, install_crd
 
 pytestmark = pytest.mark.cluster
 

@@ -24,6 +24,7 @@ from kubernetes import client, config
 
 from specgate import api
 from specgate.api import parse_status
+from specgate.lab.crds import install_crd
 from specgate.loadgen import run_load
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -31,6 +32,7 @@ SCENARIOS = {
     "default": ROOT / "crds" / "samples" / "tiny-cpu.yaml",
     "low-alpha": ROOT / "crds" / "samples" / "tiny-cpu-low-alpha.yaml",
 }
+EXPECTED_PHASE = {"default": "Promoted", "low-alpha": "RolledBack"}  # what the story should end in
 SETTLED = {"Promoted", "RolledBack", "Failed"}
 NAMESPACE = "specgate-demo"
 
@@ -144,6 +146,7 @@ def main() -> None:
     )  # fmt: skip
     say(f"operator running (log: {log}); applying {name} and sending load through its Service")
     try:
+        install_crd(api_client)
         apply(api_client, body)
         start_load(args.bridge_url, name, body["spec"]["model"].get("servedName", name), args.timeout)
         status = watch(api_client, name, args.timeout)
@@ -151,7 +154,12 @@ def main() -> None:
         operator.terminate()
         operator.wait(timeout=30)
     print(result_line(name, status), flush=True)
-    sys.exit(0 if status.get("phase") in SETTLED else 1)
+    expected = EXPECTED_PHASE[args.scenario]
+    if status.get("phase") != expected:
+        say(
+            f"expected phase {expected}: see the operator log {log} and engine logs under $SPECGATE_CACHE/cluster"
+        )
+        sys.exit(1)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,36 @@
+"""Install the checked-in CRDs on a cluster, as `kubectl apply --server-side -f crds/` would: the
+demo does it before applying its sample, the cluster tests before creating objects."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import yaml
+from kubernetes import client
+
+ROOT = Path(__file__).resolve().parents[3]
+CRD_PATH = ROOT / "crds" / "specgate.dev_speculativedeployments.yaml"
+PEERING_CRDS_PATH = ROOT / "crds" / "kopf.dev_peerings.yaml"
+
+
+def install_crd(api_client: client.ApiClient, path: Path = CRD_PATH, timeout: float = 60) -> None:
+    """Apply the CRDs of one file (server-side) and wait until each is Established."""
+    ext = client.ApiextensionsV1Api(api_client)
+    for body in yaml.safe_load_all(path.read_text()):
+        name = body["metadata"]["name"]
+        ext.patch_custom_resource_definition(
+            name, body, field_manager="specgate-lab", force=True,
+            _content_type="application/apply-patch+yaml",
+        )  # fmt: skip
+        deadline = time.monotonic() + timeout
+        while not _established(ext, name):
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"CRD {name} not Established after {timeout:.0f}s")
+            time.sleep(0.5)
+
+
+def _established(ext: client.ApiextensionsV1Api, name: str) -> bool:
+    crd = ext.read_custom_resource_definition(name)
+    conditions = crd.status.conditions if crd.status else None
+    return any(c.type == "Established" and c.status == "True" for c in conditions or [])
