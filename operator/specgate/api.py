@@ -518,9 +518,6 @@ class SpeculativeDeploymentStatus(StatusModel):
     metrics_unavailable_since: str | None = Field(
         None, description="Since when metrics have been missing, if they are."
     )
-    guard_below_since: str | None = Field(
-        None, description="Since when the guard has seen alpha below the gate, if it has."
-    )
     baseline: Measurement | None = Field(None, description="Baseline figures.")
     canary: Measurement | None = Field(None, description="Canary figures (latest look).")
     verdict: str | None = Field(None, description="Pass, Fail, InsufficientData or MetricsUnavailable.")

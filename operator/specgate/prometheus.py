@@ -67,15 +67,18 @@ class PrometheusClient:
         seconds = max(int((window.end - window.start).total_seconds()), 1)
         rng = f"[{seconds}s]"
         at = window.end
-        itl = self._first_histogram([f"{m}_bucket" for m in ITL_METRICS], sel, rng, at)
-        if itl is None:
+        found = self._first_histogram(ITL_METRICS, sel, rng, at)
+        if found is None:
             return None
+        itl_name, itl = found
         ttft = self._scalar(f"histogram_quantile(0.99, sum by (le) (increase({TTFT}_bucket{sel}{rng})))", at)
         acceptance, per_position = self._acceptance_windows(sel, window)
         return TrackMetrics(
             acceptance=acceptance,
             accepted_per_position=per_position,
             itl=itl,
+            mean_itl_ms=_ms(self._mean(itl_name, sel, rng, at)),
+            window_start=window.start,
             p99_ttft_ms=_ms(ttft),
             per_token_latency_ms=_ms(self._mean(PER_TOKEN, sel, rng, at)),
             output_tokens_per_second=_round(self._scalar(f"sum(rate({GENERATED}{sel}{rng}))", at)),
@@ -109,12 +112,18 @@ class PrometheusClient:
         windows = tuple(AcceptanceWindow(drafts[t], draft_tokens[t], accepted[t]) for t in times)
         return windows, per_position
 
-    def _first_histogram(self, names: list[str], sel: Selector, rng: str, at: datetime) -> Histogram | None:
+    def _first_histogram(
+        self, names: tuple[str, ...], sel: Selector, rng: str, at: datetime
+    ) -> tuple[str, Histogram] | None:
+        """The first of the histograms (by base name) with data, and its bucket increases."""
         for name in names:
-            result = self._query(f"sum by (le) (increase({name}{sel}{rng}))", at)
+            result = self._query(f"sum by (le) (increase({name}_bucket{sel}{rng}))", at)
             if result:
                 buckets = sorted((float(r["metric"]["le"]), float(r["value"][1])) for r in result)
-                return Histogram(bounds=tuple(b for b, _ in buckets), counts=tuple(c for _, c in buckets))
+                histogram = Histogram(
+                    bounds=tuple(b for b, _ in buckets), counts=tuple(c for _, c in buckets)
+                )
+                return name, histogram
         return None
 
     def _mean(self, histogram: str, sel: Selector, rng: str, at: datetime) -> float | None:

@@ -99,6 +99,8 @@ class TrackMetrics:
     acceptance: tuple[AcceptanceWindow, ...] = ()
     accepted_per_position: tuple[float, ...] = ()
     itl: Histogram | None = None
+    mean_itl_ms: float | None = None
+    window_start: datetime | None = None
     p99_ttft_ms: float | None = None
     per_token_latency_ms: float | None = None
     output_tokens_per_second: float | None = None
@@ -298,7 +300,6 @@ def _restart(step: _Step) -> None:
             "verdict": None,
             "recommendation": None,
             "metrics_unavailable_since": None,
-            "guard_below_since": None,
             "resume_phase": None,
         }
     )
@@ -638,8 +639,10 @@ def _measurement(metrics: TrackMetrics, now: datetime) -> Measurement:
     p99 = gates.histogram_quantile(itl, 0.99) if itl is not None else None
     finite_bounds = [b for b in itl.bounds if math.isfinite(b)] if itl else []
     return Measurement(
+        window_start=iso(metrics.window_start) if metrics.window_start else None,
         window_end=iso(now),
         p99_itl_ms=_ms(p99),
+        mean_itl_ms=metrics.mean_itl_ms,
         p99_ttft_ms=metrics.p99_ttft_ms,
         per_token_latency_ms=metrics.per_token_latency_ms,
         output_tokens_per_second=metrics.output_tokens_per_second,

@@ -88,13 +88,14 @@ def _up_targets(url: str) -> int:
 
 
 def engine_totals(urls: list[str]) -> tuple[dict[str, float], Histogram]:
-    """Counters summed over engines, and the summed ITL histogram, straight from /metrics."""
+    """Counters (and histogram sums and counts) summed over engines, and the summed ITL histogram,
+    straight from /metrics."""
     counters: dict[str, float] = {}
     buckets: dict[float, float] = {}
     for url in urls:
         for family in text_string_to_metric_families(scrape(url)):
             for sample in family.samples:
-                if sample.name.endswith("_total"):
+                if sample.name.endswith(("_total", "_sum", "_count")):
                     counters[sample.name] = counters.get(sample.name, 0.0) + sample.value
                 if sample.name == "vllm:inter_token_latency_seconds_bucket":
                     le = float(sample.labels["le"])
@@ -153,3 +154,9 @@ def test_alpha_and_p99_through_prometheus_equal_the_engines_own(prometheus: tupl
     assert engine_p99 is not None and prom_p99 is not None
     assert prom_p99 == pytest.approx(engine_p99, rel=0.05)
     assert metrics.itl.total == pytest.approx(engine_itl.total, rel=0.05)
+    itl_sum, itl_count = (
+        c1[f"vllm:inter_token_latency_seconds_{part}"] - c0[f"vllm:inter_token_latency_seconds_{part}"]
+        for part in ("sum", "count")
+    )
+    assert metrics.mean_itl_ms == pytest.approx(1000 * itl_sum / itl_count, rel=0.05)
+    assert metrics.window_start == start
