@@ -62,4 +62,4 @@ demo: venv engines cluster-up ## roll out the tiny sample on the local cluster (
 
 .PHONY: test
 test: venv lint $(TEST_PREREQS) ## all tests: unit, integration (real Prometheus, engines) and cluster
-	$(VENV)/bin/pytest -q -ra tests
+	$(VENV)/bin/pytest -q -ra --durations=25 tests
