@@ -36,12 +36,25 @@ def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: 
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} ({last_error or 'no match'})")
 
 
+OPERATOR_INTERVAL_SECONDS = 2  # between reconciles of one object
+
+
 def _spawn(kubeconfig: str, log_path: Path, extra: tuple[str, ...]) -> subprocess.Popen[bytes]:
     # This checkout's operator, also where the virtualenv's editable install points at another one.
     env = {**os.environ, "KUBECONFIG": kubeconfig, "PYTHONPATH": str(ROOT / "operator")}
     with log_path.open("wb") as log:
         return subprocess.Popen(
-            [sys.executable, "-m", "specgate.cli", "run", "--interval", "2", "--metrics-port", "0", *extra],
+            [
+                sys.executable,
+                "-m",
+                "specgate.cli",
+                "run",
+                "--interval",
+                str(OPERATOR_INTERVAL_SECONDS),
+                "--metrics-port",
+                "0",
+                *extra,
+            ],
             env=env,
             stdout=log,
             stderr=subprocess.STDOUT,

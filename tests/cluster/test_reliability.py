@@ -4,6 +4,7 @@ secrets, and a fuzz of the API. Real API server, operator process, Prometheus; s
 from __future__ import annotations
 
 import json
+import re
 import time
 import uuid
 from collections import Counter
@@ -17,7 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from tests.cluster.operator_process import create_sd, get_sd, wait_for
+from tests.cluster.operator_process import OPERATOR_INTERVAL_SECONDS, create_sd, get_sd, wait_for
 from tests.cluster.rollouts import (
     SETTLED,
     fake_gpu_node,
@@ -38,6 +39,7 @@ pytestmark = pytest.mark.cluster
 
 GOOD = {"SPECGATE_SIM_ALPHA": "0.8"}
 SHORT = {"warmup": "2s", "analysisWindow": "10s"}  # enough for a baseline measurement
+RECONCILE_LINE = re.compile(r"\[[^]]*/gone\] Timer 'reconcile' (?:succeeded|failed)")
 
 
 def phase_of(obj: dict[str, Any]) -> str | None:
@@ -131,7 +133,7 @@ def test_operator_survives_sigkill_at_every_phase_and_never_leaks_the_token(lab:
         assert token not in text, f"the Secret's value leaked into the {where}"
 
 
-# --- 2: a canary that crashes or cannot be scheduled rolls back as CanaryUnhealthy ---
+# --- 2: a canary that crashes, cannot be scheduled or never starts rolls back as CanaryUnhealthy ---
 
 
 @pytest.fixture
@@ -141,7 +143,7 @@ def private_gpu_node(api_client: client.ApiClient, namespace: str) -> Iterator[s
         yield name
 
 
-@pytest.mark.parametrize("mode", ["crashloop", "unschedulable"])
+@pytest.mark.parametrize("mode", ["crashloop", "unschedulable", "stuck"])
 def test_failing_canary_rolls_back_as_unhealthy(
     lab: dict[str, Any], request: pytest.FixtureRequest, mode: str
 ) -> None:
@@ -151,11 +153,16 @@ def test_failing_canary_rolls_back_as_unhealthy(
         body = sim_rollout(
             "crash", {**GOOD, "SPECGATE_SIM_EXIT": "speculative"}, **SHORT, progressDeadline="90s"
         )
-    else:
+    elif mode == "unschedulable":
         # Baseline and canary pods may only use a 1-GPU node: the baseline holds it, the canary waits.
         node = request.getfixturevalue("private_gpu_node")
         body = sim_rollout("nogpu", GOOD, **SHORT, progressDeadline="30s")
         pin_to_node(body, node, taint=namespace)
+    else:
+        # The canary's engine opens its port but never finishes loading: /health hangs, never Ready.
+        body = sim_rollout(
+            "stuck", {**GOOD, "SPECGATE_SIM_STUCK": "speculative"}, **SHORT, progressDeadline="30s"
+        )
     name = body["metadata"]["name"]
     messages: list[str] = []
     run = run_rollout(
@@ -169,10 +176,12 @@ def test_failing_canary_rolls_back_as_unhealthy(
     if mode == "crashloop":
         assert "CrashLoopBackOff" in status["message"]
         assert took < deadline  # found by the pods' state, not by waiting out the deadline
-    else:
-        assert any("Unschedulable" in m and "nvidia.com/gpu" in m for m in messages), messages[-5:]
-        assert "progressDeadline" in status["message"] and "Insufficient nvidia.com/gpu" in status["message"]
+    else:  # nothing fails outright: the progress deadline decides
+        assert "progressDeadline" in status["message"] and "0/1 ready" in status["message"]
         assert deadline <= took <= deadline + 10  # two reconcile intervals of slack, and status granularity
+    if mode == "unschedulable":
+        assert any("Unschedulable" in m and "nvidia.com/gpu" in m for m in messages), messages[-5:]
+        assert "Insufficient nvidia.com/gpu" in status["message"]
     canary = client.AppsV1Api(api_client).read_namespaced_deployment(f"{name}-canary", namespace)
     assert canary.spec.replicas == 0
     wait_for(lambda: not live_pods(api_client, namespace, name, Track.CANARY), 30, "canary pods gone")
@@ -225,10 +234,20 @@ def test_deleting_mid_analysis_removes_every_child(lab: dict[str, Any]) -> None:
                 orphaned_pods=len(leftovers.get("pods", [])),
                 finalizers_before=",".join(obj["metadata"].get("finalizers", [])) or "none",
             )
+        # Each reconcile queries Prometheus; none may run for the object once it is gone.
+        logged = len(operator.log_text())
+        time.sleep(4 * OPERATOR_INTERVAL_SECONDS)
+        late_reconciles.extend(RECONCILE_LINE.findall(operator.log_text()[logged:]))
         return True
 
-    run_rollout(body=sim_rollout("gone", GOOD, **SHORT), until=delete_once_analyzing, **lab)
+    operator = lab_operator(lab["kubeconfig"], namespace, lab["prometheus_url"], lab["log_dir"], "--verbose")
+    late_reconciles: list[str] = []
+    run = run_rollout(
+        body=sim_rollout("gone", GOOD, **SHORT), until=delete_once_analyzing, operator=operator, **lab
+    )
     assert leftovers == {"deployments": [], "replicasets": [], "pods": [], "services": []}
+    assert RECONCILE_LINE.search(run.operator_log), "the operator log shows no reconcile at all"
+    assert late_reconciles == [], "the operator still reconciled (and queried Prometheus) after deletion"
 
 
 # --- 5: fuzz the API: the server names the field it rejects; the operator never crashes on the rest ---

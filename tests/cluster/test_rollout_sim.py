@@ -13,6 +13,8 @@ from tests.cluster.conftest import CACHE
 from tests.cluster.rollouts import run_rollout, sim_rollout
 from tests.conftest import ROOT
 
+from specgate import api
+
 pytestmark = pytest.mark.cluster
 
 
@@ -25,10 +27,25 @@ def reasons(api_client: client.ApiClient, namespace: str) -> list[str]:
     return [e.reason for e in client.CoreV1Api(api_client).list_namespaced_event(namespace).items]
 
 
-def test_good_candidate_is_promoted(lab: dict[str, Any]) -> None:
-    run = run_rollout(body=sim_rollout("good", {"SPECGATE_SIM_ALPHA": "0.8"}), **lab)
+def test_good_candidate_is_promoted_while_another_writer_changes_the_object(lab: dict[str, Any]) -> None:
+    """A GitOps tool or `kubectl annotate` writes the object throughout, so its resourceVersion keeps
+    moving under the operator: status is written by merge patch and children by server-side apply,
+    neither conditional on a resourceVersion, so no write may fail with 409 Conflict."""
+    objects = client.CustomObjectsApi(lab["api_client"])
+    writes: list[int] = []
+
+    def annotate(obj: dict[str, Any]) -> None:
+        writes.append(len(writes))
+        touched = {"metadata": {"annotations": {"example.com/touched": str(len(writes))}}}
+        objects.patch_namespaced_custom_object(
+            api.GROUP, api.VERSION, lab["namespace"], api.PLURAL, obj["metadata"]["name"], touched
+        )
+
+    run = run_rollout(body=sim_rollout("good", {"SPECGATE_SIM_ALPHA": "0.8"}), during=annotate, **lab)
     status = run.status
     assert status["phase"] == "Promoted", status.get("message")
+    assert len(writes) > 20
+    assert "Conflict" not in run.operator_log, run.operator_log[-2000:]
     assert run.phases[:2] == ["Baseline", "Canary"] and "Analyzing" in run.phases
     assert status["canary"]["alpha"] == pytest.approx(0.8, abs=0.06)
     assert status["canary"]["alphaLower"] >= 0.55

@@ -12,7 +12,7 @@ from aiohttp import web
 
 from specgate.sim.metrics import EngineMetrics
 from specgate.sim.model import PROFILES, Knobs, Speculation, parse_script
-from specgate.sim.server import SimEngine, make_app
+from specgate.sim.server import SimEngine, loading_forever_app, make_app
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
@@ -54,11 +54,20 @@ def speculation(config_json: str | None) -> Speculation | None:
     return Speculation(method=str(config["method"]), k=int(config.get("num_speculative_tokens", 1)))
 
 
+def _fault(name: str, args: argparse.Namespace) -> str | None:
+    """SPECGATE_SIM_<name> when it applies to this engine: "startup" always, "speculative" only
+    with a --speculative-config (the canary's engine)."""
+    when = os.environ.get(f"SPECGATE_SIM_{name}")
+    return when if when == "startup" or (when == "speculative" and args.speculative_config) else None
+
+
 def main(argv: Sequence[str] | None = None) -> None:
     args = parse_args(sys.argv[1:] if argv is None else argv)
-    exit_when = os.environ.get("SPECGATE_SIM_EXIT")
-    if exit_when == "startup" or (exit_when == "speculative" and args.speculative_config):
+    if exit_when := _fault("EXIT", args):
         raise SystemExit(f"simulated engine failure at startup (SPECGATE_SIM_EXIT={exit_when})")
+    if _fault("STUCK", args):
+        web.run_app(loading_forever_app(), host=args.host, port=args.port, print=None)
+        return
     spec = speculation(args.speculative_config)
     engine = SimEngine(
         served_name=(args.served_model_name or [args.model])[0],

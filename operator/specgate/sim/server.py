@@ -230,6 +230,19 @@ def _chunk(kind: str, rid: str, model: str, text: str | None, finish: str | None
 ENGINE_LOOP = web.AppKey("engine_loop", asyncio.Task[None])
 
 
+def loading_forever_app() -> web.Application:
+    """An engine stuck loading: vLLM opens its socket before the engine is up and every request,
+    /health included, hangs meanwhile, so the pod never becomes Ready."""
+
+    async def hang(_: web.Request) -> web.Response:
+        await asyncio.Event().wait()
+        raise AssertionError("unreachable: the event is never set")
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", hang)
+    return app
+
+
 def make_app(engine: SimEngine) -> web.Application:
     async def health(_: web.Request) -> web.Response:
         return web.Response(status=200)
