@@ -64,6 +64,12 @@ class PrometheusClient:
 
     def track_metrics(self, sel: Selector, window: Window) -> TrackMetrics | None:
         """The track's figures over the window; None when the track has no series at all."""
+        try:
+            return self._track_metrics(sel, window)
+        except (KeyError, IndexError, TypeError, ValueError) as exc:  # ValueError: JSON that is not
+            raise MetricsUnavailable(f"malformed Prometheus response: {exc!r}") from exc
+
+    def _track_metrics(self, sel: Selector, window: Window) -> TrackMetrics | None:
         seconds = max(int((window.end - window.start).total_seconds()), 1)
         rng = f"[{seconds}s]"
         at = window.end

@@ -10,12 +10,14 @@ import asyncio
 import json
 import shutil
 import subprocess
+import threading
 import time
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
 from contextlib import ExitStack
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
@@ -26,7 +28,7 @@ from specgate.api import MetricsSource
 from specgate.gates import Histogram, histogram_quantile
 from specgate.lab.calibrate import free_port
 from specgate.loadgen import run_load
-from specgate.prometheus import PrometheusClient, Selector
+from specgate.prometheus import MetricsUnavailable, PrometheusClient, Selector
 from specgate.rollout import Window
 
 SPEC = {"method": "eagle3", "model": "specgate/tiny-llama-eagle3", "num_speculative_tokens": 3}
@@ -160,3 +162,40 @@ def test_alpha_and_p99_through_prometheus_equal_the_engines_own(prometheus: tupl
     )
     assert metrics.mean_itl_ms == pytest.approx(1000 * itl_sum / itl_count, rel=0.05)
     assert metrics.window_start == start
+
+
+MALFORMED = {
+    "not JSON": b"<html>proxy error</html>",
+    "no data": b'{"status": "success"}',
+    "value without a number": b'{"status":"success","data":{"resultType":"vector","result":[{"metric":{"le":"0.1"},"value":[1]}]}}',
+    "bucket without le": b'{"status":"success","data":{"resultType":"vector","result":[{"metric":{},"value":[1,"2"]}]}}',
+    "not a number": b'{"status":"success","data":{"resultType":"vector","result":[{"metric":{"le":"x"},"value":[1,"y"]}]}}',
+}
+
+
+@pytest.mark.parametrize("body", MALFORMED.values(), ids=MALFORMED.keys())
+def test_a_malformed_prometheus_answer_is_metrics_unavailable(body: bytes) -> None:
+    """A proxy's error page or a broken answer is MetricsUnavailable (never a verdict, never a crash)."""
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *_: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        prom = PrometheusClient(f"http://127.0.0.1:{server.server_address[1]}")
+        now = datetime.now(UTC)
+        with pytest.raises(MetricsUnavailable, match="Prometheus"):
+            prom.track_metrics(
+                Selector("ns", "d", "canary", MetricsSource()), Window(now - timedelta(minutes=1), now)
+            )
+    finally:
+        server.shutdown()
