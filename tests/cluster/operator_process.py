@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -37,6 +38,7 @@ def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: 
 
 
 OPERATOR_INTERVAL_SECONDS = 2  # between reconciles of one object
+RECONCILE_LINE = re.compile(r"Timer 'reconcile' (succeeded|failed)")  # logged with --verbose
 
 
 def _spawn(kubeconfig: str, log_path: Path, extra: tuple[str, ...]) -> subprocess.Popen[bytes]:

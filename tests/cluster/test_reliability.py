@@ -4,7 +4,6 @@ secrets, and a fuzz of the API. Real API server, operator process, Prometheus; s
 from __future__ import annotations
 
 import json
-import re
 import time
 import uuid
 from collections import Counter
@@ -18,7 +17,13 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
-from tests.cluster.operator_process import OPERATOR_INTERVAL_SECONDS, create_sd, get_sd, wait_for
+from tests.cluster.operator_process import (
+    OPERATOR_INTERVAL_SECONDS,
+    RECONCILE_LINE,
+    create_sd,
+    get_sd,
+    wait_for,
+)
 from tests.cluster.rollouts import (
     SETTLED,
     fake_gpu_node,
@@ -39,7 +44,6 @@ pytestmark = pytest.mark.cluster
 
 GOOD = {"SPECGATE_SIM_ALPHA": "0.8"}
 SHORT = {"warmup": "2s", "analysisWindow": "10s"}  # enough for a baseline measurement
-RECONCILE_LINE = re.compile(r"\[[^]]*/gone\] Timer 'reconcile' (?:succeeded|failed)")
 
 
 def phase_of(obj: dict[str, Any]) -> str | None:

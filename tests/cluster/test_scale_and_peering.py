@@ -3,14 +3,13 @@ operator processes and Prometheus; simulated engines (the figures are about the 
 
 from __future__ import annotations
 
-import re
 import time
 from collections import Counter
 from typing import Any
 
 import pytest
 from kubernetes import client
-from tests.cluster.operator_process import create_sd, wait_for
+from tests.cluster.operator_process import RECONCILE_LINE, create_sd, wait_for
 from tests.cluster.rollouts import (
     SETTLED,
     Load,
@@ -30,7 +29,6 @@ pytestmark = pytest.mark.cluster
 
 ROLLOUTS = 50
 GOOD_ALPHA, BAD_ALPHA = 0.8, 0.3
-RECONCILE_LINE = re.compile(r"Timer 'reconcile' (succeeded|failed)")
 
 
 def test_fifty_rollouts_at_once_reach_their_verdicts(lab: dict[str, Any]) -> None:
