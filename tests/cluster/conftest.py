@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
+from tests.cluster.rollouts import FIGURES
 from tests.conftest import ROOT
 
 from specgate import api
@@ -95,3 +96,11 @@ def lab(
         "prometheus_url": prometheus_url,
         "log_dir": tmp_path,
     }
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    """The figures the cluster tests measured, for CI's log and the issues' notes."""
+    if FIGURES:
+        terminalreporter.section("figures measured by the cluster tests")
+        for line in FIGURES:
+            terminalreporter.write_line(line)

@@ -220,5 +220,9 @@ def orphaned_pods(api_client: client.ApiClient, namespace: str) -> list[str]:
     ]
 
 
+FIGURES: list[str] = []  # printed in the session's summary (tests/cluster/conftest.py)
+
+
 def report(**figures: object) -> None:
-    print("\nRELIABILITY " + " ".join(f"{k}={v}" for k, v in figures.items()))
+    """Record a test's measured figures (kills survived, fuzz cases, verdicts, ...) for the summary."""
+    FIGURES.append(" ".join(f"{k}={v}" for k, v in figures.items()))

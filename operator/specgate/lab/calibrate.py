@@ -117,13 +117,22 @@ def draft_for_alpha(target_alpha: float) -> tuple[str, float]:
     return f"specgate/{NOISE_PREFIX}{scale}", alpha
 
 
+def cpu_model() -> str:
+    """The CPU a calibration holds for: random tiny models have tiny logit margins, so the CPU's
+    bf16 kernels decide some greedy tokens, and a draft's alpha differs from one CPU to another."""
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return "unknown"
+
+
 def main(argv: list[str]) -> None:
     scales = [float(a) for a in argv] or [0.0, 0.01, 0.02, 0.03, 0.05, 0.1]
     table = calibrate(scales, Path("/tmp"))
     CALIBRATION.write_text(
         json.dumps(
             {"method": "draft_model", "num_speculative_tokens": K, "max_tokens": MAX_TOKENS,
-             "prompts": list(PROMPTS), "greedy": True, "alpha_by_noise": table},
+             "prompts": list(PROMPTS), "greedy": True, "cpu": cpu_model(), "alpha_by_noise": table},
             indent=2,
         ) + "\n"
     )  # fmt: skip
