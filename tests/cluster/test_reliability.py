@@ -67,14 +67,17 @@ def history_time(status: dict[str, Any], phase: str) -> datetime:
 # --- 1 and 4: SIGKILL the operator at every phase boundary; a Secret never leaks ---
 
 
-def test_operator_survives_sigkill_at_every_phase_and_never_leaks_the_token(lab: dict[str, Any]) -> None:
+@pytest.mark.parametrize("seed", [0, 1])  # the engines' randomness: other traffic, other kill moments
+def test_operator_survives_sigkill_at_every_phase_and_never_leaks_the_token(
+    lab: dict[str, Any], seed: int
+) -> None:
     api_client, namespace = lab["api_client"], lab["namespace"]
     token = f"hf_{uuid.uuid4().hex}"
     client.CoreV1Api(api_client).create_namespaced_secret(
         namespace,
         client.V1Secret(metadata=client.V1ObjectMeta(name="hf-token"), string_data={"token": token}),
     )
-    body = sim_rollout("restart", GOOD)
+    body = sim_rollout("restart", {**GOOD, "SPECGATE_SIM_SEED": str(seed)})
     body["spec"]["env"].append(
         {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "token"}}}
     )
@@ -107,7 +110,12 @@ def test_operator_survives_sigkill_at_every_phase_and_never_leaks_the_token(lab:
 
     run = run_rollout(body=body, during=kill_at_boundaries, operator=operator, timeout=480, **lab)
     status = run.status
-    report(kills_survived=operator.kills, kill_points=",".join(killed), invariant_violations=len(violations))
+    report(
+        seed=seed,
+        kills_survived=operator.kills,
+        kill_points=",".join(killed),
+        invariant_violations=len(violations),
+    )
     assert status["phase"] == "Promoted", status.get("message")
     # Baseline and Analyzing last tens of seconds; Canary, mid-analysis and Promoting are caught when
     # a 2-s poll lands in them (it did in every run so far).
