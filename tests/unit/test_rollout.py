@@ -134,13 +134,19 @@ def test_baseline_waits_for_ready_then_warms_up_then_measures() -> None:
     assert window is not None and window.end - window.start == timedelta(seconds=60)
     run.step(after=60, baseline=ready(2), baseline_metrics=metrics())
     assert run.phase == Phase.BASELINE  # warm-up (30 s) + window (60 s) not over yet
-    d = run.step(after=35, baseline=ready(2), baseline_metrics=metrics())
+    measured = replace(metrics(), mean_itl_ms=41.5, window_start=run.now - timedelta(seconds=25))
+    d = run.step(after=35, baseline=ready(2), baseline_metrics=measured)
     assert run.phase == Phase.CANARY
     assert (d.baseline_replicas, d.canary_replicas) == (1, 1)
     assert run.status.baseline is not None and run.status.baseline.p99_itl_ms == pytest.approx(
         58.333
     )  # interpolated in 50-75 ms
     assert len(run.status.baseline.itl_bucket_counts) == len(ITL_BOUNDS)
+    assert run.status.baseline.mean_itl_ms == 41.5
+    assert (run.status.baseline.window_start, run.status.baseline.window_end) == (
+        rollout.iso(run.now - timedelta(seconds=60)),
+        rollout.iso(run.now),
+    )
 
 
 def test_a_quiet_baseline_is_inconclusive_after_the_max_duration() -> None:
