@@ -35,12 +35,12 @@ def crd(api_client: client.ApiClient) -> None:
 
 
 def test_samples_are_accepted(api_client: client.ApiClient, namespace: str) -> None:
-    for sample in ("llama-3.1-8b-eagle3.yaml", "tiny-cpu.yaml"):
+    for sample in ("llama-3.1-8b-eagle3.yaml", "tiny-cpu.yaml", "tiny-cpu-low-alpha.yaml"):
         body = load_sample(sample)
         body["metadata"]["namespace"] = namespace
         created = create_sd(api_client, namespace, body, dry_run=True)
         # The API server applied the schema's defaults.
-        assert created["spec"]["rollout"]["gates"]["minAcceptanceRate"] in (0.55, 0.55)
+        assert created["spec"]["rollout"]["gates"]["minAcceptanceRate"] == 0.55
         assert created["spec"]["speculative"]["numSpeculativeTokens"] >= 1
 
 
@@ -145,7 +145,8 @@ def test_kubectl_get_shows_the_columns(
     ).stdout  # fmt: skip
     header = out.splitlines()[0].split()
     assert header == ["NAME", "PHASE", "METHOD", "K", "ALPHA", "P99-ITL-BASE", "P99-ITL-CANARY", "AGE"]
-    assert out.splitlines()[1].split()[:2] == ["tiny", "draft_model"] or "draft_model" in out
+    row = out.splitlines()[1].split()  # no operator runs: status columns are empty or <none>
+    assert row[0] == "tiny" and row[row.index("draft_model") + 1] == "4", out
 
 
 def test_an_invalid_spec_that_slips_past_the_schema_fails_without_children(
