@@ -84,6 +84,19 @@ class Action(StrEnum):
     PAUSE = "Pause"
 
 
+class MeasurementMode(StrEnum):
+    TRAFFIC = "traffic"
+    BENCHMARK = "benchmark"
+    BOTH = "both"
+
+
+class Dataset(StrEnum):
+    RANDOM = "random"
+    SHAREGPT = "sharegpt"
+    SPEC_BENCH = "spec_bench"
+    CUSTOM = "custom"
+
+
 class ModelSpec(Model):
     name: str = Field(
         min_length=1,
@@ -220,6 +233,63 @@ class Guard(Model):
     )
 
 
+class DatasetSource(Model):
+    config_map: str = Field(
+        min_length=1, description="ConfigMap mounted read-only at /datasets in the benchmark pod."
+    )
+
+
+# A Job's result comes back in the pod's termination message (4 KiB), one compact line per point.
+MAX_CONCURRENCY_POINTS = 8
+
+
+class Benchmark(Model):
+    """`vllm bench serve` run by a Job against one track's pods (Service <name>-<track>)."""
+
+    dataset: Dataset = Field(
+        Dataset.RANDOM,
+        description="random (synthetic prompts of inputLen tokens), sharegpt, spec_bench, or custom "
+        '(JSONL with a "prompt" per line). All but random read datasetPath.',
+    )
+    dataset_path: str | None = Field(
+        None,
+        description="File inside the benchmark pod: under /datasets when datasetFrom is set, or on the "
+        "modelCache volume. Required unless dataset is random.",
+    )
+    dataset_from: DatasetSource | None = Field(None, description="Where /datasets comes from.")
+    num_prompts: int = Field(200, ge=1, description="Prompts per concurrency point.")
+    concurrency: list[Annotated[int, Field(ge=1)]] = Field(
+        default_factory=lambda: [1, 8, 32],
+        min_length=1,
+        max_length=MAX_CONCURRENCY_POINTS,
+        description="Concurrency points (--max-concurrency), each run for baseline and canary. "
+        "Speculation tends to help at low concurrency and hurt at high.",
+    )
+    gate_concurrency: int | None = Field(
+        None,
+        ge=1,
+        description="The production concurrency: the point the gates apply at. Must be one of "
+        "concurrency; defaults to the highest point.",
+    )
+    request_rate: float | None = Field(
+        None, gt=0, description="Requests per second (Poisson); unset sends as fast as concurrency allows."
+    )
+    input_len: int = Field(256, ge=1, description="Prompt tokens (random dataset).")
+    output_len: int = Field(128, ge=1, description="Output tokens per request.")
+    seed: int = Field(0, description="Seed of prompt sampling: baseline and canary get the same prompts.")
+    image: str | None = Field(None, description="Image with vLLM's benchmark; defaults to spec.image.")
+    timeout: Duration = duration("30m", "Longest run of one track's Job (all points) before it fails.")
+    max_failed_requests: float = Field(
+        0.01,
+        ge=0,
+        lt=1,
+        description="Fraction of failed requests above which the measurement fails (MeasurementFailed).",
+    )
+
+    def gate_point(self) -> int:
+        return self.gate_concurrency if self.gate_concurrency is not None else max(self.concurrency)
+
+
 class RolloutSpec(Model):
     strategy: Strategy = Field(
         Strategy.CANARY,
@@ -243,6 +313,15 @@ class RolloutSpec(Model):
     )
     on_inconclusive: Action = Field(
         Action.ROLL_BACK, description="RollBack or Pause when maxAnalysisDuration passes without a verdict."
+    )
+    measurement: MeasurementMode = Field(
+        MeasurementMode.TRAFFIC,
+        description="traffic: measure production traffic in Prometheus. benchmark: run spec.rollout."
+        "benchmark as a Job against each track (quiet services, pre-production). both: promote only "
+        "when both pass.",
+    )
+    benchmark: Benchmark = Field(
+        default_factory=Benchmark, description="The benchmark run when measurement is benchmark or both."
     )
     gates: Gates = Field(default_factory=Gates, description="Promotion gates.")
     metrics: MetricsSource = Field(default_factory=MetricsSource, description="Where metrics come from.")
@@ -276,6 +355,14 @@ class SpeculativeDeploymentSpec(Model):
     @property
     def served_name(self) -> str:
         return self.model.served_name or self.model.name
+
+    @property
+    def benchmarks(self) -> bool:
+        return self.rollout.measurement != MeasurementMode.TRAFFIC
+
+    @property
+    def measures_traffic(self) -> bool:
+        return self.rollout.measurement != MeasurementMode.BENCHMARK
 
 
 # --- cross-field rules: one declaration, enforced by the API server (CEL) and by the operator ---
@@ -368,11 +455,33 @@ RULES: tuple[Rule, ...] = (
         "tensorParallelSize",
         lambda s: s.tensor_parallel_size <= s.resources.gpus,
     ),
+    Rule(
+        Benchmark,
+        "self.dataset == 'random' || has(self.datasetPath)",
+        "datasetPath is required for datasets sharegpt, spec_bench and custom: name the file in the pod",
+        "datasetPath",
+        lambda b: b.dataset == Dataset.RANDOM or b.dataset_path is not None,
+    ),
+    Rule(
+        Benchmark,
+        "!has(self.gateConcurrency) || self.concurrency.exists(c, c == self.gateConcurrency)",
+        "gateConcurrency must be one of concurrency: add it to the points or pick one of them",
+        "gateConcurrency",
+        lambda b: b.gate_concurrency is None or b.gate_concurrency in b.concurrency,
+    ),
+    Rule(
+        Benchmark,
+        "!has(self.concurrency) || self.concurrency.all(c, int(c) == c)",
+        "concurrency points must be whole numbers without a decimal point: write 8, not 8.0",
+        "concurrency",
+        None,  # as _whole_number: pydantic reads 8.0 as 8
+    ),
     # Integer fields that the rules above read: name them when a float stands in one.
     _whole_number(GPUResources, "gpus"),
     _whole_number(SpeculativeDeploymentSpec, "tensorParallelSize"),
     _whole_number(SpeculativeSpec, "promptLookupMin"),
     _whole_number(SpeculativeSpec, "promptLookupMax"),
+    _whole_number(Benchmark, "gateConcurrency"),
 )
 
 
@@ -505,6 +614,68 @@ class Recommendation(StatusModel):
     message: str = Field("", description="How it was derived.")
 
 
+class BenchmarkPoint(StatusModel):
+    """One concurrency point of one track's benchmark, as `vllm bench serve` reported it."""
+
+    concurrency: int = Field(description="--max-concurrency of the run.")
+    completed: int | None = Field(None, description="Requests completed.")
+    failed: int | None = Field(None, description="Requests failed.")
+    p99_itl_ms: float | None = Field(None, description="P99 inter-token latency, ms.")
+    mean_itl_ms: float | None = Field(None, description="Mean inter-token latency, ms.")
+    p99_tpot_ms: float | None = Field(None, description="P99 time per output token, ms.")
+    mean_tpot_ms: float | None = Field(None, description="Mean time per output token, ms.")
+    p99_ttft_ms: float | None = Field(None, description="P99 time to first token, ms.")
+    output_throughput: float | None = Field(None, description="Output tokens per second.")
+    acceptance_rate: float | None = Field(
+        None, description="Alpha the benchmark read from the server (0..1); absent before vLLM 0.11."
+    )
+    drafts: int | None = Field(None, description="Drafts during the run, as the benchmark counted them.")
+    acceptance_per_position: list[float] = Field(
+        default_factory=list, description="Acceptance rate of draft position 0..K-1."
+    )
+
+
+class BenchmarkRun(StatusModel):
+    """One track's benchmark Job and its results."""
+
+    job: str = Field(description="The Job's name.")
+    start_time: str | None = Field(None, description="When the Job started (RFC 3339).")
+    completion_time: str | None = Field(None, description="When it finished (RFC 3339).")
+    points: list[BenchmarkPoint] = Field(default_factory=list, description="Results per concurrency.")
+
+
+class PointComparison(StatusModel):
+    """Baseline against canary at one concurrency point."""
+
+    concurrency: int = Field(description="The concurrency point.")
+    baseline_p99_itl_ms: float | None = Field(None, description="Baseline P99 ITL, ms.")
+    canary_p99_itl_ms: float | None = Field(None, description="Canary P99 ITL, ms.")
+    baseline_output_throughput: float | None = Field(None, description="Baseline output tokens/s.")
+    canary_output_throughput: float | None = Field(None, description="Canary output tokens/s.")
+    speedup: float | None = Field(
+        None, description="Baseline mean TPOT / canary mean TPOT: above 1, speculation is faster."
+    )
+    verdict: str = Field(description="Pass or Fail of the P99 ITL gate at this point.")
+
+
+class BenchmarkStatus(StatusModel):
+    baseline: BenchmarkRun | None = Field(None, description="The baseline's benchmark.")
+    canary: BenchmarkRun | None = Field(None, description="The canary's benchmark.")
+    points: list[PointComparison] = Field(default_factory=list, description="Baseline vs canary per point.")
+    gate_concurrency: int | None = Field(None, description="The point the gates applied at.")
+    break_even_concurrency: int | None = Field(
+        None, description="The highest point where speculation was still faster (speedup above 1)."
+    )
+    alpha: float | None = Field(None, description="Alpha the gate used.")
+    benchmark_alpha: float | None = Field(None, description="Alpha reported by the benchmark.")
+    prometheus_alpha: float | None = Field(
+        None, description="Alpha from the canary's Prometheus counters over the Job's time range."
+    )
+    alpha_disagreement: float | None = Field(
+        None, description="|benchmarkAlpha - prometheusAlpha|; above 0.02 it is reported as a Warning."
+    )
+
+
 class SpeculativeDeploymentStatus(StatusModel):
     phase: Phase = Field(Phase.PENDING, description="Where the rollout is.")
     observed_generation: int | None = Field(None, description="Generation this status describes.")
@@ -520,6 +691,9 @@ class SpeculativeDeploymentStatus(StatusModel):
     )
     baseline: Measurement | None = Field(None, description="Baseline figures.")
     canary: Measurement | None = Field(None, description="Canary figures (latest look).")
+    benchmark: BenchmarkStatus | None = Field(
+        None, description="Benchmark results (spec.rollout.measurement benchmark or both)."
+    )
     verdict: str | None = Field(None, description="Pass, Fail, InsufficientData or MetricsUnavailable.")
     recommendation: Recommendation | None = Field(None, description="Draft-length recommendation.")
     conditions: list[Condition] = Field(default_factory=list, description="Available/Progressing/Degraded.")

@@ -9,13 +9,14 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import kopf
 
 from specgate import api, kube, metrics, render, rollout
 from specgate.api import Phase, SpeculativeDeploymentSpec, SpeculativeDeploymentStatus
+from specgate.prometheus import ACCEPTANCE_STEP_SECONDS as PROMETHEUS_STEP_SECONDS
 from specgate.prometheus import MetricsUnavailable, PrometheusClient, Selector
 from specgate.render import Owner, Track
 
@@ -97,13 +98,16 @@ def observe(
         for track in Track
     }
     observation = rollout.Observation(generation, tracks[Track.BASELINE], tracks[Track.CANARY])
-    window = rollout.measurement_window(spec, status, now)
-    if window is None or status.observed_generation != generation:
+    if status.observed_generation != generation:
         return observation
-    url = spec.rollout.metrics.prometheus_url or default_prometheus_url()
+    if spec.benchmarks:
+        observation = _observe_benchmarks(spec, status, owner, observation, now)
+    window = rollout.measurement_window(spec, status, now)
+    if window is None or (not spec.measures_traffic and status.phase != Phase.PROMOTED):
+        return observation
+    url = prometheus_url(spec)
     if url is None:
-        error = "no Prometheus URL: set spec.rollout.metrics.prometheusUrl or run with --prometheus-url"
-        return replace(observation, metrics_error=error)
+        return replace(observation, metrics_error=NO_PROMETHEUS)
     prom = PrometheusClient(url)
     try:
         baseline = canary = None
@@ -116,6 +120,46 @@ def observe(
     return replace(observation, baseline_metrics=baseline, canary_metrics=canary)
 
 
+NO_PROMETHEUS = "no Prometheus URL: set spec.rollout.metrics.prometheusUrl or run with --prometheus-url"
+# Prometheus sees a counter's increase only from the scrape after it: reach back one step before
+# the Job, which on a quiet service adds nothing.
+JOB_RANGE_MARGIN = timedelta(seconds=PROMETHEUS_STEP_SECONDS)
+
+
+def prometheus_url(spec: SpeculativeDeploymentSpec) -> str | None:
+    return spec.rollout.metrics.prometheus_url or default_prometheus_url()
+
+
+def _observe_benchmarks(
+    spec: SpeculativeDeploymentSpec,
+    status: SpeculativeDeploymentStatus,
+    owner: Owner,
+    observation: rollout.Observation,
+    now: datetime,
+) -> rollout.Observation:
+    """The benchmark Job of the phase's track and, once the canary's has run, its alpha in Prometheus."""
+    if status.phase == Phase.BASELINE:
+        job = kube.benchmark_job(
+            owner.namespace, render.benchmark_job_name(owner, Track.BASELINE, observation.generation)
+        )
+        return replace(observation, baseline_job=job)
+    if status.phase != Phase.ANALYZING:
+        return observation
+    job = kube.benchmark_job(
+        owner.namespace, render.benchmark_job_name(owner, Track.CANARY, observation.generation)
+    )
+    observation = replace(observation, canary_job=job)
+    url = prometheus_url(spec)
+    if not job.finished or job.start is None or url is None:
+        return observation
+    window = rollout.Window(job.start - JOB_RANGE_MARGIN, max(job.end or now, now))
+    try:
+        metrics = PrometheusClient(url).track_metrics(_selector(spec, owner, Track.CANARY), window)
+    except MetricsUnavailable:
+        return observation  # the gate falls back on the benchmark's own alpha
+    return replace(observation, canary_job_acceptance=metrics.acceptance if metrics else None)
+
+
 def _selector(spec: SpeculativeDeploymentSpec, owner: Owner, track: Track) -> Selector:
     return Selector(owner.namespace, owner.name, track.value, spec.rollout.metrics)
 
@@ -123,12 +167,17 @@ def _selector(spec: SpeculativeDeploymentSpec, owner: Owner, track: Track) -> Se
 def apply_children(spec: SpeculativeDeploymentSpec, owner: Owner, decision: rollout.Decision) -> None:
     baseline = render.deployment(spec, owner, Track.BASELINE, decision.baseline_replicas)
     children = [baseline, render.service(owner)]
+    if spec.benchmarks:
+        children += [render.service(owner, track) for track in Track]
     if decision.canary_replicas is not None:
         canary = render.deployment(spec, owner, Track.CANARY, decision.canary_replicas)
         # Scaling the canary down goes first so its GPUs are free before the baseline grows.
         children = [canary, *children] if decision.canary_replicas == 0 else [*children, canary]
     if spec.rollout.metrics.pod_monitor:
         children.append(render.pod_monitor(owner))
+    if decision.benchmark_track is not None:
+        track = Track(decision.benchmark_track)
+        children.append(render.benchmark_job(spec, owner, track, decision.status.observed_generation or 0))
     for manifest in children:
         kube.apply(manifest)
 

@@ -13,7 +13,7 @@ from kubernetes.client.exceptions import ApiException
 
 from specgate import api
 from specgate.render import Manifest
-from specgate.rollout import TrackState
+from specgate.rollout import BenchmarkJob, TrackState
 
 FIELD_MANAGER = "specgate"
 APPLY = "application/apply-patch+yaml"  # a JSON body is valid YAML
@@ -32,6 +32,7 @@ PERMISSIONS: tuple[tuple[str, str, frozenset[str]], ...] = (
     ("apps", "deployments", frozenset({"get", "create", "patch"})),
     ("", "services", frozenset({"create", "patch"})),
     ("", "pods", frozenset({"list"})),
+    ("batch", "jobs", frozenset({"get", "create"})),
     ("", "events", frozenset({"create"})),
     ("events.k8s.io", "events", frozenset({"create"})),
     ("monitoring.coreos.com", "podmonitors", frozenset({"create", "patch"})),
@@ -61,6 +62,14 @@ def apply(manifest: Manifest) -> None:
         client.AppsV1Api().patch_namespaced_deployment(name, namespace, manifest, **common)
     elif kind == "Service":
         client.CoreV1Api().patch_namespaced_service(name, namespace, manifest, **common)
+    elif kind == "Job":  # immutable once created; its name carries the generation it measures
+        try:
+            client.BatchV1Api().create_namespaced_job(
+                namespace, cast(Any, manifest), field_manager=FIELD_MANAGER
+            )
+        except ApiException as exc:
+            if exc.status != 409:
+                raise
     elif kind == "PodMonitor":
         client.CustomObjectsApi().patch_namespaced_custom_object(
             "monitoring.coreos.com", "v1", namespace, "podmonitors", name, manifest, **common
@@ -86,6 +95,38 @@ def track_state(namespace: str, name: str, selector: dict[str, str]) -> TrackSta
         failure=next((f for f in map(_pod_failure, pods) if f), None),
         waiting=next((w for w in map(_pod_unscheduled, pods) if w), None),
     )
+
+
+def benchmark_job(namespace: str, name: str) -> BenchmarkJob:
+    """The Job's outcome and its pod's termination message (the driver's report)."""
+    try:
+        job = client.BatchV1Api().read_namespaced_job(name, namespace)
+    except ApiException as exc:
+        if exc.status == 404:
+            return BenchmarkJob(name)
+        raise
+    status = job.status or client.V1JobStatus()
+    conditions = {c.type: c for c in (status.conditions or []) if c.status == "True"}
+    pods = client.CoreV1Api().list_namespaced_pod(namespace, label_selector=f"job-name={name}").items
+    terminated = next(filter(None, map(_terminated, pods)), None)
+    failure = next((f for f in map(_pod_failure, pods) if f), None)
+    if "Failed" in conditions:
+        failed = conditions["Failed"]
+        failure = f"Job {failed.reason}: {failed.message or ''}".strip()
+    return BenchmarkJob(
+        name,
+        exists=True,
+        finished=bool({"Complete", "Failed"} & set(conditions)) or failure is not None,
+        failure=failure,
+        report=terminated.message if terminated is not None else None,
+        start=status.start_time,
+        end=status.completion_time,
+    )
+
+
+def _terminated(pod: Any) -> Any:
+    statuses = (pod.status.container_statuses or []) if pod.status else []
+    return statuses[0].state.terminated if statuses and statuses[0].state else None
 
 
 def _pod_failure(pod: Any) -> str | None:

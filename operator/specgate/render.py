@@ -10,9 +10,10 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from enum import StrEnum
+from pathlib import Path
 from typing import Any
 
-from specgate import api
+from specgate import api, benchmark
 
 Manifest = dict[str, Any]
 
@@ -21,6 +22,9 @@ LABEL_DEPLOYMENT = "specgate.dev/deployment"
 LABEL_TRACK = "specgate.dev/track"
 LABEL_METHOD = "specgate.dev/method"
 LABEL_ENGINE = "specgate.dev/engine"
+LABEL_BENCHMARK = "specgate.dev/benchmark"  # on benchmark pods: the track they measure
+DRIVER_SOURCE = (Path(__file__).parent / "bench_driver.py").read_text()
+MAX_NAME = 63  # a Job's name becomes its pods' job-name label value
 
 
 class Track(StrEnum):
@@ -195,15 +199,83 @@ def deployment(spec: api.SpeculativeDeploymentSpec, owner: Owner, track: Track, 
     }
 
 
-def service(owner: Owner) -> Manifest:
-    """One Service over both tracks: traffic follows the replica ratio of baseline and canary."""
+def service(owner: Owner, track: Track | None = None) -> Manifest:
+    """Service <name> over both tracks (traffic follows the replica ratio of baseline and canary),
+    or <name>-<track> over one track's pods, which a benchmark Job measures alone."""
+    selector = {LABEL_DEPLOYMENT: owner.name, "app.kubernetes.io/name": "vllm"}
+    if track is not None:
+        selector[LABEL_TRACK] = track.value
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _metadata(owner, owner.name, {"app.kubernetes.io/managed-by": "specgate"}),
+        "metadata": _metadata(
+            owner, service_name(owner, track), {"app.kubernetes.io/managed-by": "specgate"}
+        ),
         "spec": {
-            "selector": {LABEL_DEPLOYMENT: owner.name, "app.kubernetes.io/name": "vllm"},
+            "selector": selector,
             "ports": [{"name": "http", "port": HTTP_PORT, "targetPort": "http", "protocol": "TCP"}],
+        },
+    }
+
+
+def service_name(owner: Owner, track: Track | None = None) -> str:
+    return owner.name if track is None else deployment_name(owner, track)
+
+
+def benchmark_job_name(owner: Owner, track: Track, generation: int) -> str:
+    """Named for the generation, so that a new rollout never reads an older one's result."""
+    suffix = f"-bench-{track.value}-{generation}"
+    return owner.name[: MAX_NAME - len(suffix)].rstrip("-.") + suffix
+
+
+def benchmark_job(
+    spec: api.SpeculativeDeploymentSpec, owner: Owner, track: Track, generation: int
+) -> Manifest:
+    """A Job running bench_driver (`vllm bench serve` per concurrency point) against Service
+    <name>-<track>. It requests no GPU and runs once: a failed benchmark is a verdict, not a retry."""
+    bench = spec.rollout.benchmark
+    url = f"http://{service_name(owner, track)}.{owner.namespace}.svc:{HTTP_PORT}"
+    env = [
+        *_env(spec),
+        {"name": "SPECGATE_BENCH_CONFIG", "value": json.dumps(benchmark.driver_config(spec, url))},
+    ]
+    volumes, mounts = _volumes(spec)
+    volumes, mounts = volumes[1:], mounts[1:]  # no /dev/shm: the client runs no tensor-parallel workers
+    if bench.dataset_from is not None:
+        volumes.append({"name": "datasets", "configMap": {"name": bench.dataset_from.config_map}})
+        mounts.append({"name": "datasets", "mountPath": "/datasets", "readOnly": True})
+    labels = {
+        "app.kubernetes.io/managed-by": "specgate",
+        LABEL_DEPLOYMENT: owner.name,
+        LABEL_BENCHMARK: track.value,
+    }
+    container = {
+        "name": "benchmark",
+        "image": bench.image or spec.image,
+        "command": ["python3", "-c", DRIVER_SOURCE],
+        "env": env,
+        "volumeMounts": mounts,
+        "resources": {"requests": {"cpu": "1", "memory": "2Gi"}},
+        # The result is the termination message; a crash leaves the log's tail there instead.
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": _metadata(owner, benchmark_job_name(owner, track, generation), dict(labels)),
+        "spec": {
+            "backoffLimit": 0,
+            "activeDeadlineSeconds": max(int(api.parse_duration(bench.timeout)), 1),
+            "ttlSecondsAfterFinished": 24 * 3600,
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [container],
+                    "volumes": volumes,
+                    "tolerations": [t.model_dump(by_alias=True, exclude_none=True) for t in spec.tolerations],
+                },
+            },
         },
     }
 

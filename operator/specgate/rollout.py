@@ -11,9 +11,11 @@ import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from specgate import conditions, gates, planning
+from specgate import benchmark, conditions, gates, planning
 from specgate.api import (
     Action,
+    BenchmarkRun,
+    BenchmarkStatus,
     HistoryEntry,
     Measurement,
     Phase,
@@ -73,6 +75,9 @@ class Reason:
     ROLLED_BACK = "RolledBack"
     PAUSED = "Paused"
     RESUMED = "Resumed"
+    RUNNING_BENCHMARK = "RunningBenchmark"
+    MEASUREMENT_FAILED = "MeasurementFailed"
+    ALPHA_DISAGREEMENT = "AlphaDisagreement"
 
 
 # --- what the handler observed ---
@@ -109,6 +114,19 @@ class TrackMetrics:
 
 
 @dataclass(frozen=True)
+class BenchmarkJob:
+    """A track's benchmark Job as the API server reports it."""
+
+    name: str
+    exists: bool = False
+    finished: bool = False
+    failure: str | None = None  # the Job failed, or its pod cannot start
+    report: str | None = None  # the pod's termination message: bench_driver's report
+    start: datetime | None = None
+    end: datetime | None = None
+
+
+@dataclass(frozen=True)
 class Observation:
     generation: int
     baseline: TrackState = TrackState()
@@ -116,6 +134,10 @@ class Observation:
     baseline_metrics: TrackMetrics | None = None
     canary_metrics: TrackMetrics | None = None
     metrics_error: str | None = None  # set when Prometheus failed or returned nothing usable
+    baseline_job: BenchmarkJob | None = None
+    canary_job: BenchmarkJob | None = None
+    # The canary's spec-decode counters over its benchmark Job's time range (None: unavailable).
+    canary_job_acceptance: tuple[AcceptanceWindow, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -131,6 +153,7 @@ class Decision:
     baseline_replicas: int
     canary_replicas: int | None  # None: no canary Deployment (yet)
     events: tuple[Event, ...] = field(default_factory=tuple)
+    benchmark_track: str | None = None  # the track whose benchmark Job must exist now
 
 
 @dataclass(frozen=True)
@@ -194,6 +217,7 @@ class _Step:
     baseline_replicas: int
     canary_replicas: int | None
     events: list[Event] = field(default_factory=list)
+    benchmark_track: str | None = None
 
     def enter(self, phase: Phase, reason: str, message: str, warning: bool = False) -> None:
         current = self.status.phase
@@ -237,7 +261,9 @@ class _Step:
                 ),
             }
         )
-        return Decision(status, self.baseline_replicas, self.canary_replicas, tuple(self.events))
+        return Decision(
+            status, self.baseline_replicas, self.canary_replicas, tuple(self.events), self.benchmark_track
+        )
 
 
 def invalid_spec(
@@ -297,6 +323,7 @@ def _restart(step: _Step) -> None:
             "phase_since": iso(step.now),
             "baseline": None,
             "canary": None,
+            "benchmark": None,
             "verdict": None,
             "recommendation": None,
             "metrics_unavailable_since": None,
@@ -337,19 +364,34 @@ def _baseline(step: _Step) -> None:
             f"baseline is Ready; warming up for {spec.rollout.warmup}, then measuring",
         )
     measured_from = _baseline_measurement_start(spec, step.status)
-    if measured_from is None or step.now < measured_from + _seconds(spec.rollout.analysis_window):
+    if measured_from is None or step.now < measured_from:
         return
-    metrics = _metrics_or_budget(step, obs.baseline_metrics)
+    if spec.benchmarks and _benchmark_run(step, "baseline") is None:
+        return
+    if spec.measures_traffic and not _traffic_baseline(step, measured_from):
+        return
+    step.canary_replicas = _canary_replicas(spec)
+    step.baseline_replicas = _baseline_replicas_beside_canary(spec)
+    figures = [_figures("baseline", step.status.baseline)] if spec.measures_traffic else []
+    if spec.benchmarks:
+        figures.append(_benchmark_figures("baseline", step.status.benchmark, spec))
+    step.enter(Phase.CANARY, Reason.BASELINE_MEASURED, "; ".join(figures))
+
+
+def _traffic_baseline(step: _Step, measured_from: datetime) -> bool:
+    """Measure the baseline's production traffic once its analysis window has passed."""
+    spec = step.spec
+    if step.now < measured_from + _seconds(spec.rollout.analysis_window):
+        return False
+    metrics = _metrics_or_budget(step, step.obs.baseline_metrics)
     if metrics is None:
-        return
+        return False
     itl = metrics.itl
     if itl is None or itl.counts[-1] < spec.rollout.gates.min_latency_samples:
         _inconclusive_or_wait(step, "baseline has too little traffic to measure: send traffic to the Service")
-        return
+        return False
     step.status = step.status.model_copy(update={"baseline": _measurement(metrics, step.now)})
-    step.canary_replicas = _canary_replicas(spec)
-    step.baseline_replicas = _baseline_replicas_beside_canary(spec)
-    step.enter(Phase.CANARY, Reason.BASELINE_MEASURED, _figures("baseline", step.status.baseline))
+    return True
 
 
 def _baseline_measurement_start(
@@ -390,37 +432,134 @@ def _canary(step: _Step) -> None:
 
 
 def _analyzing(step: _Step) -> None:
-    spec, obs = step.spec, step.obs
+    spec = step.spec
     if not _keep_canary(step):
         return
     if step.elapsed() <= timedelta(0):
         return  # still warming up (phase_since is the end of the warm-up)
-    metrics = _metrics_or_budget(step, obs.canary_metrics)
-    if metrics is None:
+    results = _traffic_gates(step) if spec.measures_traffic else []
+    if results is None:
         return
-    acceptance, latency = _gate_results(step, metrics)
-    step.status = step.status.model_copy(
-        update={
-            "canary": _canary_measurement(metrics, acceptance, step.now),
-            "verdict": _verdict(acceptance, latency),
-            "recommendation": _recommendation(metrics),
-        }
-    )
-    if acceptance.verdict == Verdict.FAIL:
-        _roll_back(step, Reason.ACCEPTANCE_BELOW_GATE, acceptance.message)
-    elif latency.verdict == Verdict.FAIL:
-        _roll_back(step, Reason.LATENCY_REGRESSION, latency.message)
-    elif acceptance.verdict == latency.verdict == Verdict.PASS and step.elapsed() >= _seconds(
-        spec.rollout.analysis_window
-    ):
+    if spec.benchmarks:
+        bench = _benchmark_gates(step)
+        if bench is None:
+            return  # rolled back: the benchmark failed
+        results += bench
+    verdicts = [result.verdict for _, result in results]
+    step.status = step.status.model_copy(update={"verdict": _verdict(verdicts)})
+    message = "; ".join(result.message for _, result in results)
+    failed = next(((reason, r) for reason, r in results if r.verdict == Verdict.FAIL), None)
+    traffic_window_passed = step.elapsed() >= _seconds(spec.rollout.analysis_window)
+    if failed is not None:
+        _roll_back(step, failed[0], failed[1].message)
+    elif all(v == Verdict.PASS for v in verdicts) and (traffic_window_passed or not spec.measures_traffic):
         step.canary_replicas = spec.replicas
-        step.enter(Phase.PROMOTING, Reason.GATES_PASSED, f"{acceptance.message}; {latency.message}")
+        step.enter(Phase.PROMOTING, Reason.GATES_PASSED, message)
     elif step.elapsed() > _seconds(spec.rollout.max_analysis_duration):
         _take_action(
             step, spec.rollout.on_inconclusive, Reason.INCONCLUSIVE, "no verdict within maxAnalysisDuration"
         )
     else:
-        step.note(Reason.ANALYZING, f"{acceptance.message}; {latency.message}")
+        step.note(Reason.ANALYZING, message)
+
+
+GateResults = list[tuple[str, gates.GateResult]]  # each with the reason of a roll-back on Fail
+
+
+def _traffic_gates(step: _Step) -> GateResults | None:
+    """The gates on the canary's production traffic so far; None while metrics are missing."""
+    metrics = _metrics_or_budget(step, step.obs.canary_metrics)
+    if metrics is None:
+        return None
+    acceptance, latency = _gate_results(step, metrics)
+    step.status = step.status.model_copy(
+        update={
+            "canary": _canary_measurement(metrics, acceptance, step.now),
+            "recommendation": _recommendation(metrics),
+        }
+    )
+    return [(Reason.ACCEPTANCE_BELOW_GATE, acceptance), (Reason.LATENCY_REGRESSION, latency)]
+
+
+def _benchmark_gates(step: _Step) -> GateResults | None:
+    """The gates on the canary's benchmark against the baseline's: InsufficientData while the Job
+    runs; None after rolling back because it failed."""
+    run = _benchmark_run(step, "canary")
+    if step.status.phase != Phase.ANALYZING:
+        return None
+    if run is None:
+        waiting = gates.GateResult(Verdict.INSUFFICIENT_DATA, None, None, None, 0, "benchmark running")
+        return [(Reason.ACCEPTANCE_BELOW_GATE, waiting)]
+    runs = step.status.benchmark or BenchmarkStatus()
+    try:
+        evaluation = benchmark.evaluate(step.spec, runs, step.obs.canary_job_acceptance)
+    except benchmark.BenchmarkFailed as exc:
+        _measurement_failed(step, str(exc))
+        return None
+    if evaluation.disagreement and evaluation.status.alpha_disagreement != runs.alpha_disagreement:
+        step.events.append(Event("Warning", Reason.ALPHA_DISAGREEMENT, evaluation.disagreement))
+    step.status = step.status.model_copy(update={"benchmark": evaluation.status})
+    return [
+        (Reason.ACCEPTANCE_BELOW_GATE, evaluation.acceptance),
+        (Reason.LATENCY_REGRESSION, evaluation.latency),
+    ]
+
+
+def _benchmark_run(step: _Step, track: str) -> BenchmarkRun | None:
+    """The track's benchmark once its Job has finished, kept in status; meanwhile the Job is
+    requested and None returned. A failed Job fails the measurement (MeasurementFailed)."""
+    runs = step.status.benchmark or BenchmarkStatus()
+    done: BenchmarkRun | None = getattr(runs, track)
+    if done is not None:
+        return done
+    step.benchmark_track = track
+    job = step.obs.baseline_job if track == "baseline" else step.obs.canary_job
+    bench = step.spec.rollout.benchmark
+    if job is None or not job.finished:
+        name = job.name if job is not None else "its Job"
+        step.note(
+            Reason.RUNNING_BENCHMARK,
+            f"benchmarking {track} with {name}: {bench.num_prompts} prompts at concurrency "
+            f"{', '.join(map(str, bench.concurrency))}",
+        )
+        return None
+    try:
+        if job.failure:
+            raise benchmark.BenchmarkFailed(f"Job {job.name} failed: {job.failure}{_driver_error(job)}")
+        points = benchmark.parse_report(job.report, bench.concurrency)
+        benchmark.check_failures(points, bench)
+    except benchmark.BenchmarkFailed as exc:
+        _measurement_failed(step, f"{track} benchmark: {exc}")
+        return None
+    run = BenchmarkRun(
+        job=job.name,
+        start_time=iso(job.start) if job.start else None,
+        completion_time=iso(job.end) if job.end else None,
+        points=points,
+    )
+    step.status = step.status.model_copy(update={"benchmark": runs.model_copy(update={track: run})})
+    return run
+
+
+def _driver_error(job: BenchmarkJob) -> str:
+    try:
+        benchmark.parse_report(job.report, [])
+    except benchmark.BenchmarkFailed as exc:
+        return f" ({exc})" if job.report else ""
+    return ""
+
+
+def _measurement_failed(step: _Step, message: str) -> None:
+    """Never a silent pass: before the canary exists, stop with the baseline serving."""
+    if step.status.phase == Phase.BASELINE:
+        step.enter(
+            Phase.ROLLED_BACK,
+            Reason.MEASUREMENT_FAILED,
+            f"{message}; the canary was never started",
+            warning=True,
+        )
+    else:
+        _roll_back(step, Reason.MEASUREMENT_FAILED, message)
 
 
 def _promoting(step: _Step) -> None:
@@ -623,9 +762,9 @@ def _stored_itl(status: SpeculativeDeploymentStatus) -> Histogram | None:
     return Histogram(bounds=(*m.itl_bucket_bounds, math.inf), counts=tuple(m.itl_bucket_counts))
 
 
-def _verdict(acceptance: gates.GateResult, latency: gates.GateResult) -> str:
+def _verdict(verdicts: list[Verdict]) -> str:
     for v in (Verdict.FAIL, Verdict.METRICS_UNAVAILABLE, Verdict.INSUFFICIENT_DATA):
-        if v in (acceptance.verdict, latency.verdict):
+        if v in verdicts:
             return v.value
     return Verdict.PASS.value
 
@@ -680,6 +819,18 @@ def _recommendation(metrics: TrackMetrics) -> Recommendation | None:
         return None
     return Recommendation(
         num_speculative_tokens=advice.k, expected_speedup=advice.expected_speedup, message=advice.message
+    )
+
+
+def _benchmark_figures(track: str, runs: BenchmarkStatus | None, spec: SpeculativeDeploymentSpec) -> str:
+    run = getattr(runs, track) if runs is not None else None
+    concurrency = spec.rollout.benchmark.gate_point()
+    point = next((p for p in run.points if p.concurrency == concurrency), None) if run else None
+    if point is None:
+        return f"{track} benchmark: no figures"
+    return (
+        f"{track} benchmark at concurrency {concurrency}: P99 ITL {point.p99_itl_ms} ms, "
+        f"P99 TTFT {point.p99_ttft_ms} ms, {point.output_throughput} tok/s"
     )
 
 

@@ -1,0 +1,227 @@
+"""Benchmark measurement (pure): the driver's arguments, reading its report, and the verdict.
+
+A benchmark Job runs `vllm bench serve` (see bench_driver.py) against one track at each
+concurrency point and reports a summary per point. The gates apply at the production concurrency
+(gate_point); every point is compared and the break-even concurrency recorded.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ValidationError
+
+from specgate.api import (
+    Benchmark,
+    BenchmarkPoint,
+    BenchmarkStatus,
+    Dataset,
+    PointComparison,
+    SpeculativeDeploymentSpec,
+)
+from specgate.gates import AcceptanceWindow, GateResult, Verdict
+
+RESULT_DIR = "/tmp/specgate-bench"
+# The benchmark's alpha and Prometheus' may differ by rounding and by the few scrapes at the
+# Job's edges; more than this is reported as a disagreement.
+ALPHA_TOLERANCE = 0.02
+
+
+class BenchmarkFailed(Exception):
+    """The benchmark produced no usable result; the message says why."""
+
+
+def driver_config(spec: SpeculativeDeploymentSpec, base_url: str) -> dict[str, Any]:
+    """SPECGATE_BENCH_CONFIG for bench_driver: the points and the flags common to them."""
+    bench = spec.rollout.benchmark
+    args = [
+        "--backend", "openai", "--endpoint", "/v1/completions", "--base-url", base_url,
+        "--model", spec.served_name, "--tokenizer", spec.model.name,
+        "--dataset-name", bench.dataset.value, "--num-prompts", str(bench.num_prompts),
+        "--output-len", str(bench.output_len), "--seed", str(bench.seed),
+        "--percentile-metrics", "ttft,tpot,itl", "--metric-percentiles", "50,99",
+        "--ignore-eos", "--disable-tqdm", "--ready-check-timeout-sec", "120",
+        "--save-result", "--result-dir", RESULT_DIR,
+    ]  # fmt: skip
+    if bench.dataset == Dataset.RANDOM:
+        args += ["--input-len", str(bench.input_len)]
+    if bench.dataset_path is not None:
+        args += ["--dataset-path", bench.dataset_path]
+    if bench.request_rate is not None:
+        args += ["--request-rate", str(bench.request_rate)]
+    return {"points": list(bench.concurrency), "args": args}
+
+
+def parse_report(message: str | None, expected: list[int]) -> list[BenchmarkPoint]:
+    """The points of a finished Job's termination message; BenchmarkFailed if any is missing."""
+    if not message:
+        raise BenchmarkFailed("the benchmark pod left no termination message")
+    try:
+        report = json.loads(message)
+        if not isinstance(report, dict):
+            raise ValueError("not a JSON object")
+        if report.get("error"):
+            raise BenchmarkFailed(f"the benchmark failed: {report['error']}")
+        points = [_point(raw) for raw in report.get("points", [])]
+    except (ValueError, TypeError, ValidationError) as exc:
+        raise BenchmarkFailed(f"unreadable benchmark result ({exc}): {message[:200]!r}") from exc
+    missing = sorted(set(expected) - {p.concurrency for p in points})
+    if missing:
+        raise BenchmarkFailed(f"the benchmark reported no result for concurrency {missing}")
+    return points
+
+
+def _point(raw: dict[str, Any]) -> BenchmarkPoint:
+    percent = raw.get("acceptance_rate_percent")  # vLLM reports a percentage
+    return BenchmarkPoint.model_validate(
+        {
+            **{k: v for k, v in raw.items() if k != "acceptance_rate_percent"},
+            "acceptance_rate": None if percent is None else round(float(percent) / 100, 4),
+        }
+    )
+
+
+def check_failures(points: list[BenchmarkPoint], bench: Benchmark) -> None:
+    """BenchmarkFailed when a point lost more requests than max_failed_requests allows."""
+    for p in points:
+        total = (p.completed or 0) + (p.failed or 0)
+        if total == 0 or (p.failed or 0) / total > bench.max_failed_requests:
+            raise BenchmarkFailed(
+                f"{p.failed or 0} of {total} requests failed at concurrency {p.concurrency} "
+                f"(maxFailedRequests {bench.max_failed_requests})"
+            )
+
+
+@dataclass(frozen=True)
+class Comparison:
+    points: list[PointComparison]
+    gate: PointComparison
+    break_even: int | None
+
+
+def compare(
+    baseline: list[BenchmarkPoint], canary: list[BenchmarkPoint], bench: Benchmark, max_regression: float
+) -> Comparison:
+    """Baseline against canary at every point; the P99 ITL gate per point."""
+    by_concurrency = {p.concurrency: p for p in baseline}
+    rows = [_compare_point(by_concurrency[c.concurrency], c, max_regression) for c in canary]
+    rows.sort(key=lambda r: r.concurrency)
+    faster = [r.concurrency for r in rows if r.speedup is not None and r.speedup > 1]
+    gate = next(r for r in rows if r.concurrency == bench.gate_point())
+    return Comparison(rows, gate, max(faster) if faster else None)
+
+
+def _compare_point(base: BenchmarkPoint, cand: BenchmarkPoint, max_regression: float) -> PointComparison:
+    b, c = base.p99_itl_ms, cand.p99_itl_ms
+    passed = b is not None and c is not None and c <= b * (1 + max_regression)
+    speedup = None
+    if base.mean_tpot_ms and cand.mean_tpot_ms:
+        speedup = round(base.mean_tpot_ms / cand.mean_tpot_ms, 3)
+    return PointComparison(
+        concurrency=cand.concurrency,
+        baseline_p99_itl_ms=b,
+        canary_p99_itl_ms=c,
+        baseline_output_throughput=base.output_throughput,
+        canary_output_throughput=cand.output_throughput,
+        speedup=speedup,
+        verdict=(Verdict.PASS if passed else Verdict.FAIL).value,
+    )
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """The gates applied to both tracks' benchmarks, and what status records of them."""
+
+    status: BenchmarkStatus
+    acceptance: GateResult
+    latency: GateResult
+    disagreement: str | None  # a Warning when the two alphas differ by more than ALPHA_TOLERANCE
+
+
+def evaluate(
+    spec: SpeculativeDeploymentSpec, runs: BenchmarkStatus, prometheus: tuple[AcceptanceWindow, ...] | None
+) -> Evaluation:
+    """Gate the canary's benchmark against the baseline's at the production concurrency.
+
+    Alpha comes from the canary's Prometheus counters over the Job's time range (all its pods),
+    else from the benchmark, which reads one pod's /metrics through the Service; both are kept,
+    and a disagreement is reported, not hidden. BenchmarkFailed when there is too little to judge.
+    """
+    if runs.baseline is None or runs.canary is None:
+        raise ValueError("evaluate needs both tracks' benchmarks")
+    gates_spec, bench = spec.rollout.gates, spec.rollout.benchmark
+    comparison = compare(runs.baseline.points, runs.canary.points, bench, gates_spec.max_p99_itl_regression)
+    bench_alpha, bench_drafts = _benchmark_alpha(runs.canary.points)
+    prom_alpha, prom_drafts = _prometheus_alpha(prometheus)
+    alpha, drafts, source = (
+        (prom_alpha, prom_drafts, "Prometheus counters over the Job")
+        if prom_alpha is not None
+        else (bench_alpha, bench_drafts, "the benchmark")
+    )
+    if alpha is None:
+        raise BenchmarkFailed(
+            "no acceptance rate: the canary's Prometheus counters had no drafts over the Job and the "
+            "benchmark reported none (vLLM before 0.11 does not)"
+        )
+    if drafts < gates_spec.min_drafts:
+        raise BenchmarkFailed(
+            f"only {drafts:.0f} drafts in the canary's benchmark (minDrafts {gates_spec.min_drafts}): "
+            "raise benchmark.numPrompts or benchmark.outputLen"
+        )
+    gate = gates_spec.min_acceptance_rate
+    acceptance = GateResult(
+        Verdict.PASS if alpha >= gate else Verdict.FAIL,
+        alpha, None, None, drafts,
+        f"alpha {alpha:.3f} ({source}, {drafts:.0f} drafts) {'>=' if alpha >= gate else '<'} gate {gate}",
+    )  # fmt: skip
+    point = comparison.gate
+    latency = GateResult(
+        Verdict(point.verdict),
+        point.canary_p99_itl_ms, None, None, 0,
+        f"benchmark at concurrency {point.concurrency}: canary P99 ITL {point.canary_p99_itl_ms} ms vs "
+        f"baseline {point.baseline_p99_itl_ms} ms (tolerance {gates_spec.max_p99_itl_regression:.0%})",
+    )  # fmt: skip
+    difference = (
+        None if bench_alpha is None or prom_alpha is None else round(abs(bench_alpha - prom_alpha), 4)
+    )
+    disagreement = None
+    if difference is not None and difference > ALPHA_TOLERANCE:
+        disagreement = (
+            f"the benchmark's alpha {bench_alpha:.3f} and Prometheus' {prom_alpha:.3f} differ by "
+            f"{difference:.3f} (> {ALPHA_TOLERANCE}); the gate used Prometheus'"
+        )
+    status = runs.model_copy(
+        update={
+            "points": comparison.points,
+            "gate_concurrency": point.concurrency,
+            "break_even_concurrency": comparison.break_even,
+            "alpha": round(alpha, 4),
+            "benchmark_alpha": bench_alpha,
+            "prometheus_alpha": prom_alpha,
+            "alpha_disagreement": difference,
+        }
+    )
+    return Evaluation(status, acceptance, latency, disagreement)
+
+
+def _benchmark_alpha(points: list[BenchmarkPoint]) -> tuple[float | None, float]:
+    """Alpha over all points, weighted by their drafts where the benchmark counted them."""
+    rated = [p for p in points if p.acceptance_rate is not None]
+    if not rated:
+        return None, 0.0
+    drafts = sum(p.drafts or 0 for p in rated)
+    if drafts:
+        return round(
+            sum(p.acceptance_rate * (p.drafts or 0) for p in rated if p.acceptance_rate) / drafts, 4
+        ), drafts
+    return round(sum(p.acceptance_rate or 0.0 for p in rated) / len(rated), 4), 0.0
+
+
+def _prometheus_alpha(windows: tuple[AcceptanceWindow, ...] | None) -> tuple[float | None, float]:
+    usable = [w for w in windows or () if w.usable()]
+    draft_tokens = sum(w.draft_tokens for w in usable)
+    if draft_tokens <= 0:
+        return None, 0.0
+    return round(sum(w.accepted_tokens for w in usable) / draft_tokens, 4), sum(w.drafts for w in usable)
