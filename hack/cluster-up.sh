@@ -10,6 +10,7 @@ ROOT="$(dirname "$HERE")"
 CACHE="${SPECGATE_CACHE:-$HOME/.cache/specgate}"
 STATE="$CACHE/cluster"
 BIN="$CACHE/bin"
+KWOK_VERSION="$(sed -n 's/^KWOK_VERSION=//p' "$HERE/build-binaries.sh")"
 CLUSTER=specgate
 KUBECONFIG_PATH="$CACHE/kubeconfig"
 PROM_PORT="${SPECGATE_PROMETHEUS_PORT:-19090}"
@@ -38,6 +39,31 @@ components_alive() {
   done
 }
 
+# kwok's own stages, except that pods of benchmark Jobs are not completed at once: the bridge runs
+# them and reports how they ended. (Giving kwok any Stage replaces all its defaults.)
+write_kwokctl_config() {
+  local kwok_dir stages
+  kwok_dir="$(GOTOOLCHAIN=local GOFLAGS=-mod=mod GOPATH="$CACHE/go" GOMODCACHE="$CACHE/go/mod" \
+    go mod download -json "sigs.k8s.io/kwok@$KWOK_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')"
+  stages="$kwok_dir/kustomize/stage"
+  {
+    printf 'apiVersion: config.kwok.x-k8s.io/v1alpha1\nkind: KwokctlConfiguration\noptions:\n  bindAddress: 127.0.0.1\n'
+    for f in node/fast/node-initialize node/heartbeat-with-lease/node-heartbeat-with-lease \
+      pod/fast/pod-ready pod/fast/pod-delete; do
+      printf -- '---\n'; cat "$stages/$f.yaml"
+    done
+    printf -- '---\n'
+    sed "s|^    - key: '.metadata.deletionTimestamp'|    - key: '.metadata.labels[\"specgate.dev/benchmark\"]'\n      operator: 'DoesNotExist'\n&|" \
+      "$stages/pod/fast/pod-complete.yaml"
+  } >"$STATE/kwokctl.yaml.new"
+  grep -q 'specgate.dev/benchmark' "$STATE/kwokctl.yaml.new" || { log "kwok stages: no pod-complete to amend"; exit 1; }
+  if [ -f "$STATE/kwokctl.yaml" ] && ! cmp -s "$STATE/kwokctl.yaml.new" "$STATE/kwokctl.yaml"; then
+    log "kwok configuration changed: the cluster is created anew"
+    "$BIN/kwokctl" delete cluster --name "$CLUSTER" >/dev/null 2>&1 || true
+  fi
+  mv "$STATE/kwokctl.yaml.new" "$STATE/kwokctl.yaml"
+}
+
 start_control_plane() {
   if kubectl get --raw /readyz >/dev/null 2>&1 && components_alive; then
     log "control plane already up"
@@ -50,12 +76,6 @@ start_control_plane() {
   fi
   if ! kubectl get --raw /readyz >/dev/null 2>&1; then
     log "creating the control plane (kwokctl, binary runtime, Kubernetes $KWOK_KUBE_VERSION)"
-    cat >"$STATE/kwokctl.yaml" <<EOF
-apiVersion: config.kwok.x-k8s.io/v1alpha1
-kind: KwokctlConfiguration
-options:
-  bindAddress: 127.0.0.1
-EOF
     "$BIN/kwokctl" --config "$STATE/kwokctl.yaml" create cluster --name "$CLUSTER" --runtime binary \
       --kube-apiserver-binary "$BIN/kube-apiserver" \
       --kube-controller-manager-binary "$BIN/kube-controller-manager" \
@@ -154,6 +174,7 @@ start_bridge() {
   log "bridge on http://127.0.0.1:$BRIDGE_PORT (engine logs in $STATE/engines)"
 }
 
+write_kwokctl_config
 start_control_plane
 register_gpu_nodes
 start_prometheus

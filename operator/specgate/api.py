@@ -455,6 +455,11 @@ RULES: tuple[Rule, ...] = (
         "tensorParallelSize",
         lambda s: s.tensor_parallel_size <= s.resources.gpus,
     ),
+    # Integer fields that the rules above read: name them when a float stands in one.
+    _whole_number(GPUResources, "gpus"),
+    _whole_number(SpeculativeDeploymentSpec, "tensorParallelSize"),
+    _whole_number(SpeculativeSpec, "promptLookupMin"),
+    _whole_number(SpeculativeSpec, "promptLookupMax"),
     Rule(
         Benchmark,
         "self.dataset == 'random' || has(self.datasetPath)",
@@ -476,11 +481,6 @@ RULES: tuple[Rule, ...] = (
         "concurrency",
         None,  # as _whole_number: pydantic reads 8.0 as 8
     ),
-    # Integer fields that the rules above read: name them when a float stands in one.
-    _whole_number(GPUResources, "gpus"),
-    _whole_number(SpeculativeDeploymentSpec, "tensorParallelSize"),
-    _whole_number(SpeculativeSpec, "promptLookupMin"),
-    _whole_number(SpeculativeSpec, "promptLookupMax"),
     _whole_number(Benchmark, "gateConcurrency"),
 )
 

@@ -512,10 +512,10 @@ def _benchmark_run(step: _Step, track: str) -> BenchmarkRun | None:
     done: BenchmarkRun | None = getattr(runs, track)
     if done is not None:
         return done
-    step.benchmark_track = track
     job = step.obs.baseline_job if track == "baseline" else step.obs.canary_job
     bench = step.spec.rollout.benchmark
     if job is None or not job.finished:
+        step.benchmark_track = track
         name = job.name if job is not None else "its Job"
         step.note(
             Reason.RUNNING_BENCHMARK,

@@ -7,7 +7,7 @@ import copy
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, suppress
+from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -177,7 +177,8 @@ def run_rollout(
 ) -> Rollout:
     """Create the object, run the operator and load until `until(obj)`; fails with the operator log.
 
-    Pass `operator` (see lab_operator) to act on the operator process from `during`."""
+    Pass `operator` (see lab_operator) to act on the operator process from `during`; concurrency 0
+    sends no traffic (a quiet service)."""
     install_crd(api_client)
     body = copy.deepcopy(body)
     name = body["metadata"]["name"]
@@ -185,7 +186,10 @@ def run_rollout(
     served = body["spec"]["model"].get("servedName", body["spec"]["model"]["name"])
     op = operator or lab_operator(kubeconfig, namespace, prometheus_url, log_dir)
     seen: list[str] = []
-    with op, Load(bridge_url, namespace, [name], served, concurrency, timeout):
+    load: AbstractContextManager[object] = (
+        Load(bridge_url, namespace, [name], served, concurrency, timeout) if concurrency else nullcontext()
+    )
+    with op, load:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             obj = get_sd(api_client, namespace, name)
@@ -204,7 +208,7 @@ def run_rollout(
 
 
 def orphaned_pods(api_client: client.ApiClient, namespace: str) -> list[str]:
-    """Pods whose ReplicaSet, or whose ReplicaSet's Deployment, no longer exists."""
+    """Pods whose ReplicaSet, or whose ReplicaSet's Deployment, no longer exists (Job pods aside)."""
     apps = client.AppsV1Api(api_client)
     deployments = {d.metadata.uid for d in apps.list_namespaced_deployment(namespace).items}
     replica_sets = {
@@ -216,7 +220,7 @@ def orphaned_pods(api_client: client.ApiClient, namespace: str) -> list[str]:
     return [
         p.metadata.name
         for p in pods
-        if not any(ref.uid in replica_sets for ref in p.metadata.owner_references or [])
+        if not any(ref.uid in replica_sets or ref.kind == "Job" for ref in p.metadata.owner_references or [])
     ]
 
 

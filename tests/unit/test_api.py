@@ -100,6 +100,22 @@ RULE_CASES: list[tuple[int, dict[str, Any], dict[str, Any]]] = [
     (8, with_("tensorParallelSize", 1.0), with_("tensorParallelSize", 1)),
     (9, ngram(promptLookupMin=2.0), ngram(promptLookupMin=2)),
     (10, ngram(promptLookupMax=4.0), ngram(promptLookupMax=4)),
+    (
+        11,
+        with_("rollout.benchmark", {"dataset": "sharegpt"}),
+        with_("rollout.benchmark", {"dataset": "random"}),
+    ),
+    (
+        12,
+        with_("rollout.benchmark", {"concurrency": [1, 8], "gateConcurrency": 4}),
+        with_("rollout.benchmark", {"concurrency": [1, 8], "gateConcurrency": 8}),
+    ),
+    (13, with_("rollout.benchmark.concurrency", [1.0, 8]), with_("rollout.benchmark.concurrency", [1, 8])),
+    (
+        14,
+        with_("rollout.benchmark", {"gateConcurrency": 32.0}),
+        with_("rollout.benchmark", {"gateConcurrency": 32}),
+    ),
 ]
 
 

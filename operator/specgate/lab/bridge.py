@@ -8,6 +8,10 @@ file_sd target with the labels a PodMonitor would produce. When the pod goes, so
 It also routes `/svc/<namespace>/<service>/<path>` to the Ready engines of the pods a Service
 selects, round robin, which reproduces Service traffic: weight follows the replica counts.
 
+Pods of benchmark Jobs (label specgate.dev/benchmark; the lab's kwok stages leave them Running)
+run their `python3 -c <driver>` with the vLLM install, against the router; when it exits, the pod
+ends Succeeded or Failed with the driver's termination message, as a kubelet would report it.
+
 Run: python -m specgate.lab.bridge --kubeconfig FILE --state-dir DIR [--port 18080]
 """
 
@@ -32,8 +36,8 @@ import aiohttp
 from aiohttp import web
 from kubernetes import client, config
 
-from specgate.lab.engines import engine_command
-from specgate.render import LABEL_DEPLOYMENT, LABEL_ENGINE, LABEL_METHOD, LABEL_TRACK
+from specgate.lab.engines import benchmark_command, engine_command
+from specgate.render import LABEL_BENCHMARK, LABEL_DEPLOYMENT, LABEL_ENGINE, LABEL_METHOD, LABEL_TRACK
 
 ENGINE_ANNOTATION = "specgate.dev/lab-engine"
 TARGET_LABELS = {
@@ -43,6 +47,7 @@ TARGET_LABELS = {
 }
 POLL_SECONDS = 1.0
 RESTART_BACKOFF_SECONDS = 5.0
+LOG_TAIL_BYTES = 2048  # terminationMessagePolicy FallbackToLogsOnError: the log's tail on failure
 HOP_HEADERS = {"connection", "keep-alive", "transfer-encoding", "content-length", "host", "content-encoding"}
 
 log = logging.getLogger("specgate.bridge")
@@ -85,17 +90,8 @@ class Engine:
         )
 
     def stop(self) -> None:
-        proc = self.process
-        if proc is None or proc.poll() is not None:
-            return
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        if self.process is not None:
+            _stop(self.process)
 
     def target(self) -> list[dict[str, Any]]:
         labels = {"namespace": self.namespace, "pod": self.pod}
@@ -104,11 +100,34 @@ class Engine:
 
 
 @dataclass
+class BenchmarkPod:
+    """One benchmark Job pod's program, run locally; reported once when it exits."""
+
+    namespace: str
+    pod: str
+    container: str
+    image: str
+    process: subprocess.Popen[bytes]
+    log_path: Path
+    message_path: Path
+    started_at: str
+    reported: bool = False
+
+    def message(self, exit_code: int) -> str:
+        text = self.message_path.read_text() if self.message_path.exists() else ""
+        if not text and exit_code != 0 and self.log_path.exists():
+            text = self.log_path.read_bytes()[-LOG_TAIL_BYTES:].decode(errors="replace")
+        return text
+
+
+@dataclass
 class Bridge:
     core: client.CoreV1Api
     state_dir: Path
     default_engine: str
+    router_url: str
     engines: dict[str, Engine] = field(default_factory=dict)  # by pod uid
+    benchmarks: dict[str, BenchmarkPod] = field(default_factory=dict)  # by pod uid
     services: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)
     _round_robin: dict[tuple[str, str], itertools.count[int]] = field(default_factory=dict)
 
@@ -148,7 +167,79 @@ class Bridge:
             await self._sync_pod_status(running[uid], engine)
         svcs: list[Any] = (await asyncio.to_thread(self.core.list_service_for_all_namespaces)).items
         self.services = {(s.metadata.namespace, s.metadata.name): dict(s.spec.selector or {}) for s in svcs}
+        await self._run_benchmarks()
         self._write_state()
+
+    # --- benchmark Job pods ---
+
+    async def _run_benchmarks(self) -> None:
+        pods: list[Any] = (
+            await asyncio.to_thread(self.core.list_pod_for_all_namespaces, label_selector=LABEL_BENCHMARK)
+        ).items
+        present = {p.metadata.uid: p for p in pods if p.metadata.deletion_timestamp is None}
+        for uid in list(self.benchmarks):
+            if uid not in present:
+                _stop(self.benchmarks.pop(uid).process)
+        for uid, pod in present.items():
+            if uid not in self.benchmarks and pod.status and pod.status.phase == "Running":
+                self.benchmarks[uid] = self._start_benchmark(pod)
+        for run in self.benchmarks.values():
+            if not run.reported and run.process.poll() is not None:
+                await self._report_benchmark(run)
+
+    def _start_benchmark(self, pod: Any) -> BenchmarkPod:
+        container = pod.spec.containers[0]
+        env = {e.name: e.value for e in container.env or [] if e.value is not None}
+        key = f"{pod.metadata.namespace}_{pod.metadata.name}"
+        log_path = self.state_dir / "engines" / f"{key}.log"
+        message_path = self.state_dir / "engines" / f"{key}.termination-log"
+        message_path.unlink(missing_ok=True)
+        argv, run_env = benchmark_command(list(container.command or []), env, self.router_url)
+        run_env["SPECGATE_TERMINATION_LOG"] = str(message_path)
+        with log_path.open("ab") as out:
+            process = subprocess.Popen(
+                argv, env=run_env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
+            )
+        log.info("benchmark %s/%s started (pid %d)", pod.metadata.namespace, pod.metadata.name, process.pid)
+        return BenchmarkPod(
+            namespace=pod.metadata.namespace,
+            pod=pod.metadata.name,
+            container=container.name,
+            image=container.image,
+            process=process,
+            log_path=log_path,
+            message_path=message_path,
+            started_at=_now(),
+        )
+
+    async def _report_benchmark(self, run: BenchmarkPod) -> None:
+        code = run.process.returncode
+        terminated = {
+            "exitCode": code,
+            "reason": "Completed" if code == 0 else "Error",
+            "message": run.message(code),
+            "startedAt": run.started_at,
+            "finishedAt": _now(),
+        }
+        body = {
+            "status": {
+                "phase": "Succeeded" if code == 0 else "Failed",
+                "conditions": [
+                    {"type": kind, "status": "False", "lastTransitionTime": _now()} for kind in ("Ready", "ContainersReady")
+                ],
+                "containerStatuses": [
+                    {"name": run.container, "image": run.image, "imageID": "", "ready": False, "restartCount": 0,
+                     "started": False, "state": {"terminated": terminated}}
+                ],
+            }
+        }  # fmt: skip
+        try:
+            await asyncio.to_thread(self.core.patch_namespaced_pod_status, run.pod, run.namespace, body)
+        except client.ApiException as exc:
+            if exc.status != 404:
+                raise
+        run.reported = True
+        log.info("benchmark %s/%s exited with %s", run.namespace, run.pod, code)
 
     def _add(self, pod: Any) -> None:
         container = pod.spec.containers[0]
@@ -206,7 +297,7 @@ class Bridge:
         waiting = statuses[0].state.waiting if statuses and statuses[0].state else None
         if current == ready and (waiting is not None) == crashing:
             return
-        now = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+        now = _now()
         state: dict[str, Any] = {"running": {"startedAt": now}}
         if crashing:
             state = {
@@ -262,6 +353,24 @@ class Bridge:
             return None
         counter = self._round_robin.setdefault((namespace, service), itertools.count())
         return ready[next(counter) % len(ready)]
+
+
+def _stop(proc: subprocess.Popen[bytes]) -> None:
+    """SIGTERM the process group, SIGKILL after 15 s."""
+    if proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(proc.pid, signal.SIGTERM)
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
 def _is_running(pod: Any) -> bool:
@@ -321,6 +430,8 @@ def make_app(bridge: Bridge) -> web.Application:
         await app["session"].close()
         for engine in bridge.engines.values():
             bridge._remove(engine)
+        for run in bridge.benchmarks.values():
+            _stop(run.process)
 
     app = web.Application()
     app.router.add_get("/healthz", healthz)
@@ -344,7 +455,12 @@ def main() -> None:
     args = parser.parse_args()
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(message)s")
     config.load_kube_config(config_file=args.kubeconfig)  # type: ignore[no-untyped-call]
-    bridge = Bridge(core=client.CoreV1Api(), state_dir=args.state_dir, default_engine=args.default_engine)
+    bridge = Bridge(
+        core=client.CoreV1Api(),
+        state_dir=args.state_dir,
+        default_engine=args.default_engine,
+        router_url=f"http://127.0.0.1:{args.port}",
+    )
     web.run_app(make_app(bridge), host="127.0.0.1", port=args.port, print=None, access_log=None)
 
 

@@ -112,3 +112,33 @@ def engine_command(
         "VLLM_NO_USAGE_STATS": "1",
     }
     return argv, vllm_env
+
+
+def benchmark_command(
+    command: list[str], env: dict[str, str], router_url: str
+) -> tuple[list[str], dict[str, str]]:
+    """argv and environment that run a benchmark pod's `python3 -c <bench_driver>` with the vLLM
+    install, against the bridge's Service router instead of cluster DNS, with local tokenizers."""
+    if command[:2] != ["python3", "-c"] or len(command) != 3:
+        raise ValueError(f"not a specgate benchmark command: {command[:2]}")
+    config = json.loads(env["SPECGATE_BENCH_CONFIG"])
+    args: list[str] = config["args"]
+    for flag, mapping in (("--base-url", lambda url: _routed(url, router_url)), ("--tokenizer", local_model)):
+        i = args.index(flag)
+        args[i + 1] = mapping(args[i + 1])
+    run_env = {
+        **os.environ,
+        **env,
+        "SPECGATE_BENCH_CONFIG": json.dumps(config),
+        "HF_HUB_OFFLINE": "1",
+        "TRANSFORMERS_OFFLINE": "1",
+        "OMP_NUM_THREADS": "1",
+    }
+    return [str(VLLM_VENV / "bin" / "python"), "-c", command[2]], run_env
+
+
+def _routed(url: str, router_url: str) -> str:
+    """http://<service>.<namespace>.svc:<port> -> <router>/svc/<namespace>/<service>."""
+    host = url.split("://", 1)[-1].split("/", 1)[0].split(":", 1)[0]
+    service, namespace = host.split(".")[:2]
+    return f"{router_url}/svc/{namespace}/{service}"

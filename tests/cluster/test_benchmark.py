@@ -1,0 +1,114 @@
+"""Benchmark measurement end to end: Jobs running `vllm bench serve` (real vLLM) against each track."""
+
+from __future__ import annotations
+
+import json
+import urllib.request
+from typing import Any
+
+import pytest
+from kubernetes import client
+from tests.cluster.conftest import CACHE
+from tests.cluster.rollouts import fast_rollout, report, run_rollout
+from tests.conftest import load_sample
+
+pytestmark = [pytest.mark.cluster, pytest.mark.engine]
+
+NOISY_DRAFT = {
+    "method": "draft_model",
+    "draftModel": "specgate/tiny-llama-noise-0.03",
+    "numSpeculativeTokens": 3,
+}
+PROMPTS = 8
+
+
+def benchmark_rollout(name: str, **benchmark: Any) -> dict[str, Any]:
+    """The tiny CPU sample measured by benchmark Jobs only: no traffic reaches it."""
+    body = load_sample("tiny-cpu.yaml")
+    body["metadata"] = {"name": name}
+    spec = body["spec"]
+    spec["speculative"] = NOISY_DRAFT
+    rollout = fast_rollout(progressDeadline="8m", maxAnalysisDuration="10m")
+    rollout["gates"] = {**spec["rollout"]["gates"], "minDrafts": 100}
+    rollout["measurement"] = "benchmark"
+    rollout["benchmark"] = {
+        "concurrency": [1, 2],
+        "gateConcurrency": 2,
+        "numPrompts": PROMPTS,
+        "inputLen": 32,
+        "outputLen": 32,
+        "timeout": "10m",
+        **benchmark,
+    }
+    spec["rollout"] = {**spec["rollout"], **rollout}
+    return body
+
+
+def engine_counters(namespace: str, pod_prefix: str) -> tuple[float, float]:
+    """(accepted, draft) tokens from the engine's own /metrics, read directly, not via Prometheus."""
+    state = json.loads((CACHE / "cluster" / "bridge-state.json").read_text())
+    port = next(v["port"] for k, v in state.items() if k.startswith(f"{namespace}/{pod_prefix}"))
+    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
+    totals = {
+        "vllm:spec_decode_num_accepted_tokens_total": 0.0,
+        "vllm:spec_decode_num_draft_tokens_total": 0.0,
+    }
+    for line in text.splitlines():
+        name = line.split("{", 1)[0].split(" ", 1)[0]
+        if name in totals:
+            totals[name] += float(line.rsplit(" ", 1)[1])
+    return totals["vllm:spec_decode_num_accepted_tokens_total"], totals[
+        "vllm:spec_decode_num_draft_tokens_total"
+    ]
+
+
+def test_benchmark_jobs_measure_both_tracks_with_real_vllm(lab: dict[str, Any]) -> None:
+    """A quiet service (no traffic): the verdict comes from the benchmark Jobs alone, at two
+    concurrency points, and its alpha agrees with the canary engine's own counters."""
+    done = run_rollout(body=benchmark_rollout("bench"), timeout=1200, concurrency=0, **lab)
+    status = done.status
+    assert status["phase"] == "Promoted", status.get("message")
+    bench = status["benchmark"]
+    for track in ("baseline", "canary"):
+        points = bench[track]["points"]
+        assert [p["concurrency"] for p in points] == [1, 2]
+        assert all(p["completed"] == PROMPTS and p["failed"] == 0 for p in points), points
+        assert all(p["p99ItlMs"] > 0 and p["outputThroughput"] > 0 for p in points), points
+    assert [p["concurrency"] for p in bench["points"]] == [1, 2]
+    assert bench["gateConcurrency"] == 2
+
+    accepted, drafted = engine_counters(lab["namespace"], "bench-canary-")
+    engine_alpha = accepted / drafted
+    assert bench["prometheusAlpha"] == pytest.approx(engine_alpha, abs=0.02)
+    assert bench["alpha"] == bench["prometheusAlpha"]
+    assert engine_alpha >= 0.55  # the gate, so Promoted is the right verdict
+    jobs = client.BatchV1Api(lab["api_client"]).list_namespaced_job(lab["namespace"]).items
+    assert sorted(j.metadata.name for j in jobs) == ["bench-bench-baseline-1", "bench-bench-canary-1"]
+    for job in jobs:
+        assert job.status.succeeded == 1
+        assert job.metadata.owner_references[0].kind == "SpeculativeDeployment"
+        resources = job.spec.template.spec.containers[0].resources
+        assert "nvidia.com/gpu" not in (resources.requests or {}) | (resources.limits or {})
+    report(
+        benchmark_alpha=bench["benchmarkAlpha"],
+        benchmark_prometheus_alpha=bench["prometheusAlpha"],
+        benchmark_engine_alpha=round(engine_alpha, 4),
+        benchmark_points=";".join(
+            f"c{p['concurrency']}:itl_p99={p['baselineP99ItlMs']}/{p['canaryP99ItlMs']},speedup={p['speedup']}"
+            for p in bench["points"]
+        ),
+        break_even=bench.get("breakEvenConcurrency"),
+    )
+
+
+def test_a_failing_benchmark_rolls_back_with_its_reason(lab: dict[str, Any]) -> None:
+    """A dataset file that is not there: the Job fails, and the rollout stops before any canary
+    with MeasurementFailed naming the driver's error, never a pass."""
+    body = benchmark_rollout("badset", dataset="custom", datasetPath="/datasets/missing.jsonl")
+    status = run_rollout(body=body, timeout=600, concurrency=0, **lab).status
+    assert (status["phase"], status["reason"]) == ("RolledBack", "MeasurementFailed"), status.get("message")
+    assert "badset-bench-baseline-1 failed" in status["message"]
+    assert "missing.jsonl" in status["message"]
+    apps = client.AppsV1Api(lab["api_client"])
+    names = [d.metadata.name for d in apps.list_namespaced_deployment(lab["namespace"]).items]
+    assert "badset-canary" not in names

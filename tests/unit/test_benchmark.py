@@ -1,0 +1,412 @@
+"""Benchmark measurement without a cluster: the driver's report, Job rendering and the decisions."""
+
+from __future__ import annotations
+
+import json
+import sys
+import types
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import pytest
+from tests.unit.test_rollout import T0, Run, make_spec, metrics, ready
+
+from specgate import api, bench_driver, benchmark, render
+from specgate.api import BenchmarkRun, BenchmarkStatus, Phase
+from specgate.gates import AcceptanceWindow, Verdict
+from specgate.render import Owner, Track
+from specgate.rollout import BenchmarkJob, Reason
+
+OWNER = Owner(name="llama", namespace="ml", uid="u-1")
+POINTS = [1, 8]
+
+
+def bench_spec(measurement: str = "benchmark", **bench: Any) -> api.SpeculativeDeploymentSpec:
+    return make_spec(
+        measurement=measurement,
+        benchmark={"concurrency": POINTS, "numPrompts": 50, **bench},
+    )
+
+
+def report(*points: dict[str, Any], error: str | None = None) -> str:
+    body: dict[str, Any] = {"points": list(points)}
+    if error:
+        body["error"] = error
+    return json.dumps(body)
+
+
+def point(
+    concurrency: int, itl: float, tpot: float, rate: float | None = None, **extra: Any
+) -> dict[str, Any]:
+    figures: dict[str, Any] = {
+        "concurrency": concurrency, "completed": 50, "failed": 0, "p99_itl_ms": itl, "mean_itl_ms": itl / 2,
+        "p99_tpot_ms": tpot * 1.5, "mean_tpot_ms": tpot, "p99_ttft_ms": 80.0, "output_throughput": 1000 / tpot,
+    }  # fmt: skip
+    if rate is not None:
+        figures |= {"acceptance_rate_percent": rate * 100, "drafts": 400, "acceptance_per_position": [rate]}
+    return figures | extra
+
+
+def finished(name: str, message: str, failure: str | None = None) -> BenchmarkJob:
+    return BenchmarkJob(name, exists=True, finished=True, failure=failure, report=message, start=T0, end=T0)
+
+
+# --- the driver's report ---
+
+
+def test_a_report_becomes_points_with_alpha_as_a_fraction() -> None:
+    points = benchmark.parse_report(report(point(1, 20, 10, 0.72), point(8, 40, 12, 0.7)), POINTS)
+    assert [p.concurrency for p in points] == POINTS
+    assert points[0].acceptance_rate == 0.72 and points[0].drafts == 400
+    assert points[0].p99_itl_ms == 20 and points[1].output_throughput == pytest.approx(83.333, abs=0.01)
+
+
+def test_a_report_from_a_vllm_without_spec_decode_keys_has_no_alpha() -> None:
+    (p,) = benchmark.parse_report(report(point(1, 20, 10)), [1])
+    assert p.acceptance_rate is None and p.drafts is None and p.acceptance_per_position == []
+
+
+@pytest.mark.parametrize(
+    ("message", "expected"),
+    [
+        (None, "no termination message"),
+        ("", "no termination message"),
+        ("{not json", "unreadable benchmark result"),
+        ("[1, 2]", "unreadable benchmark result"),
+        (json.dumps({"points": [{"concurrency": "many"}]}), "unreadable benchmark result"),
+        (report(point(1, 20, 10)), "no result for concurrency [8]"),
+        (
+            report(point(1, 20, 10), error="concurrency 8: ConnectionError: refused"),
+            "ConnectionError: refused",
+        ),
+        ("Traceback (most recent call last): ...", "unreadable benchmark result"),
+    ],
+)
+def test_a_bad_report_fails_the_measurement_with_its_reason(message: str | None, expected: str) -> None:
+    with pytest.raises(benchmark.BenchmarkFailed, match=expected.replace("[", r"\[").replace("]", r"\]")):
+        benchmark.parse_report(message, POINTS)
+
+
+def test_failed_requests_above_the_threshold_fail_the_measurement() -> None:
+    bench = bench_spec(maxFailedRequests=0.05).rollout.benchmark
+    ok = benchmark.parse_report(report(point(1, 20, 10, completed=96, failed=4)), [1])
+    benchmark.check_failures(ok, bench)
+    bad = benchmark.parse_report(report(point(1, 20, 10, completed=90, failed=10)), [1])
+    with pytest.raises(benchmark.BenchmarkFailed, match="10 of 100 requests failed at concurrency 1"):
+        benchmark.check_failures(bad, bench)
+
+
+def test_the_driver_keeps_the_summary_within_the_termination_message() -> None:
+    result = {
+        "completed": 200, "failed": 0, "p99_itl_ms": 12.345678, "output_throughput": 1234.56789,
+        "spec_decode_acceptance_rate": 71.23456, "spec_decode_num_drafts": 4000, "itls": [[0.01] * 50] * 200,
+        "spec_decode_per_position_acceptance_rates": [0.9, 0.7, 0.5],
+    }  # fmt: skip
+    summary = bench_driver.summary(8, result)
+    assert summary == {
+        "concurrency": 8, "completed": 200, "failed": 0, "p99_itl_ms": 12.3457, "output_throughput": 1234.5679,
+        "acceptance_rate_percent": 71.2346, "drafts": 4000, "acceptance_per_position": [0.9, 0.7, 0.5],
+    }  # fmt: skip
+    many = {
+        "points": [
+            bench_driver.summary(c, result | {"spec_decode_per_position_acceptance_rates": [0.123456] * 16})
+            for c in range(8)
+        ]
+    }
+    text = bench_driver.encode(many)
+    assert len(text) <= bench_driver.MESSAGE_LIMIT
+    assert len(json.loads(text)["points"]) == 8  # per-position figures went first
+
+
+def test_the_driver_runs_each_point_and_reports_an_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """bench_driver.main against a stand-in for vLLM's `bench serve` entry point."""
+    calls: list[list[str]] = []
+
+    def add_cli_args(parser: Any) -> None:
+        parser.add_argument("--max-concurrency", type=int)
+        parser.add_argument("--result-filename")
+        parser.add_argument("--num-prompts")
+
+    def main(args: Any) -> dict[str, Any]:
+        calls.append([args.num_prompts, args.max_concurrency])
+        if args.max_concurrency == 8:
+            raise ConnectionError("server went away")
+        return {"completed": 5, "failed": 0, "p99_itl_ms": 3.0}
+
+    serve = types.ModuleType("vllm.benchmarks.serve")
+    serve.add_cli_args = add_cli_args  # type: ignore[attr-defined]
+    serve.main = main  # type: ignore[attr-defined]
+    for name in ("vllm", "vllm.benchmarks"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, "vllm.benchmarks.serve", serve)
+    out = tmp_path / "termination-log"
+    monkeypatch.setenv("SPECGATE_TERMINATION_LOG", str(out))
+    monkeypatch.setenv(
+        "SPECGATE_BENCH_CONFIG", json.dumps({"points": [1, 8, 32], "args": ["--num-prompts", "5"]})
+    )
+    assert bench_driver.main() == 1
+    assert calls == [["5", 1], ["5", 8]]  # stops at the first failure
+    written = json.loads(out.read_text())
+    assert written["points"] == [{"concurrency": 1, "completed": 5, "failed": 0, "p99_itl_ms": 3.0}]
+    assert written["error"] == "concurrency 8: ConnectionError: server went away"
+
+
+# --- rendering ---
+
+
+def test_the_job_runs_the_driver_against_the_track_service_without_a_gpu() -> None:
+    spec = bench_spec(dataset="custom", datasetPath="/datasets/chat.jsonl", datasetFrom={"configMap": "prompts"},
+                      requestRate=4, gateConcurrency=1, timeout="20m")  # fmt: skip
+    job = render.benchmark_job(spec, OWNER, Track.CANARY, 7)
+    assert job["metadata"]["name"] == "llama-bench-canary-7"
+    assert job["metadata"]["ownerReferences"][0]["uid"] == "u-1"
+    assert (job["spec"]["backoffLimit"], job["spec"]["activeDeadlineSeconds"]) == (0, 1200)
+    pod = job["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    assert container["command"][:2] == ["python3", "-c"] and "def summary(" in container["command"][2]
+    assert "nvidia.com/gpu" not in json.dumps(container["resources"])
+    assert container["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    assert {"name": "datasets", "configMap": {"name": "prompts"}} in pod["volumes"]
+    labels = job["spec"]["template"]["metadata"]["labels"]
+    assert labels[render.LABEL_BENCHMARK] == "canary" and "app.kubernetes.io/name" not in labels
+    config = json.loads(next(e["value"] for e in container["env"] if e["name"] == "SPECGATE_BENCH_CONFIG"))
+    args = config["args"]
+    assert config["points"] == POINTS
+
+    def flag(name: str) -> str:
+        return str(args[args.index(name) + 1])
+
+    assert flag("--base-url") == "http://llama-canary.ml.svc:8000"
+    assert (flag("--dataset-name"), flag("--dataset-path")) == ("custom", "/datasets/chat.jsonl")
+    assert (flag("--request-rate"), flag("--num-prompts")) == ("4.0", "50")
+    assert "--input-len" not in args  # only the random dataset takes it
+
+
+def test_long_names_keep_the_job_name_within_63_characters() -> None:
+    owner = Owner(name="x" * 60, namespace="ml", uid="u")
+    name = render.benchmark_job_name(owner, Track.BASELINE, 12)
+    assert len(name) <= 63 and name.endswith("-bench-baseline-12")
+
+
+def test_a_track_service_selects_only_its_track() -> None:
+    svc = render.service(OWNER, Track.BASELINE)
+    assert svc["metadata"]["name"] == "llama-baseline"
+    assert svc["spec"]["selector"][render.LABEL_TRACK] == "baseline"
+
+
+@pytest.mark.parametrize(
+    ("bench", "field", "message"),
+    [
+        ({"dataset": "sharegpt"}, "datasetPath", "datasetPath is required"),
+        ({"concurrency": [1, 8], "gateConcurrency": 4}, "gateConcurrency", "must be one of concurrency"),
+        ({"concurrency": []}, "concurrency", "at least 1 item"),
+        ({"concurrency": list(range(1, 10))}, "concurrency", "at most 8 items"),
+        ({"concurrency": [0]}, "concurrency[0]", "greater than or equal to 1"),
+        ({"timeout": "soon"}, "timeout", "pattern"),
+    ],
+)
+def test_bad_benchmark_specs_name_the_field(bench: dict[str, Any], field: str, message: str) -> None:
+    with pytest.raises(api.SpecError) as raised:
+        bench_spec(**bench)
+    assert raised.value.field == f"rollout.benchmark.{field}"
+    assert message in raised.value.message
+
+
+# --- evaluation ---
+
+
+def runs(baseline: list[dict[str, Any]], canary: list[dict[str, Any]]) -> BenchmarkStatus:
+    parse = benchmark.parse_report
+    return BenchmarkStatus(
+        baseline=BenchmarkRun(job="b", points=parse(report(*baseline), POINTS)),
+        canary=BenchmarkRun(job="c", points=parse(report(*canary), POINTS)),
+    )
+
+
+def windows(alpha: float, n: int = 4) -> tuple[AcceptanceWindow, ...]:
+    return tuple(AcceptanceWindow(100, 300, 300 * alpha) for _ in range(n))
+
+
+def test_gates_apply_at_the_gate_point_and_break_even_is_the_highest_faster_point() -> None:
+    spec = bench_spec(concurrency=[1, 8, 32])
+    base = [point(1, 20, 10), point(8, 22, 11), point(32, 30, 15)]
+    cand = [point(1, 21, 6, 0.7), point(8, 24, 9, 0.7), point(32, 45, 18, 0.7)]
+    parse = benchmark.parse_report
+    status = BenchmarkStatus(
+        baseline=BenchmarkRun(job="b", points=parse(report(*base), [1, 8, 32])),
+        canary=BenchmarkRun(job="c", points=parse(report(*cand), [1, 8, 32])),
+    )
+    result = benchmark.evaluate(spec, status, windows(0.7))
+    assert result.status.gate_concurrency == 32 and result.status.break_even_concurrency == 8
+    assert [(p.concurrency, p.verdict, p.speedup) for p in result.status.points] == [
+        (1, "Pass", 1.667), (8, "Pass", 1.222), (32, "Fail", 0.833),
+    ]  # fmt: skip
+    assert result.latency.verdict == Verdict.FAIL and "concurrency 32" in result.latency.message
+    assert result.acceptance.verdict == Verdict.PASS
+
+
+def test_alpha_from_prometheus_with_the_benchmarks_kept_and_a_disagreement_reported() -> None:
+    spec = bench_spec()
+    both = runs([point(1, 20, 10), point(8, 22, 11)], [point(1, 20, 8, 0.75), point(8, 22, 9, 0.75)])
+    agreed = benchmark.evaluate(spec, both, windows(0.74))
+    assert (agreed.status.alpha, agreed.status.benchmark_alpha, agreed.status.prometheus_alpha) == (
+        0.74,
+        0.75,
+        0.74,
+    )
+    assert agreed.disagreement is None and agreed.status.alpha_disagreement == 0.01
+    apart = benchmark.evaluate(spec, both, windows(0.5))
+    assert apart.acceptance.verdict == Verdict.FAIL and apart.status.alpha == 0.5
+    assert apart.disagreement is not None and "differ by 0.250" in apart.disagreement
+
+
+def test_without_prometheus_the_benchmarks_alpha_gates() -> None:
+    result = benchmark.evaluate(
+        bench_spec(),
+        runs([point(1, 20, 10), point(8, 22, 11)], [point(1, 20, 8, 0.6), point(8, 22, 9, 0.8)]),
+        None,
+    )
+    assert result.status.alpha == 0.7 and result.status.prometheus_alpha is None
+    assert "the benchmark" in result.acceptance.message
+
+
+@pytest.mark.parametrize(
+    ("canary_rate", "prometheus", "expected"),
+    [
+        (None, None, "no acceptance rate"),
+        (None, windows(0.8, n=0), "no acceptance rate"),
+        (0.8, (AcceptanceWindow(10, 30, 24),), "only 10 drafts"),
+    ],
+)
+def test_too_little_to_judge_fails_the_measurement(
+    canary_rate: float | None, prometheus: tuple[AcceptanceWindow, ...] | None, expected: str
+) -> None:
+    both = runs(
+        [point(1, 20, 10), point(8, 22, 11)], [point(1, 20, 8, canary_rate), point(8, 22, 9, canary_rate)]
+    )
+    with pytest.raises(benchmark.BenchmarkFailed, match=expected):
+        benchmark.evaluate(bench_spec(), both, prometheus)
+
+
+# --- the rollout, benchmark mode ---
+
+
+def job(track: str) -> str:
+    return f"llama-bench-{track}-1"
+
+
+def to_baseline_benchmark(run: Run) -> None:
+    run.step(baseline=ready(2))
+    run.step(baseline=ready(2))  # Ready seen: warm-up starts
+    d = run.step(after=35, baseline=ready(2), baseline_job=BenchmarkJob(job("baseline")))
+    assert (d.benchmark_track, run.status.reason) == ("baseline", Reason.RUNNING_BENCHMARK)
+
+
+def test_benchmark_mode_runs_a_job_per_track_and_promotes_without_traffic() -> None:
+    run = Run(bench_spec())
+    to_baseline_benchmark(run)
+    good_base = report(point(1, 20, 10), point(8, 22, 11))
+    d = run.step(baseline=ready(2), baseline_job=finished(job("baseline"), good_base))
+    assert run.phase == Phase.CANARY and d.canary_replicas == 1, run.status.message
+    assert "baseline benchmark at concurrency 8: P99 ITL 22.0 ms" in (run.status.message or "")
+    assert run.status.baseline is None  # no traffic measured
+    run.step(baseline=ready(1), canary=ready(1))
+    assert run.phase == Phase.ANALYZING
+    d = run.step(
+        after=40, baseline=ready(1), canary=ready(1), canary_job=BenchmarkJob(job("canary"), exists=True)
+    )
+    assert (d.benchmark_track, run.phase, run.status.verdict) == (
+        "canary",
+        Phase.ANALYZING,
+        "InsufficientData",
+    )
+    canary = report(point(1, 20, 8, 0.8), point(8, 23, 9, 0.8))
+    d = run.step(
+        baseline=ready(1), canary=ready(1), canary_job=finished(job("canary"), canary),
+        canary_job_acceptance=windows(0.79),
+    )  # fmt: skip
+    assert run.phase == Phase.PROMOTING, run.status.message
+    assert d.benchmark_track is None
+    bench = run.status.benchmark
+    assert bench is not None and bench.alpha == 0.79 and bench.break_even_concurrency == 8
+    assert run.status.verdict == "Pass"
+
+
+def test_a_slower_canary_at_the_gate_point_rolls_back_with_latency_regression() -> None:
+    run = Run(bench_spec())
+    to_baseline_benchmark(run)
+    run.step(
+        baseline=ready(2), baseline_job=finished(job("baseline"), report(point(1, 20, 10), point(8, 22, 11)))
+    )
+    run.step(baseline=ready(1), canary=ready(1))
+    slow = report(point(1, 20, 8, 0.8), point(8, 40, 13, 0.8))
+    run.step(after=40, baseline=ready(1), canary=ready(1), canary_job=finished(job("canary"), slow),
+             canary_job_acceptance=windows(0.8))  # fmt: skip
+    assert (run.phase, run.status.reason) == (Phase.ROLLING_BACK, Reason.LATENCY_REGRESSION)
+    assert "canary P99 ITL 40.0 ms vs baseline 22.0 ms" in (run.status.message or "")
+
+
+def test_a_failed_baseline_job_stops_before_any_canary() -> None:
+    run = Run(bench_spec())
+    to_baseline_benchmark(run)
+    failed = finished(job("baseline"), report(error="concurrency 1: FileNotFoundError: x.jsonl"),
+                      failure="Job BackoffLimitExceeded: Job has reached the specified backoff limit")  # fmt: skip
+    d = run.step(baseline=ready(2), baseline_job=failed)
+    assert (run.phase, run.status.reason) == (Phase.ROLLED_BACK, Reason.MEASUREMENT_FAILED)
+    assert d.canary_replicas is None
+    message = run.status.message or ""
+    assert "llama-bench-baseline-1 failed: Job BackoffLimitExceeded" in message
+    assert "FileNotFoundError: x.jsonl" in message and "never started" in message
+
+
+def test_a_disagreement_between_the_alphas_is_a_warning_event() -> None:
+    run = Run(bench_spec())
+    to_baseline_benchmark(run)
+    run.step(
+        baseline=ready(2), baseline_job=finished(job("baseline"), report(point(1, 20, 10), point(8, 22, 11)))
+    )
+    run.step(baseline=ready(1), canary=ready(1))
+    canary = report(point(1, 20, 8, 0.9), point(8, 21, 9, 0.9))
+    d = run.step(after=40, baseline=ready(1), canary=ready(1), canary_job=finished(job("canary"), canary),
+                 canary_job_acceptance=windows(0.8))  # fmt: skip
+    assert run.phase == Phase.PROMOTING
+    warnings = [e for e in d.events if e.reason == Reason.ALPHA_DISAGREEMENT]
+    assert len(warnings) == 1 and warnings[0].type == "Warning"
+
+
+def test_both_modes_need_traffic_and_benchmark_to_pass() -> None:
+    run = Run(bench_spec("both"))
+    run.step(baseline=ready(2))
+    run.step(baseline=ready(2))
+    run.step(after=35, baseline=ready(2), baseline_job=BenchmarkJob(job("baseline")))
+    done = finished(job("baseline"), report(point(1, 20, 10), point(8, 22, 11)))
+    run.step(baseline=ready(2), baseline_job=done)
+    assert run.phase == Phase.BASELINE  # benchmarked; the traffic window is not over yet
+    run.step(after=60, baseline=ready(2), baseline_job=done, baseline_metrics=metrics())
+    assert run.phase == Phase.CANARY and run.status.baseline is not None
+    run.step(baseline=ready(1), canary=ready(1))
+    running = BenchmarkJob(job("canary"), exists=True)
+    traffic = {"baseline_metrics": metrics(), "canary_metrics": metrics(0.8)}
+    run.step(after=100, baseline=ready(1), canary=ready(1), canary_job=running, **traffic)
+    assert run.phase == Phase.ANALYZING  # traffic passes, the benchmark still runs
+    low = report(point(1, 20, 8, 0.3), point(8, 21, 9, 0.3))
+    run.step(baseline=ready(1), canary=ready(1), canary_job=finished(job("canary"), low),
+             canary_job_acceptance=windows(0.3), **traffic)  # fmt: skip
+    assert (run.phase, run.status.reason) == (Phase.ROLLING_BACK, Reason.ACCEPTANCE_BELOW_GATE)
+    assert "Prometheus counters over the Job" in (run.status.message or "")
+
+
+def test_a_new_generation_forgets_the_benchmarks() -> None:
+    run = Run(bench_spec())
+    to_baseline_benchmark(run)
+    run.step(
+        baseline=ready(2), baseline_job=finished(job("baseline"), report(point(1, 20, 10), point(8, 22, 11)))
+    )
+    assert run.status.benchmark is not None
+    run.generation = 2
+    run.step(baseline=ready(2))
+    assert run.status.benchmark is None and run.phase == Phase.BASELINE
+    assert run.now - T0 > timedelta(0)
