@@ -241,6 +241,7 @@ class DatasetSource(Model):
 
 # A Job's result comes back in the pod's termination message (4 KiB), one compact line per point.
 MAX_CONCURRENCY_POINTS = 8
+DEFAULT_CONCURRENCY = (1, 8, 32)
 
 
 class Benchmark(Model):
@@ -259,7 +260,7 @@ class Benchmark(Model):
     dataset_from: DatasetSource | None = Field(None, description="Where /datasets comes from.")
     num_prompts: int = Field(200, ge=1, description="Prompts per concurrency point.")
     concurrency: list[Annotated[int, Field(ge=1)]] = Field(
-        default_factory=lambda: [1, 8, 32],
+        default_factory=lambda: list(DEFAULT_CONCURRENCY),
         min_length=1,
         max_length=MAX_CONCURRENCY_POINTS,
         description="Concurrency points (--max-concurrency), each run for baseline and canary. "
@@ -462,14 +463,15 @@ RULES: tuple[Rule, ...] = (
     _whole_number(SpeculativeSpec, "promptLookupMax"),
     Rule(
         Benchmark,
-        "self.dataset == 'random' || has(self.datasetPath)",
+        "!has(self.dataset) || self.dataset == 'random' || has(self.datasetPath)",
         "datasetPath is required for datasets sharegpt, spec_bench and custom: name the file in the pod",
         "datasetPath",
         lambda b: b.dataset == Dataset.RANDOM or b.dataset_path is not None,
     ),
     Rule(
         Benchmark,
-        "!has(self.gateConcurrency) || self.concurrency.exists(c, c == self.gateConcurrency)",
+        "!has(self.gateConcurrency) || (has(self.concurrency) ? self.concurrency : "
+        f"{list(DEFAULT_CONCURRENCY)}).exists(c, c == self.gateConcurrency)",
         "gateConcurrency must be one of concurrency: add it to the points or pick one of them",
         "gateConcurrency",
         lambda b: b.gate_concurrency is None or b.gate_concurrency in b.concurrency,

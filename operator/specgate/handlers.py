@@ -16,7 +16,6 @@ import kopf
 
 from specgate import api, kube, metrics, render, rollout
 from specgate.api import Phase, SpeculativeDeploymentSpec, SpeculativeDeploymentStatus
-from specgate.prometheus import ACCEPTANCE_STEP_SECONDS as PROMETHEUS_STEP_SECONDS
 from specgate.prometheus import MetricsUnavailable, PrometheusClient, Selector
 from specgate.render import Owner, Track
 
@@ -121,9 +120,9 @@ def observe(
 
 
 NO_PROMETHEUS = "no Prometheus URL: set spec.rollout.metrics.prometheusUrl or run with --prometheus-url"
-# Prometheus sees a counter's increase only from the scrape after it: reach back one step before
-# the Job, which on a quiet service adds nothing.
-JOB_RANGE_MARGIN = timedelta(seconds=PROMETHEUS_STEP_SECONDS)
+# Prometheus sees a counter's increase only from the scrape after it: reach back before the Job,
+# which on a quiet service adds nothing (rollout.BENCHMARK_SETTLE waits for the scrapes after it).
+JOB_RANGE_MARGIN = timedelta(seconds=30)
 
 
 def prometheus_url(spec: SpeculativeDeploymentSpec) -> str | None:
@@ -154,10 +153,10 @@ def _observe_benchmarks(
         return observation
     window = rollout.Window(job.start - JOB_RANGE_MARGIN, max(job.end or now, now))
     try:
-        metrics = PrometheusClient(url).track_metrics(_selector(spec, owner, Track.CANARY), window)
+        totals = PrometheusClient(url).acceptance_totals(_selector(spec, owner, Track.CANARY), window)
     except MetricsUnavailable:
         return observation  # the gate falls back on the benchmark's own alpha
-    return replace(observation, canary_job_acceptance=metrics.acceptance if metrics else None)
+    return replace(observation, canary_job_acceptance=(totals,) if totals else None)
 
 
 def _selector(spec: SpeculativeDeploymentSpec, owner: Owner, track: Track) -> Selector:

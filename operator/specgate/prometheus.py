@@ -69,6 +69,21 @@ class PrometheusClient:
         except (KeyError, IndexError, TypeError, ValueError) as exc:  # ValueError: JSON that is not
             raise MetricsUnavailable(f"malformed Prometheus response: {exc!r}") from exc
 
+    def acceptance_totals(self, sel: Selector, window: Window) -> AcceptanceWindow | None:
+        """The track's spec-decode counter increases over the whole window (e.g. a benchmark Job's
+        run); None when the track has no drafts in it."""
+        rng = f"[{max(int((window.end - window.start).total_seconds()), 1)}s]"
+        try:
+            drafts, draft_tokens, accepted = (
+                self._scalar(f"sum(increase({name}{sel}{rng}))", window.end)
+                for name in (DRAFTS, DRAFT_TOKENS, ACCEPTED)
+            )
+        except (KeyError, IndexError, TypeError, ValueError) as exc:
+            raise MetricsUnavailable(f"malformed Prometheus response: {exc!r}") from exc
+        if drafts is None or draft_tokens is None or accepted is None:
+            return None
+        return AcceptanceWindow(drafts, draft_tokens, accepted)
+
     def _track_metrics(self, sel: Selector, window: Window) -> TrackMetrics | None:
         seconds = max(int((window.end - window.start).total_seconds()), 1)
         rng = f"[{seconds}s]"

@@ -32,6 +32,9 @@ HISTORY_LIMIT = 30
 # The acceptance gate needs a few 15-s windows before it can say anything; a shorter guard window
 # would never trip, so the guard looks back at least this far.
 MIN_GUARD_WINDOW = timedelta(seconds=60)
+# The canary's alpha over its benchmark Job comes from Prometheus, which sees the last counters only
+# at the scrapes after the Job (every 15 s with specgate's PodMonitor): wait for two of them.
+BENCHMARK_SETTLE = timedelta(seconds=30)
 
 TRANSITIONS: dict[Phase, frozenset[Phase]] = {
     Phase.PENDING: frozenset({Phase.BASELINE, Phase.PAUSED}),
@@ -487,8 +490,10 @@ def _benchmark_gates(step: _Step) -> GateResults | None:
     run = _benchmark_run(step, "canary")
     if step.status.phase != Phase.ANALYZING:
         return None
-    if run is None:
-        waiting = gates.GateResult(Verdict.INSUFFICIENT_DATA, None, None, None, 0, "benchmark running")
+    settled = parse_time(run.completion_time if run else None)
+    if run is None or settled is None or step.now < settled + BENCHMARK_SETTLE:
+        message = "benchmark running" if run is None else "benchmark done; waiting for its last scrapes"
+        waiting = gates.GateResult(Verdict.INSUFFICIENT_DATA, None, None, None, 0, message)
         return [(Reason.ACCEPTANCE_BELOW_GATE, waiting)]
     runs = step.status.benchmark or BenchmarkStatus()
     try:

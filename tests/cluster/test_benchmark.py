@@ -19,7 +19,7 @@ NOISY_DRAFT = {
     "draftModel": "specgate/tiny-llama-noise-0.03",
     "numSpeculativeTokens": 3,
 }
-PROMPTS = 8
+PROMPTS = 16
 
 
 def benchmark_rollout(name: str, **benchmark: Any) -> dict[str, Any]:
@@ -36,7 +36,7 @@ def benchmark_rollout(name: str, **benchmark: Any) -> dict[str, Any]:
         "gateConcurrency": 2,
         "numPrompts": PROMPTS,
         "inputLen": 32,
-        "outputLen": 32,
+        "outputLen": 48,
         "timeout": "10m",
         **benchmark,
     }

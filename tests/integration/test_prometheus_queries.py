@@ -136,9 +136,9 @@ def test_alpha_and_p99_through_prometheus_equal_the_engines_own(prometheus: tupl
         asyncio.run(load_all(urls))
         time.sleep(3)  # let the last scrapes land; the counters are quiet from here on
         end, (c1, h1) = datetime.now(UTC), engine_totals(urls)
-        metrics = PrometheusClient(prom_url).track_metrics(
-            Selector("ns", "d", "canary", MetricsSource()), Window(start, end)
-        )
+        selector, client = Selector("ns", "d", "canary", MetricsSource()), PrometheusClient(prom_url)
+        metrics = client.track_metrics(selector, Window(start, end))
+        totals = client.acceptance_totals(selector, Window(start, end))  # a benchmark Job's range
 
     assert metrics is not None
     drafted = c1["vllm:spec_decode_num_draft_tokens_total"] - c0["vllm:spec_decode_num_draft_tokens_total"]
@@ -149,6 +149,8 @@ def test_alpha_and_p99_through_prometheus_equal_the_engines_own(prometheus: tupl
     prom_accepted = sum(w.accepted_tokens for w in metrics.acceptance)
     assert drafted > 500
     assert prom_accepted / prom_drafted == pytest.approx(accepted / drafted, abs=0.01)
+    assert totals is not None
+    assert totals.accepted_tokens / totals.draft_tokens == pytest.approx(accepted / drafted, abs=0.01)
 
     assert metrics.itl is not None
     engine_itl = Histogram(h1.bounds, tuple(b - a for a, b in zip(h0.counts, h1.counts, strict=True)))

@@ -110,6 +110,11 @@ RULE_CASES: list[tuple[int, dict[str, Any], dict[str, Any]]] = [
         with_("rollout.benchmark", {"concurrency": [1, 8], "gateConcurrency": 4}),
         with_("rollout.benchmark", {"concurrency": [1, 8], "gateConcurrency": 8}),
     ),
+    (
+        12,
+        with_("rollout.benchmark", {"gateConcurrency": 4}),
+        with_("rollout.benchmark", {"gateConcurrency": 8}),
+    ),
     (13, with_("rollout.benchmark.concurrency", [1.0, 8]), with_("rollout.benchmark.concurrency", [1, 8])),
     (
         14,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import sys
 import types
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -410,3 +411,26 @@ def test_a_new_generation_forgets_the_benchmarks() -> None:
     run.step(baseline=ready(2))
     assert run.status.benchmark is None and run.phase == Phase.BASELINE
     assert run.now - T0 > timedelta(0)
+
+
+def test_the_verdict_waits_for_the_scrapes_after_the_canary_job() -> None:
+    run = Run(bench_spec())
+    to_baseline_benchmark(run)
+    run.step(
+        baseline=ready(2), baseline_job=finished(job("baseline"), report(point(1, 20, 10), point(8, 22, 11)))
+    )
+    run.step(baseline=ready(1), canary=ready(1))
+    run.now += timedelta(seconds=40)
+    canary = report(point(1, 20, 8, 0.8), point(8, 21, 9, 0.8))
+    just_done = replace(finished(job("canary"), canary), start=run.now, end=run.now + timedelta(seconds=5))
+    obs = {
+        "baseline": ready(1),
+        "canary": ready(1),
+        "canary_job": just_done,
+        "canary_job_acceptance": windows(0.8),
+    }
+    run.step(after=5, **obs)
+    assert (run.phase, run.status.verdict) == (Phase.ANALYZING, "InsufficientData")
+    assert "waiting for its last scrapes" in (run.status.message or "")
+    run.step(after=30, **obs)
+    assert run.phase == Phase.PROMOTING
