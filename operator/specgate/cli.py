@@ -8,7 +8,7 @@ import random
 import sys
 from collections.abc import Sequence
 
-from specgate.api import Measurement, SpeculativeDeploymentStatus, parse_status
+from specgate.api import BenchmarkStatus, Measurement, SpeculativeDeploymentStatus, parse_status
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -75,6 +75,7 @@ def render_timeline(name: str, status: SpeculativeDeploymentStatus) -> str:
 
     figures("baseline", status.baseline)
     figures("canary", status.canary)
+    lines += _benchmark_lines(status.benchmark)
     if status.verdict:
         lines.append(f"  verdict  {status.verdict}: {status.message}")
     if status.recommendation:
@@ -82,6 +83,29 @@ def render_timeline(name: str, status: SpeculativeDeploymentStatus) -> str:
             f"  advice   K={status.recommendation.num_speculative_tokens}: {status.recommendation.message}"
         )
     return "\n".join(lines) + "\n"
+
+
+def _benchmark_lines(bench: BenchmarkStatus | None) -> list[str]:
+    """Baseline against canary per concurrency point, then where speculation stops paying."""
+    if bench is None or not bench.points:
+        return []
+    lines = ["  benchmark  concurrency  p99_itl_ms base/canary  tok/s base/canary  speedup  verdict"]
+    for p in bench.points:
+        gate = " (gate)" if p.concurrency == bench.gate_concurrency else ""
+        lines.append(
+            f"  {p.concurrency:>22}  {_num(p.baseline_p99_itl_ms)}/{_num(p.canary_p99_itl_ms)}  "
+            f"{_num(p.baseline_output_throughput)}/{_num(p.canary_output_throughput)}  "
+            f"{_num(p.speedup)}  {p.verdict}{gate}"
+        )
+    lines.append(
+        f"  break-even concurrency {bench.break_even_concurrency}; alpha {bench.alpha} "
+        f"(benchmark {bench.benchmark_alpha}, Prometheus {bench.prometheus_alpha})"
+    )
+    return lines
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.5g}"
 
 
 def _plan(args: argparse.Namespace) -> int:

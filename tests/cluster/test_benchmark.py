@@ -14,6 +14,7 @@ from tests.conftest import load_sample
 
 pytestmark = [pytest.mark.cluster, pytest.mark.engine]
 
+SELF_DRAFT = {"method": "draft_model", "draftModel": "specgate/tiny-llama", "numSpeculativeTokens": 3}
 NOISY_DRAFT = {
     "method": "draft_model",
     "draftModel": "specgate/tiny-llama-noise-0.03",
@@ -22,12 +23,12 @@ NOISY_DRAFT = {
 PROMPTS = 16
 
 
-def benchmark_rollout(name: str, **benchmark: Any) -> dict[str, Any]:
+def benchmark_rollout(name: str, speculative: dict[str, Any], **benchmark: Any) -> dict[str, Any]:
     """The tiny CPU sample measured by benchmark Jobs only: no traffic reaches it."""
     body = load_sample("tiny-cpu.yaml")
     body["metadata"] = {"name": name}
     spec = body["spec"]
-    spec["speculative"] = NOISY_DRAFT
+    spec["speculative"] = speculative
     rollout = fast_rollout(progressDeadline="8m", maxAnalysisDuration="10m")
     rollout["gates"] = {**spec["rollout"]["gates"], "minDrafts": 100}
     rollout["measurement"] = "benchmark"
@@ -62,13 +63,9 @@ def engine_counters(namespace: str, pod_prefix: str) -> tuple[float, float]:
     ]
 
 
-def test_benchmark_jobs_measure_both_tracks_with_real_vllm(lab: dict[str, Any]) -> None:
-    """A quiet service (no traffic): the verdict comes from the benchmark Jobs alone, at two
-    concurrency points, and its alpha agrees with the canary engine's own counters."""
-    done = run_rollout(body=benchmark_rollout("bench"), timeout=1200, concurrency=0, **lab)
-    status = done.status
-    assert status["phase"] == "Promoted", status.get("message")
-    bench = status["benchmark"]
+def check_benchmark_status(status: dict[str, Any]) -> dict[str, Any]:
+    """Both tracks measured at both points, every request served; the comparison per point."""
+    bench: dict[str, Any] = status["benchmark"]
     for track in ("baseline", "canary"):
         points = bench[track]["points"]
         assert [p["concurrency"] for p in points] == [1, 2]
@@ -76,12 +73,28 @@ def test_benchmark_jobs_measure_both_tracks_with_real_vllm(lab: dict[str, Any]) 
         assert all(p["p99ItlMs"] > 0 and p["outputThroughput"] > 0 for p in points), points
     assert [p["concurrency"] for p in bench["points"]] == [1, 2]
     assert bench["gateConcurrency"] == 2
+    report(
+        **{f"benchmark_{status['phase']}": f"alpha={bench['alpha']} bench_alpha={bench['benchmarkAlpha']}"},
+        points=";".join(
+            f"c{p['concurrency']}:p99_itl={p['baselineP99ItlMs']}/{p['canaryP99ItlMs']}ms,speedup={p['speedup']}"
+            for p in bench["points"]
+        ),
+        break_even=bench.get("breakEvenConcurrency"),
+    )
+    return bench
 
+
+def test_benchmark_jobs_promote_a_quiet_service_with_real_vllm(lab: dict[str, Any]) -> None:
+    """No traffic at all: the verdict comes from the benchmark Jobs alone, at two concurrency
+    points, and its alpha is the canary engine's own (a self-draft: every token accepted)."""
+    status = run_rollout(
+        body=benchmark_rollout("bench", SELF_DRAFT), timeout=1200, concurrency=0, **lab
+    ).status
+    assert status["phase"] == "Promoted", status.get("message")
+    bench = check_benchmark_status(status)
     accepted, drafted = engine_counters(lab["namespace"], "bench-canary-")
-    engine_alpha = accepted / drafted
-    assert bench["prometheusAlpha"] == pytest.approx(engine_alpha, abs=0.02)
-    assert bench["alpha"] == bench["prometheusAlpha"]
-    assert engine_alpha >= 0.55  # the gate, so Promoted is the right verdict
+    assert drafted > 0 and bench["prometheusAlpha"] == pytest.approx(accepted / drafted, abs=0.02)
+    assert bench["alpha"] == bench["prometheusAlpha"] == 1.0
     jobs = client.BatchV1Api(lab["api_client"]).list_namespaced_job(lab["namespace"]).items
     assert sorted(j.metadata.name for j in jobs) == ["bench-bench-baseline-1", "bench-bench-canary-1"]
     for job in jobs:
@@ -89,22 +102,24 @@ def test_benchmark_jobs_measure_both_tracks_with_real_vllm(lab: dict[str, Any]) 
         assert job.metadata.owner_references[0].kind == "SpeculativeDeployment"
         resources = job.spec.template.spec.containers[0].resources
         assert "nvidia.com/gpu" not in (resources.requests or {}) | (resources.limits or {})
-    report(
-        benchmark_alpha=bench["benchmarkAlpha"],
-        benchmark_prometheus_alpha=bench["prometheusAlpha"],
-        benchmark_engine_alpha=round(engine_alpha, 4),
-        benchmark_points=";".join(
-            f"c{p['concurrency']}:itl_p99={p['baselineP99ItlMs']}/{p['canaryP99ItlMs']},speedup={p['speedup']}"
-            for p in bench["points"]
-        ),
-        break_even=bench.get("breakEvenConcurrency"),
-    )
+
+
+def test_benchmark_jobs_roll_back_a_noisy_draft_with_real_vllm(lab: dict[str, Any]) -> None:
+    """A noisy draft on the benchmark's random prompts: alpha far below the gate in Prometheus,
+    and the same as the benchmark read from the engine's own /metrics."""
+    status = run_rollout(
+        body=benchmark_rollout("noisy", NOISY_DRAFT), timeout=1200, concurrency=0, **lab
+    ).status
+    assert (status["phase"], status["reason"]) == ("RolledBack", "AcceptanceBelowGate"), status.get("message")
+    bench = check_benchmark_status(status)
+    assert bench["prometheusAlpha"] < 0.55 and bench["alpha"] == bench["prometheusAlpha"]
+    assert bench["benchmarkAlpha"] == pytest.approx(bench["prometheusAlpha"], abs=0.02)
 
 
 def test_a_failing_benchmark_rolls_back_with_its_reason(lab: dict[str, Any]) -> None:
     """A dataset file that is not there: the Job fails, and the rollout stops before any canary
     with MeasurementFailed naming the driver's error, never a pass."""
-    body = benchmark_rollout("badset", dataset="custom", datasetPath="/datasets/missing.jsonl")
+    body = benchmark_rollout("badset", SELF_DRAFT, dataset="custom", datasetPath="/datasets/missing.jsonl")
     status = run_rollout(body=body, timeout=600, concurrency=0, **lab).status
     assert (status["phase"], status["reason"]) == ("RolledBack", "MeasurementFailed"), status.get("message")
     assert "badset-bench-baseline-1 failed" in status["message"]

@@ -15,6 +15,7 @@ from tests.unit.test_rollout import T0, Run, make_spec, metrics, ready
 
 from specgate import api, bench_driver, benchmark, render
 from specgate.api import BenchmarkRun, BenchmarkStatus, Phase
+from specgate.cli import render_timeline
 from specgate.gates import AcceptanceWindow, Verdict
 from specgate.render import Owner, Track
 from specgate.rollout import BenchmarkJob, Reason
@@ -434,3 +435,13 @@ def test_the_verdict_waits_for_the_scrapes_after_the_canary_job() -> None:
     assert "waiting for its last scrapes" in (run.status.message or "")
     run.step(after=30, **obs)
     assert run.phase == Phase.PROMOTING
+
+
+def test_specgate_status_prints_the_points_and_the_break_even() -> None:
+    spec = bench_spec()
+    both = runs([point(1, 20, 10), point(8, 22, 11)], [point(1, 20, 8, 0.8), point(8, 30, 12, 0.8)])
+    evaluated = benchmark.evaluate(spec, both, windows(0.8))
+    text = render_timeline("llama", api.SpeculativeDeploymentStatus(benchmark=evaluated.status))
+    assert "20/20  100/125  1.25  Pass" in text
+    assert "22/30  90.909/83.333  0.917  Fail (gate)" in text
+    assert "break-even concurrency 1; alpha 0.8 (benchmark 0.8, Prometheus 0.8)" in text
