@@ -278,6 +278,12 @@ class Benchmark(Model):
     input_len: int = Field(256, ge=1, description="Prompt tokens (random dataset).")
     output_len: int = Field(128, ge=1, description="Output tokens per request.")
     seed: int = Field(0, description="Seed of prompt sampling: baseline and canary get the same prompts.")
+    temperature: float = Field(
+        0.0,
+        ge=0,
+        description="Sampling temperature of the requests: 0 (greedy) makes runs comparable; set your "
+        "traffic's to measure the alpha it will see (a greedy draft's alpha falls as temperature rises).",
+    )
     image: str | None = Field(None, description="Image with vLLM's benchmark; defaults to spec.image.")
     timeout: Duration = duration("30m", "Longest run of one track's Job (all points) before it fails.")
     max_failed_requests: float = Field(

@@ -41,6 +41,7 @@ def driver_config(spec: SpeculativeDeploymentSpec, base_url: str) -> dict[str, A
         "--model", spec.served_name, "--tokenizer", spec.model.name,
         "--dataset-name", bench.dataset.value, "--num-prompts", str(bench.num_prompts),
         "--output-len", str(bench.output_len), "--seed", str(bench.seed),
+        "--temperature", str(bench.temperature),
         "--percentile-metrics", "ttft,tpot,itl", "--metric-percentiles", "50,99",
         "--ignore-eos", "--disable-tqdm", "--ready-check-timeout-sec", "120",
         "--save-result", "--result-dir", RESULT_DIR,

