@@ -308,6 +308,18 @@ def to_baseline_benchmark(run: Run) -> None:
     assert (d.benchmark_track, run.status.reason) == ("baseline", Reason.RUNNING_BENCHMARK)
 
 
+def to_canary_analysis() -> Run:
+    """A benchmark-mode rollout whose baseline is benchmarked and whose canary is Ready."""
+    run = Run(bench_spec())
+    to_baseline_benchmark(run)
+    run.step(
+        baseline=ready(2), baseline_job=finished(job("baseline"), report(point(1, 20, 10), point(8, 22, 11)))
+    )
+    run.step(baseline=ready(1), canary=ready(1))
+    assert run.phase == Phase.ANALYZING
+    return run
+
+
 def test_benchmark_mode_runs_a_job_per_track_and_promotes_without_traffic() -> None:
     run = Run(bench_spec())
     to_baseline_benchmark(run)
@@ -339,12 +351,7 @@ def test_benchmark_mode_runs_a_job_per_track_and_promotes_without_traffic() -> N
 
 
 def test_a_slower_canary_at_the_gate_point_rolls_back_with_latency_regression() -> None:
-    run = Run(bench_spec())
-    to_baseline_benchmark(run)
-    run.step(
-        baseline=ready(2), baseline_job=finished(job("baseline"), report(point(1, 20, 10), point(8, 22, 11)))
-    )
-    run.step(baseline=ready(1), canary=ready(1))
+    run = to_canary_analysis()
     slow = report(point(1, 20, 8, 0.8), point(8, 40, 13, 0.8))
     run.step(after=40, baseline=ready(1), canary=ready(1), canary_job=finished(job("canary"), slow),
              canary_job_acceptance=windows(0.8))  # fmt: skip
@@ -366,12 +373,7 @@ def test_a_failed_baseline_job_stops_before_any_canary() -> None:
 
 
 def test_a_disagreement_between_the_alphas_is_a_warning_event() -> None:
-    run = Run(bench_spec())
-    to_baseline_benchmark(run)
-    run.step(
-        baseline=ready(2), baseline_job=finished(job("baseline"), report(point(1, 20, 10), point(8, 22, 11)))
-    )
-    run.step(baseline=ready(1), canary=ready(1))
+    run = to_canary_analysis()
     canary = report(point(1, 20, 8, 0.9), point(8, 21, 9, 0.9))
     d = run.step(after=40, baseline=ready(1), canary=ready(1), canary_job=finished(job("canary"), canary),
                  canary_job_acceptance=windows(0.8))  # fmt: skip
@@ -416,12 +418,7 @@ def test_a_new_generation_forgets_the_benchmarks() -> None:
 
 
 def test_the_verdict_waits_for_the_scrapes_after_the_canary_job() -> None:
-    run = Run(bench_spec())
-    to_baseline_benchmark(run)
-    run.step(
-        baseline=ready(2), baseline_job=finished(job("baseline"), report(point(1, 20, 10), point(8, 22, 11)))
-    )
-    run.step(baseline=ready(1), canary=ready(1))
+    run = to_canary_analysis()
     run.now += timedelta(seconds=40)
     canary = report(point(1, 20, 8, 0.8), point(8, 21, 9, 0.8))
     just_done = replace(finished(job("canary"), canary), start=run.now, end=run.now + timedelta(seconds=5))
