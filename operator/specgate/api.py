@@ -9,6 +9,7 @@ the operator, for objects that reached it some other way).
 from __future__ import annotations
 
 import re
+import urllib.parse
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
@@ -82,6 +83,11 @@ class Strategy(StrEnum):
 class Action(StrEnum):
     ROLL_BACK = "RollBack"
     PAUSE = "Pause"
+
+
+class GuardAction(StrEnum):
+    WARN = "Warn"
+    ROLL_BACK = "RollBack"
 
 
 class MeasurementMode(StrEnum):
@@ -231,6 +237,11 @@ class Guard(Model):
     window: Duration = duration(
         "5m", "How far back the guard measures alpha after promotion (at least 1m is used)."
     )
+    on_metrics_unavailable: GuardAction = Field(
+        GuardAction.WARN,
+        description="When the promoted canary's metrics stay missing for metricsUnavailableBudget: Warn "
+        "(Degraded condition and a Warning Event; the gated config keeps serving) or RollBack.",
+    )
 
 
 class DatasetSource(Model):
@@ -304,6 +315,18 @@ class RolloutSpec(Model):
         "the same replicas switched to the candidate (single-replica models).",
     )
     canary_replicas: int = Field(1, ge=1, description="Replicas of the canary (strategy canary).")
+    max_surge: int = Field(
+        1,
+        ge=0,
+        description="Pods (GPUs) a transition may run above replicas: the side that shrinks shrinks only "
+        "as the other side's new pods are Ready, as in a Deployment's rolling update.",
+    )
+    max_unavailable: int = Field(
+        0,
+        ge=0,
+        description="Ready serving pods a transition may go below replicas. With maxSurge 0 (no spare "
+        "GPUs) set 1: pods are then swapped one at a time.",
+    )
     warmup: Duration = duration("60s", "Wait after a track is Ready before measuring it.")
     analysis_window: Duration = duration("5m", "Measurement window of the baseline and of each canary look.")
     max_analysis_duration: Duration = duration(
@@ -333,9 +356,16 @@ class RolloutSpec(Model):
     gates: Gates = Field(default_factory=Gates, description="Promotion gates.")
     metrics: MetricsSource = Field(default_factory=MetricsSource, description="Where metrics come from.")
     guard: Guard = Field(default_factory=Guard, description="Guard after promotion.")
-    paused: bool = Field(False, description="Hold the rollout where it is (phase Paused).")
+    paused: bool = Field(
+        False,
+        description="Hold the rollout where it is (phase Paused): no pod changes until unpaused; "
+        "unpausing resumes the same phase.",
+    )
     retry: int = Field(
-        0, ge=0, description="Bump to re-run a rolled-back rollout of an otherwise unchanged spec."
+        0,
+        ge=0,
+        description="Bump to re-run a RolledBack or Failed rollout (or one an action paused) of an "
+        "otherwise unchanged spec; ignored while a rollout runs or after promotion.",
     )
 
 
@@ -403,6 +433,16 @@ def _whole_number(model: type[Model], field: str) -> Rule:
         field,
         None,
     )
+
+
+def is_http_url(url: str) -> bool:
+    """An http(s) URL with a host: what the CEL rule on prometheusUrl accepts (isURL and a scheme)."""
+    try:
+        parts = urllib.parse.urlsplit(url)
+        parts.port  # noqa: B018 - a port that is not a number raises ValueError
+    except ValueError:
+        return False
+    return parts.scheme in ("http", "https") and bool(parts.hostname) and not any(c.isspace() for c in url)
 
 
 _RENDERED_KEYS = ("method", "model", "num_speculative_tokens", "draft_tensor_parallel_size")
@@ -490,16 +530,60 @@ RULES: tuple[Rule, ...] = (
         None,  # as _whole_number: pydantic reads 8.0 as 8
     ),
     _whole_number(Benchmark, "gateConcurrency"),
+    Rule(
+        RolloutSpec,
+        "(has(self.maxSurge) ? self.maxSurge : 1) > 0 || (has(self.maxUnavailable) ? self.maxUnavailable : 0) > 0",
+        "maxSurge and maxUnavailable cannot both be 0: no pod could ever be swapped; set maxSurge 1 "
+        "(one spare GPU pod) or maxUnavailable 1 (swap one pod at a time)",
+        "maxSurge",
+        lambda r: r.max_surge > 0 or r.max_unavailable > 0,
+    ),
+    _whole_number(RolloutSpec, "maxSurge"),
+    _whole_number(RolloutSpec, "maxUnavailable"),
+    Rule(
+        MetricsSource,
+        "!has(self.prometheusUrl) || (isURL(self.prometheusUrl) && self.prometheusUrl.matches('^https?://') "
+        "&& url(self.prometheusUrl).getHostname() != '')",
+        "prometheusUrl must be an http:// or https:// URL with a host, "
+        "e.g. http://prometheus-operated.monitoring:9090",
+        "prometheusUrl",
+        lambda m: m.prometheus_url is None or is_http_url(m.prometheus_url),
+    ),
 )
 
 
 class SpecError(ValueError):
-    """An invalid spec, with the path of the offending field and how to fix it."""
+    """An invalid object, with the path of the offending field under root and how to fix it."""
 
-    def __init__(self, field: str, message: str) -> None:
-        super().__init__(f"spec.{field}: {message}")
+    def __init__(self, field: str, message: str, root: str = "spec") -> None:
+        super().__init__(f"{root}.{field}: {message}")
         self.field = field
         self.message = message
+
+
+# --- the object's name: it names every child (one declaration, API server and operator) ---
+
+# Children: Services <name>, <name>-baseline, <name>-canary (a Service's name is a DNS-1035 label),
+# Deployments of the same names, and the pod label specgate.dev/deployment=<name> (at most 63).
+NAME_PATTERN = "^[a-z]([-a-z0-9]*[a-z0-9])?$"
+MAX_NAME_LENGTH = 63 - len("-baseline")
+NAME_MESSAGE = (
+    f"must be a DNS-1035 label of at most {MAX_NAME_LENGTH} characters (lowercase letters, digits "
+    "and '-', starting with a letter, ending with a letter or digit), because it names the Services "
+    "<name>, <name>-baseline and <name>-canary: e.g. rename llama-3.1-8b to llama-3-1-8b"
+)
+# Names cannot change, so only a create is checked (oldSelf absent): an object created before this
+# rule keeps accepting updates, among them the finalizer removal that lets it be deleted.
+NAME_CEL = (
+    f"oldSelf.hasValue() || (self.metadata.name.size() <= {MAX_NAME_LENGTH} "
+    f"&& self.metadata.name.matches('{NAME_PATTERN}'))"
+)
+
+
+def check_name(name: str) -> None:
+    """Raise SpecError on metadata.name when the name cannot name every child."""
+    if len(name) > MAX_NAME_LENGTH or not re.fullmatch(NAME_PATTERN, name):
+        raise SpecError("name", NAME_MESSAGE, root="metadata")
 
 
 def _wire_path(loc: tuple[int | str, ...]) -> str:
@@ -693,7 +777,26 @@ class SpeculativeDeploymentStatus(StatusModel):
         None, description="When the current phase began (Analyzing: when its warm-up ends), RFC 3339."
     )
     ready_since: str | None = Field(None, description="When the track being measured became Ready.")
-    resume_phase: Phase | None = Field(None, description="Phase to resume when unpaused.")
+    resume_phase: Phase | None = Field(
+        None, description="Phase to resume when unpaused, or when a spec that failed is restored."
+    )
+    template_hash: str | None = Field(
+        None,
+        description="Hash of what the pods run under this rollout (the spec without replicas and "
+        "rollout): a change of it begins a new rollout.",
+    )
+    passed_template_hash: str | None = Field(
+        None, description="The last template that passed the gates (the one that may serve all replicas)."
+    )
+    baseline_template_hash: str | None = Field(None, description="Template the baseline pods run now.")
+    canary_template_hash: str | None = Field(None, description="Template the canary pods run now.")
+    rollout_generation: int | None = Field(
+        None, description="Generation at which this rollout began (names its benchmark Jobs)."
+    )
+    observed_retry: int | None = Field(None, description="spec.rollout.retry last seen.")
+    unready_since: str | None = Field(
+        None, description="Promoted: since when the canary has had fewer Ready pods than replicas."
+    )
     metrics_unavailable_since: str | None = Field(
         None, description="Since when metrics have been missing, if they are."
     )

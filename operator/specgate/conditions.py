@@ -33,9 +33,15 @@ def _truth(flag: bool) -> str:
 
 
 def conditions_for(
-    conditions: list[Condition], phase: Phase, reason: str, message: str, generation: int, now: str
+    conditions: list[Condition],
+    phase: Phase,
+    reason: str,
+    message: str,
+    generation: int,
+    now: str,
+    degraded: bool = False,
 ) -> list[Condition]:
-    """Every condition type for the phase.
+    """Every condition type for the phase; `degraded` adds Degraded in any phase (a blind guard).
 
     RolledBack still serves (Available) but is Degraded, not Ready and Stalled: a GitOps tool
     should show the change that was pushed as not taking effect.
@@ -44,7 +50,7 @@ def conditions_for(
     flags = {
         "Available": phase in (Phase.PROMOTED, Phase.ROLLED_BACK),
         "Progressing": in_progress,
-        "Degraded": phase in (Phase.ROLLED_BACK, Phase.ROLLING_BACK, Phase.FAILED),
+        "Degraded": degraded or phase in (Phase.ROLLED_BACK, Phase.ROLLING_BACK, Phase.FAILED),
         "Ready": phase == Phase.PROMOTED,
         "Reconciling": in_progress,
         "Stalled": phase in _STALLED,

@@ -37,6 +37,14 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
 ]
 
 
+# The root may read metadata.name; oldSelf makes it a rule on create only (see api.NAME_CEL).
+NAME_VALIDATION: dict[str, Any] = {
+    "rule": api.NAME_CEL,
+    "message": f"metadata.name {api.NAME_MESSAGE}",
+    "optionalOldSelf": True,
+}
+
+
 def _rules_by_model() -> dict[str, list[dict[str, str]]]:
     rules: dict[str, list[dict[str, str]]] = {}
     for rule in api.RULES:
@@ -129,6 +137,7 @@ def crd() -> Schema:
             "spec": spec_schema,
             "status": status_schema,
         },
+        "x-kubernetes-validations": [NAME_VALIDATION],
     }
     return {
         "apiVersion": "apiextensions.k8s.io/v1",

@@ -17,7 +17,7 @@ import kopf
 from specgate import api, kube, metrics, render, rollout
 from specgate.api import Phase, SpeculativeDeploymentSpec, SpeculativeDeploymentStatus
 from specgate.prometheus import MetricsUnavailable, PrometheusClient, Selector
-from specgate.render import Owner, Track
+from specgate.render import Manifest, Owner, Track
 
 INTERVAL_SECONDS = float(os.environ.get("SPECGATE_INTERVAL_SECONDS", "10"))
 METRICS_PORT = int(os.environ.get("SPECGATE_METRICS_PORT", "8080"))
@@ -79,7 +79,8 @@ def step(
         return rollout.invalid_spec(error, current, generation, now)
     observation = observe(spec, current, owner, generation, now)
     decision = rollout.decide(spec, current, observation, now)
-    apply_children(spec, owner, decision)
+    if decision.touch_children:
+        apply_children(spec, owner, decision, observation)
     return decision
 
 
@@ -97,8 +98,8 @@ def observe(
         for track in Track
     }
     observation = rollout.Observation(generation, tracks[Track.BASELINE], tracks[Track.CANARY])
-    if status.observed_generation != generation:
-        return observation
+    if rollout.begins_new_rollout(spec, status, generation):
+        return observation  # the last rollout's figures are about to be forgotten
     if spec.benchmarks:
         observation = _observe_benchmarks(spec, status, owner, observation, now)
     window = rollout.measurement_window(spec, status, now)
@@ -137,15 +138,16 @@ def _observe_benchmarks(
     now: datetime,
 ) -> rollout.Observation:
     """The benchmark Job of the phase's track and, once the canary's has run, its alpha in Prometheus."""
+    rollout_generation = status.rollout_generation or observation.generation
     if status.phase == Phase.BASELINE:
         job = kube.benchmark_job(
-            owner.namespace, render.benchmark_job_name(owner, Track.BASELINE, observation.generation)
+            owner.namespace, render.benchmark_job_name(owner, Track.BASELINE, rollout_generation)
         )
         return replace(observation, baseline_job=job)
     if status.phase != Phase.ANALYZING:
         return observation
     job = kube.benchmark_job(
-        owner.namespace, render.benchmark_job_name(owner, Track.CANARY, observation.generation)
+        owner.namespace, render.benchmark_job_name(owner, Track.CANARY, rollout_generation)
     )
     observation = replace(observation, canary_job=job)
     url = prometheus_url(spec)
@@ -163,22 +165,38 @@ def _selector(spec: SpeculativeDeploymentSpec, owner: Owner, track: Track) -> Se
     return Selector(owner.namespace, owner.name, track.value, spec.rollout.metrics)
 
 
-def apply_children(spec: SpeculativeDeploymentSpec, owner: Owner, decision: rollout.Decision) -> None:
-    baseline = render.deployment(spec, owner, Track.BASELINE, decision.baseline_replicas)
-    children = [baseline, render.service(owner)]
+def apply_children(
+    spec: SpeculativeDeploymentSpec,
+    owner: Owner,
+    decision: rollout.Decision,
+    observation: rollout.Observation,
+) -> None:
+    """Shrinking Deployments first (their GPUs free up sooner), then the rest. A Deployment whose
+    template is kept (decision.keep_template) is only scaled: its pods keep what they run."""
+    counts = {Track.BASELINE: decision.baseline_replicas, Track.CANARY: decision.canary_replicas}
+    states = {Track.BASELINE: observation.baseline, Track.CANARY: observation.canary}
+    wanted = {track: n for track, n in counts.items() if n is not None}
+    for track, replicas in sorted(wanted.items(), key=lambda item: item[1] >= states[item[0]].replicas):
+        if track.value in decision.keep_template and states[track].exists:
+            kube.scale_deployment(owner.namespace, render.deployment_name(owner, track), replicas)
+        else:
+            kube.apply(render.deployment(spec, owner, track, replicas))
+    for manifest in _other_children(spec, owner, decision):
+        kube.apply(manifest)
+
+
+def _other_children(
+    spec: SpeculativeDeploymentSpec, owner: Owner, decision: rollout.Decision
+) -> list[Manifest]:
+    children = [render.service(owner)]
     if spec.benchmarks:
         children += [render.service(owner, track) for track in Track]
-    if decision.canary_replicas is not None:
-        canary = render.deployment(spec, owner, Track.CANARY, decision.canary_replicas)
-        # Scaling the canary down goes first so its GPUs are free before the baseline grows.
-        children = [canary, *children] if decision.canary_replicas == 0 else [*children, canary]
     if spec.rollout.metrics.pod_monitor:
         children.append(render.pod_monitor(owner))
     if decision.benchmark_track is not None:
-        track = Track(decision.benchmark_track)
-        children.append(render.benchmark_job(spec, owner, track, decision.status.observed_generation or 0))
-    for manifest in children:
-        kube.apply(manifest)
+        generation = decision.status.rollout_generation or decision.status.observed_generation or 0
+        children.append(render.benchmark_job(spec, owner, Track(decision.benchmark_track), generation))
+    return children
 
 
 def write_status(

@@ -6,16 +6,18 @@ and fields that other controllers own (e.g. an HPA's replicas would be) are not 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, cast
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from specgate import api
-from specgate.render import Manifest
+from specgate.render import ANNOTATION_TEMPLATE, Manifest
 from specgate.rollout import BenchmarkJob, TrackState
 
 FIELD_MANAGER = "specgate"
+MONITORING_GROUP = "monitoring.coreos.com"
 APPLY = "application/apply-patch+yaml"  # a JSON body is valid YAML
 
 # Waiting reasons that will not clear up by themselves: the pod needs a different spec.
@@ -30,12 +32,13 @@ PERMISSIONS: tuple[tuple[str, str, frozenset[str]], ...] = (
     ("specgate.dev", "speculativedeployments", frozenset({"get", "list", "watch", "patch"})),
     ("specgate.dev", "speculativedeployments/status", frozenset({"get", "patch"})),
     ("apps", "deployments", frozenset({"get", "create", "patch"})),
-    ("", "services", frozenset({"create", "patch"})),
+    ("apps", "deployments/scale", frozenset({"patch"})),
+    ("", "services", frozenset({"get", "create", "patch"})),
     ("", "pods", frozenset({"list"})),
     ("batch", "jobs", frozenset({"get", "create"})),
     ("", "events", frozenset({"create"})),
     ("events.k8s.io", "events", frozenset({"create"})),
-    ("monitoring.coreos.com", "podmonitors", frozenset({"create", "patch"})),
+    ("monitoring.coreos.com", "podmonitors", frozenset({"get", "create", "patch"})),
     # Peering (several replicas, one acting): kopf's heartbeats in the peering object's status.
     ("kopf.dev", "kopfpeerings", frozenset({"get", "list", "watch", "patch"})),
     # kopf lists and watches namespaces (to resolve what it watches) and CRDs (to notice new
@@ -53,11 +56,64 @@ def load_config() -> None:
         config.load_kube_config()  # type: ignore[no-untyped-call]
 
 
+# Children seen to carry their owner's reference: (kind, namespace, name, owner uid). An object
+# cannot lose its owner but by an edit, so each is checked once per process; absent ones each time.
+_OWNED: set[tuple[str, str, str, str]] = set()
+
+
+def foreign_children(manifests: list[Manifest], owner_uid: str) -> list[str]:
+    """The children that exist already without an ownerReference to owner_uid, described: a
+    Service someone else made under the same name must not be taken over (nor its selector)."""
+    foreign = []
+    for manifest in manifests:
+        key = _owned_key(manifest, owner_uid)
+        if key in _OWNED:
+            continue
+        kind, namespace, name, _ = key
+        owners = _owner_uids(kind, namespace, name)
+        if owners is None:
+            continue
+        if owner_uid in owners:
+            _OWNED.add(key)
+        else:
+            foreign.append(f"{kind} {namespace}/{name} (not created by this SpeculativeDeployment)")
+    return foreign
+
+
+def _owned_key(manifest: Manifest, owner_uid: str) -> tuple[str, str, str, str]:
+    meta = manifest["metadata"]
+    return manifest["kind"], meta["namespace"], meta["name"], owner_uid
+
+
+def _owner_uids(kind: str, namespace: str, name: str) -> set[str] | None:
+    """The uids in the object's ownerReferences; None when it (or its resource, for a PodMonitor
+    without the Prometheus Operator's CRD) does not exist."""
+    try:
+        if kind == "PodMonitor":
+            obj = client.CustomObjectsApi().get_namespaced_custom_object(
+                MONITORING_GROUP, "v1", namespace, "podmonitors", name
+            )
+            return {ref["uid"] for ref in cast(dict[str, Any], obj)["metadata"].get("ownerReferences") or []}
+        readers: dict[str, Callable[[str, str], Any]] = {
+            "Deployment": client.AppsV1Api().read_namespaced_deployment,
+            "Service": client.CoreV1Api().read_namespaced_service,
+            "Job": client.BatchV1Api().read_namespaced_job,
+        }
+        refs = readers[kind](name, namespace).metadata.owner_references or []
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+    return {ref.uid for ref in refs}
+
+
 def apply(manifest: Manifest) -> None:
-    """Create or update one child by server-side apply."""
+    """Create or update one child by server-side apply. Only a child seen to be ours (see
+    foreign_children) is applied with force, which takes over fields other managers set."""
     meta = manifest["metadata"]
     name, namespace, kind = meta["name"], meta["namespace"], manifest["kind"]
-    common: dict[str, Any] = {"field_manager": FIELD_MANAGER, "force": True, "_content_type": APPLY}
+    owned = any(_owned_key(manifest, ref["uid"]) in _OWNED for ref in meta.get("ownerReferences", []))
+    common: dict[str, Any] = {"field_manager": FIELD_MANAGER, "force": owned, "_content_type": APPLY}
     if kind == "Deployment":
         client.AppsV1Api().patch_namespaced_deployment(name, namespace, manifest, **common)
     elif kind == "Service":
@@ -72,10 +128,15 @@ def apply(manifest: Manifest) -> None:
                 raise
     elif kind == "PodMonitor":
         client.CustomObjectsApi().patch_namespaced_custom_object(
-            "monitoring.coreos.com", "v1", namespace, "podmonitors", name, manifest, **common
+            MONITORING_GROUP, "v1", namespace, "podmonitors", name, manifest, **common
         )
     else:
         raise ValueError(f"specgate does not manage {kind} objects")
+
+
+def scale_deployment(namespace: str, name: str, replicas: int) -> None:
+    """Change only the replicas (the scale subresource): the pod template stays as it is."""
+    client.AppsV1Api().patch_namespaced_deployment_scale(name, namespace, {"spec": {"replicas": replicas}})
 
 
 def track_state(namespace: str, name: str, selector: dict[str, str]) -> TrackState:
@@ -94,6 +155,7 @@ def track_state(namespace: str, name: str, selector: dict[str, str]) -> TrackSta
         ready_replicas=(dep.status.ready_replicas or 0) if dep.status else 0,
         failure=next((f for f in map(_pod_failure, pods) if f), None),
         waiting=next((w for w in map(_pod_unscheduled, pods) if w), None),
+        template_hash=((dep.metadata and dep.metadata.annotations) or {}).get(ANNOTATION_TEMPLATE),
     )
 
 

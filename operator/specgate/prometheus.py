@@ -4,11 +4,15 @@ Every query selects one track of one SpeculativeDeployment by target labels
 ({namespace, specgate_dev_deployment, specgate_dev_track} by default, see MetricsSource) and sums
 over pods and engines, because vLLM exports one series per engine and alpha is a ratio of sums.
 Counters are read with increase(), which tolerates restarts of the pods (counter resets).
+
+Nothing here raises but MetricsUnavailable, and no figure is NaN or infinite: Prometheus answers
+"NaN" for 0/0 (a ratio of rates on an idle track) and "+Inf" for x/0, and neither may reach status.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -17,7 +21,7 @@ import requests
 from prometheus_api_client import PrometheusConnect
 from prometheus_api_client.exceptions import PrometheusApiClientException
 
-from specgate.api import MetricsSource
+from specgate.api import MetricsSource, is_http_url
 from specgate.gates import AcceptanceWindow, Histogram
 from specgate.rollout import TrackMetrics, Window
 
@@ -43,6 +47,12 @@ class MetricsUnavailable(Exception):
     """Prometheus could not be reached or answered with an error."""
 
 
+# A query's errors: an HTTP status (the client's exception) or the transport and JSON (requests').
+# An answer of the wrong shape raises KeyError, TypeError... in parsing: see MALFORMED_ERRORS.
+QUERY_ERRORS = (PrometheusApiClientException, requests.RequestException)
+MALFORMED_ERRORS = (KeyError, IndexError, TypeError, ValueError)
+
+
 @dataclass(frozen=True)
 class Selector:
     namespace: str
@@ -60,13 +70,28 @@ class Selector:
 
 class PrometheusClient:
     def __init__(self, url: str, timeout_seconds: float = 10.0) -> None:
-        self._prom = PrometheusConnect(url=url, disable_ssl=True, timeout=timeout_seconds)
+        self._url = url
+        self._timeout = timeout_seconds
+        self._connection: PrometheusConnect | None = None
+
+    def _prom(self) -> PrometheusConnect:
+        """Connect on first query, inside the callers' MetricsUnavailable handling: a malformed URL
+        (from --prometheus-url, or a spec the API server did not check) must not crash a reconcile."""
+        if self._connection is None:
+            if not is_http_url(self._url):
+                raise MetricsUnavailable(
+                    f"Prometheus URL {self._url!r} is not an http:// or https:// URL with a host: "
+                    "fix spec.rollout.metrics.prometheusUrl or --prometheus-url"
+                )
+            # Past that check the constructor cannot raise (it only parses the URL).
+            self._connection = PrometheusConnect(url=self._url, disable_ssl=True, timeout=self._timeout)
+        return self._connection
 
     def track_metrics(self, sel: Selector, window: Window) -> TrackMetrics | None:
         """The track's figures over the window; None when the track has no series at all."""
         try:
             return self._track_metrics(sel, window)
-        except (KeyError, IndexError, TypeError, ValueError) as exc:  # ValueError: JSON that is not
+        except MALFORMED_ERRORS as exc:
             raise MetricsUnavailable(f"malformed Prometheus response: {exc!r}") from exc
 
     def acceptance_totals(self, sel: Selector, window: Window) -> AcceptanceWindow | None:
@@ -78,7 +103,7 @@ class PrometheusClient:
                 self._scalar(f"sum(increase({name}{sel}{rng}))", window.end)
                 for name in (DRAFTS, DRAFT_TOKENS, ACCEPTED)
             )
-        except (KeyError, IndexError, TypeError, ValueError) as exc:
+        except MALFORMED_ERRORS as exc:
             raise MetricsUnavailable(f"malformed Prometheus response: {exc!r}") from exc
         if drafts is None or draft_tokens is None or accepted is None:
             return None
@@ -91,7 +116,8 @@ class PrometheusClient:
         found = self._first_histogram(ITL_METRICS, sel, rng, at)
         if found is None:
             return None
-        itl_name, itl = found
+        itl_name, histogram = found
+        itl = _finite_histogram(histogram)
         ttft = self._scalar(f"histogram_quantile(0.99, sum by (le) (increase({TTFT}_bucket{sel}{rng})))", at)
         acceptance, per_position = self._acceptance_windows(sel, window)
         return TrackMetrics(
@@ -128,8 +154,9 @@ class PrometheusClient:
             f"sum by (position) (increase({ACCEPTED_PER_POS}{sel}[{step}s]))", steps, step
         )
         per_position = tuple(
-            sum(by_position[p].get(t, 0.0) for t in times) for p in sorted(by_position, key=_position)
+            _finite_sum(by_position[p].get(t, 0.0) for t in times) for p in sorted(by_position, key=_position)
         )
+        # NaN windows are kept: the acceptance gate drops them and says how many it dropped.
         windows = tuple(AcceptanceWindow(drafts[t], draft_tokens[t], accepted[t]) for t in times)
         return windows, per_position
 
@@ -154,25 +181,24 @@ class PrometheusClient:
 
     def _scalar(self, promql: str, at: datetime) -> float | None:
         result = self._query(promql, at)
-        if not result:
-            return None
-        value = float(result[0]["value"][1])
-        return value if math.isfinite(value) else None
+        return _finite(float(result[0]["value"][1])) if result else None
 
     def _query(self, promql: str, at: datetime) -> list[dict[str, Any]]:
+        prom = self._prom()
         try:
-            result: list[dict[str, Any]] = self._prom.custom_query(promql, params={"time": at.timestamp()})
-        except (PrometheusApiClientException, requests.RequestException) as exc:
+            result: list[dict[str, Any]] = prom.custom_query(promql, params={"time": at.timestamp()})
+        except QUERY_ERRORS as exc:
             raise MetricsUnavailable(f"Prometheus query failed: {exc}") from exc
         return result
 
     def _range(self, promql: str, window: Window, step: int) -> dict[str, dict[float, float]]:
         """A range query's series keyed by the value of the one label it groups by ("" for a plain sum)."""
+        prom = self._prom()
         try:
-            result = self._prom.custom_query_range(
+            result = prom.custom_query_range(
                 promql, start_time=window.start, end_time=window.end, step=str(step)
             )
-        except (PrometheusApiClientException, requests.RequestException) as exc:
+        except QUERY_ERRORS as exc:
             raise MetricsUnavailable(f"Prometheus range query failed: {exc}") from exc
         return {
             next(iter(r["metric"].values()), ""): {float(t): float(v) for t, v in r["values"]} for r in result
@@ -183,9 +209,22 @@ def _position(label: str) -> int:
     return int(label) if label.isdigit() else 0
 
 
+def _finite_histogram(histogram: Histogram) -> Histogram | None:
+    """The histogram, unless a count is NaN or infinite: such counts say nothing of a quantile."""
+    return histogram if all(math.isfinite(c) for c in histogram.counts) else None
+
+
+def _finite_sum(values: Iterable[float]) -> float:
+    return sum(v for v in values if math.isfinite(v))
+
+
+def _finite(value: float | None) -> float | None:
+    return value if value is not None and math.isfinite(value) else None
+
+
 def _round(value: float | None) -> float | None:
-    return None if value is None else round(value, 3)
+    return None if value is None else _finite(round(value, 3))
 
 
 def _ms(seconds: float | None) -> float | None:
-    return None if seconds is None else round(seconds * 1000, 3)
+    return None if seconds is None else _finite(round(seconds * 1000, 3))

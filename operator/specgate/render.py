@@ -7,6 +7,7 @@ the garbage collector remove them.
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
 from enum import StrEnum
@@ -23,6 +24,7 @@ LABEL_TRACK = "specgate.dev/track"
 LABEL_METHOD = "specgate.dev/method"
 LABEL_ENGINE = "specgate.dev/engine"
 LABEL_BENCHMARK = "specgate.dev/benchmark"  # on benchmark pods: the track they measure
+ANNOTATION_TEMPLATE = "specgate.dev/template-hash"  # on Deployments and pods: what they run
 DRIVER_SOURCE = (Path(__file__).parent / "bench_driver.py").read_text()
 MAX_NAME = 63  # a Job's name becomes its pods' job-name label value
 
@@ -49,6 +51,13 @@ class Owner:
             "controller": True,
             "blockOwnerDeletion": True,
         }
+
+
+def template_hash(spec: api.SpeculativeDeploymentSpec) -> str:
+    """What the pods run: the spec without replicas and rollout. Hashed from the spec, not from the
+    rendered manifest, so that a new operator version rendering differently restarts no rollout."""
+    pods = spec.model_dump(mode="json", by_alias=True, exclude={"replicas", "rollout"})
+    return hashlib.sha256(json.dumps(pods, sort_keys=True).encode()).hexdigest()[:12]
 
 
 def deployment_name(owner: Owner, track: Track) -> str:
@@ -176,6 +185,7 @@ def _metadata(owner: Owner, name: str, labels: dict[str, str]) -> dict[str, Any]
 
 def deployment(spec: api.SpeculativeDeploymentSpec, owner: Owner, track: Track, replicas: int) -> Manifest:
     labels = pod_labels(spec, owner, track)
+    annotations = {ANNOTATION_TEMPLATE: template_hash(spec)}
     volumes, _ = _volumes(spec)
     pod_spec: dict[str, Any] = {
         "containers": [_container(spec, track)],
@@ -187,12 +197,23 @@ def deployment(spec: api.SpeculativeDeploymentSpec, owner: Owner, track: Track, 
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
-        "metadata": _metadata(owner, deployment_name(owner, track), dict(labels)),
+        "metadata": {
+            **_metadata(owner, deployment_name(owner, track), dict(labels)),
+            "annotations": annotations,
+        },
         "spec": {
             "replicas": replicas,
             "selector": {"matchLabels": selector_labels(owner, track)},
+            # A change of the template within one track keeps capacity as the rollout does.
+            "strategy": {
+                "type": "RollingUpdate",
+                "rollingUpdate": {
+                    "maxSurge": spec.rollout.max_surge,
+                    "maxUnavailable": spec.rollout.max_unavailable,
+                },
+            },
             "template": {
-                "metadata": {"labels": labels, "annotations": dict(spec.pod_annotations)},
+                "metadata": {"labels": labels, "annotations": {**spec.pod_annotations, **annotations}},
                 "spec": pod_spec,
             },
         },

@@ -11,11 +11,12 @@ import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from specgate import benchmark, conditions, gates, planning
+from specgate import benchmark, capacity, conditions, gates, planning, render
 from specgate.api import (
     Action,
     BenchmarkRun,
     BenchmarkStatus,
+    GuardAction,
     HistoryEntry,
     Measurement,
     Phase,
@@ -42,16 +43,21 @@ TRANSITIONS: dict[Phase, frozenset[Phase]] = {
     Phase.CANARY: frozenset({Phase.ANALYZING, Phase.ROLLING_BACK, Phase.PAUSED}),
     Phase.ANALYZING: frozenset({Phase.PROMOTING, Phase.ROLLING_BACK, Phase.PAUSED}),
     Phase.PROMOTING: frozenset({Phase.PROMOTED, Phase.ROLLING_BACK, Phase.PAUSED}),
-    Phase.PROMOTED: frozenset({Phase.ROLLING_BACK}),
+    Phase.PROMOTED: frozenset({Phase.ROLLING_BACK, Phase.PAUSED}),
     Phase.ROLLING_BACK: frozenset({Phase.ROLLED_BACK}),
     Phase.ROLLED_BACK: frozenset(),
     Phase.PAUSED: frozenset(
-        {Phase.BASELINE, Phase.CANARY, Phase.ANALYZING, Phase.PROMOTING, Phase.ROLLING_BACK}
+        {Phase.BASELINE, Phase.CANARY, Phase.ANALYZING, Phase.PROMOTING, Phase.PROMOTED, Phase.ROLLING_BACK}
     ),
     Phase.FAILED: frozenset(),
 }
-# A new generation (spec change or spec.rollout.retry) restarts from Pending from any phase, and an
-# invalid spec fails from any phase; neither is a step of the rollout itself.
+# A new rollout (a change of what the pods run, or spec.rollout.retry after it ended) restarts from
+# Pending; an invalid spec or a name conflict fails from any phase, and fixing it resumes the phase it
+# failed in. None of these is a step of the rollout itself.
+# Phases where a person's pause does not hold: a rollback is finishing or has finished.
+UNPAUSABLE = frozenset({Phase.ROLLING_BACK, Phase.ROLLED_BACK, Phase.FAILED})
+# Phases that run the canary of this rollout's template; elsewhere the canary pods keep theirs.
+CANARY_TEMPLATE_PHASES = frozenset({Phase.CANARY, Phase.ANALYZING, Phase.PROMOTING, Phase.PROMOTED})
 
 
 class Reason:
@@ -59,6 +65,9 @@ class Reason:
 
     NEW_GENERATION = "NewGeneration"
     INVALID_SPEC = "InvalidSpec"
+    NAME_CONFLICT = "NameConflict"
+    RETRY_IGNORED = "RetryIgnored"
+    ROLLBACK_STALLED = "RollbackStalled"
     WAITING_FOR_BASELINE = "WaitingForBaseline"
     MEASURING_BASELINE = "MeasuringBaseline"
     BASELINE_MEASURED = "BaselineMeasured"
@@ -83,6 +92,10 @@ class Reason:
     ALPHA_DISAGREEMENT = "AlphaDisagreement"
 
 
+# Reasons that mark the object Degraded whatever its phase.
+DEGRADED_REASONS = frozenset({Reason.METRICS_UNAVAILABLE, Reason.ROLLBACK_STALLED})
+
+
 # --- what the handler observed ---
 
 
@@ -95,6 +108,7 @@ class TrackState:
     ready_replicas: int = 0
     failure: str | None = None  # a reason that needs a new spec, e.g. CrashLoopBackOff
     waiting: str | None = None  # a reason that may clear up, e.g. Unschedulable (progressDeadline bounds it)
+    template_hash: str | None = None  # render.ANNOTATION_TEMPLATE of the Deployment
 
     def ready(self, want: int) -> bool:
         return self.exists and want > 0 and self.ready_replicas >= want
@@ -157,6 +171,10 @@ class Decision:
     canary_replicas: int | None  # None: no canary Deployment (yet)
     events: tuple[Event, ...] = field(default_factory=tuple)
     benchmark_track: str | None = None  # the track whose benchmark Job must exist now
+    # Tracks whose existing Deployment keeps its pod template (only its replicas change): the
+    # serving pods stay on their gated config until the new rollout reaches them.
+    keep_template: frozenset[str] = frozenset()
+    touch_children: bool = True  # False: invalid spec or name conflict, nothing is applied
 
 
 @dataclass(frozen=True)
@@ -217,10 +235,11 @@ class _Step:
     status: SpeculativeDeploymentStatus
     obs: Observation
     now: datetime
-    baseline_replicas: int
+    baseline_replicas: int  # the phase's target; decision() moves toward it within the budget
     canary_replicas: int | None
     events: list[Event] = field(default_factory=list)
     benchmark_track: str | None = None
+    hold: bool = False  # paused: replicas and templates stay exactly as observed
 
     def enter(self, phase: Phase, reason: str, message: str, warning: bool = False) -> None:
         current = self.status.phase
@@ -239,10 +258,10 @@ class _Step:
             self.events.append(Event("Warning" if warning else "Normal", reason, message))
         self.status = self.status.model_copy(update=update)
 
-    def note(self, reason: str, message: str) -> None:
+    def note(self, reason: str, message: str, warning: bool = False) -> None:
         """Stay in the phase; record why (an Event only when the reason changes)."""
         if reason != self.status.reason:
-            self.events.append(Event("Normal", reason, message))
+            self.events.append(Event("Warning" if warning else "Normal", reason, message))
         self.status = self.status.model_copy(update={"reason": reason, "message": message})
 
     def elapsed(self) -> timedelta:
@@ -254,6 +273,9 @@ class _Step:
         status = self.status.model_copy(
             update={
                 "observed_generation": gen,
+                "observed_retry": self.spec.rollout.retry,
+                "baseline_template_hash": self.obs.baseline.template_hash,
+                "canary_template_hash": self.obs.canary.template_hash,
                 "conditions": conditions.conditions_for(
                     self.status.conditions,
                     self.status.phase,
@@ -261,36 +283,77 @@ class _Step:
                     self.status.message or "",
                     gen,
                     iso(self.now),
+                    degraded=self.status.reason in DEGRADED_REASONS,
                 ),
             }
         )
+        baseline, canary = self._replicas()
         return Decision(
-            status, self.baseline_replicas, self.canary_replicas, tuple(self.events), self.benchmark_track
+            status,
+            baseline,
+            canary,
+            tuple(self.events),
+            self.benchmark_track,
+            keep_template=self._kept_templates(),
         )
+
+    def _replicas(self) -> tuple[int, int | None]:
+        """The phase's targets, reached the capacity-safe way (see capacity.py)."""
+        if self.hold:
+            return self.baseline_replicas, self.canary_replicas
+        rollout = self.spec.rollout
+        budget = capacity.Budget(self.spec.replicas, rollout.max_surge, rollout.max_unavailable)
+        b, c = capacity.step_toward(
+            budget,
+            _side(self.obs.baseline),
+            _side(self.obs.canary),
+            (self.baseline_replicas, self.canary_replicas or 0),
+        )
+        return b, (None if self.canary_replicas is None and not self.obs.canary.exists else c)
+
+    def _kept_templates(self) -> frozenset[str]:
+        if self.hold:
+            return frozenset({"baseline", "canary"})
+        return frozenset() if self.status.phase in CANARY_TEMPLATE_PHASES else frozenset({"canary"})
+
+
+def _side(track: TrackState) -> capacity.Side:
+    return capacity.Side(track.replicas, track.ready_replicas) if track.exists else capacity.Side(0, 0)
 
 
 def invalid_spec(
     error: SpecError, status: SpeculativeDeploymentStatus, generation: int, now: datetime
 ) -> Decision:
     """Phase Failed naming the field; the caller touches no child."""
-    message = f"invalid spec: {error}"
-    entry = HistoryEntry(time=iso(now), phase=Phase.FAILED, reason=Reason.INVALID_SPEC, message=message)
+    return failed(Reason.INVALID_SPEC, f"invalid spec: {error}", status, generation, now)
+
+
+def failed(
+    reason: str, message: str, status: SpeculativeDeploymentStatus, generation: int, now: datetime
+) -> Decision:
+    """Phase Failed (bad input: the spec, a name taken by another object); no child is touched, and
+    the phase it failed in resumes once the input is fixed and the pods' template is unchanged."""
+    entry = HistoryEntry(time=iso(now), phase=Phase.FAILED, reason=reason, message=message)
     changed = status.phase != Phase.FAILED or status.observed_generation != generation
-    failed = status.model_copy(
+    changed = changed or status.message != message
+    failed_status = status.model_copy(
         update={
             "phase": Phase.FAILED,
-            "reason": Reason.INVALID_SPEC,
+            "reason": reason,
             "message": message,
             "phase_since": iso(now) if changed else status.phase_since,
+            "resume_phase": status.resume_phase if status.phase == Phase.FAILED else status.phase,
             "observed_generation": generation,
             "history": [*status.history, entry][-HISTORY_LIMIT:] if changed else status.history,
             "conditions": conditions.conditions_for(
-                status.conditions, Phase.FAILED, Reason.INVALID_SPEC, message, generation, iso(now)
+                status.conditions, Phase.FAILED, reason, message, generation, iso(now)
             ),
         }
     )
-    events = (Event("Warning", Reason.INVALID_SPEC, message),) if changed else ()
-    return Decision(failed, baseline_replicas=0, canary_replicas=None, events=events)
+    events = (Event("Warning", reason, message),) if changed else ()
+    return Decision(
+        failed_status, baseline_replicas=0, canary_replicas=None, events=events, touch_children=False
+    )
 
 
 def decide(
@@ -308,17 +371,38 @@ def decide(
         baseline_replicas=observation.baseline.replicas if observation.baseline.exists else spec.replicas,
         canary_replicas=observation.canary.replicas if observation.canary.exists else None,
     )
-    if status.observed_generation != observation.generation:
+    if begins_new_rollout(spec, status, observation.generation):
         _restart(step)
-    if spec.rollout.paused or step.status.phase == Phase.PAUSED:
+    elif status.phase == Phase.FAILED and status.resume_phase is not None:
+        _resume(step, status.resume_phase, "the spec is valid again and the pods' template is unchanged")
+    elif status.observed_retry is not None and spec.rollout.retry != status.observed_retry:
+        step.note(Reason.RETRY_IGNORED, f"spec.rollout.retry ignored: the rollout is {status.phase.value}")
+    if step.status.phase == Phase.PAUSED or (spec.rollout.paused and step.status.phase not in UNPAUSABLE):
         _paused(step)
     else:
         _HANDLERS[step.status.phase](step)
     return step.decision()
 
 
+def begins_new_rollout(
+    spec: SpeculativeDeploymentSpec, status: SpeculativeDeploymentStatus, generation: int
+) -> bool:
+    """A change of what the pods run, or a retry of a rollout that ended; never pause or replicas alone."""
+    if status.template_hash is None:  # a new object, or status of an operator without template hashes
+        return status.observed_generation != generation
+    if status.template_hash != render.template_hash(spec):
+        return True
+    retried = status.observed_retry is not None and spec.rollout.retry != status.observed_retry
+    return retried and _retryable(status)
+
+
+def _retryable(status: SpeculativeDeploymentStatus) -> bool:
+    waits_for_retry = status.phase == Phase.PAUSED and status.resume_phase is None
+    return status.phase in (Phase.ROLLED_BACK, Phase.FAILED) or waits_for_retry
+
+
 def _restart(step: _Step) -> None:
-    """A new generation: forget the last rollout's figures and begin again from the baseline."""
+    """A new rollout: forget the last one's figures and begin again from the baseline."""
     previous = step.status
     step.status = previous.model_copy(
         update={
@@ -331,30 +415,44 @@ def _restart(step: _Step) -> None:
             "recommendation": None,
             "metrics_unavailable_since": None,
             "resume_phase": None,
+            "unready_since": None,
+            "template_hash": render.template_hash(step.spec),
+            "rollout_generation": step.obs.generation,
         }
     )
     step.enter(Phase.BASELINE, Reason.NEW_GENERATION, f"rollout of generation {step.obs.generation} begins")
 
 
+def _resume(step: _Step, phase: Phase, why: str) -> None:
+    """Back to a phase left without a step of the rollout (a pause, a failed spec)."""
+    step.status = step.status.model_copy(update={"phase": phase, "resume_phase": None})
+    entry = HistoryEntry(time=iso(step.now), phase=phase, reason=Reason.RESUMED, message=why)
+    step.status = step.status.model_copy(update={"history": [*step.status.history, entry][-HISTORY_LIMIT:]})
+    step.note(Reason.RESUMED, f"{why}; resuming {phase.value}")
+
+
 def _paused(step: _Step) -> None:
+    step.hold = True
     if step.status.phase != Phase.PAUSED:
         paused_in = step.status.phase
-        step.enter(Phase.PAUSED, Reason.PAUSED, "spec.rollout.paused is set; replicas are held as they are")
+        step.enter(Phase.PAUSED, Reason.PAUSED, "spec.rollout.paused is set; pods are held as they are")
         step.status = step.status.model_copy(update={"resume_phase": paused_in})
         return
     resume = step.status.resume_phase
     if step.spec.rollout.paused or resume is None:
         return  # paused by a person, or by an action that waits for spec.rollout.retry
+    step.hold = False
     step.enter(resume, Reason.RESUMED, f"unpaused; resuming {resume.value}")
     step.status = step.status.model_copy(update={"resume_phase": None})
+    _HANDLERS[resume](step)
 
 
 def _baseline(step: _Step) -> None:
     spec, obs = step.spec, step.obs
     step.baseline_replicas = spec.replicas
-    if step.canary_replicas and obs.baseline.ready(spec.replicas):
-        step.canary_replicas = 0  # a new generation after a promotion: baseline serves again
-    if not obs.baseline.ready(spec.replicas):
+    if step.canary_replicas is not None:
+        step.canary_replicas = 0  # a new rollout after a promotion: the baseline takes over as it is Ready
+    if not obs.baseline.ready(spec.replicas) or obs.canary.replicas > 0:
         step.status = step.status.model_copy(update={"ready_since": None})
         _wait_for_ready(
             step, "baseline", obs.baseline, Reason.WAITING_FOR_BASELINE, Reason.BASELINE_UNHEALTHY
@@ -375,6 +473,7 @@ def _baseline(step: _Step) -> None:
         return
     step.canary_replicas = _canary_replicas(spec)
     step.baseline_replicas = _baseline_replicas_beside_canary(spec)
+    step.status = step.status.model_copy(update={"template_hash": render.template_hash(spec)})
     figures = [_figures("baseline", step.status.baseline)] if spec.measures_traffic else []
     if spec.benchmarks:
         figures.append(_benchmark_figures("baseline", step.status.benchmark, spec))
@@ -456,8 +555,9 @@ def _analyzing(step: _Step) -> None:
     if failed is not None:
         _roll_back(step, failed[0], failed[1].message)
     elif all(v == Verdict.PASS for v in verdicts) and (traffic_window_passed or not spec.measures_traffic):
-        step.canary_replicas = spec.replicas
+        step.canary_replicas, step.baseline_replicas = spec.replicas, 0
         step.enter(Phase.PROMOTING, Reason.GATES_PASSED, message)
+        step.status = step.status.model_copy(update={"passed_template_hash": step.status.template_hash})
     elif step.elapsed() > _seconds(spec.rollout.max_analysis_duration):
         _take_action(
             step, spec.rollout.on_inconclusive, Reason.INCONCLUSIVE, "no verdict within maxAnalysisDuration"
@@ -569,26 +669,29 @@ def _measurement_failed(step: _Step, message: str) -> None:
 
 def _promoting(step: _Step) -> None:
     spec, obs = step.spec, step.obs
-    step.canary_replicas = spec.replicas
+    step.canary_replicas, step.baseline_replicas = spec.replicas, 0
     if obs.canary.failure:
         _roll_back(
             step, Reason.CANARY_UNHEALTHY, f"canary is unhealthy while scaling up: {obs.canary.failure}"
         )
-    elif obs.canary.ready(spec.replicas):
-        step.baseline_replicas = 0
+    elif obs.canary.ready(spec.replicas):  # the baseline's last pods go in this same step
         step.enter(
             Phase.PROMOTED, Reason.PROMOTED, f"all {spec.replicas} replicas speculative; baseline at 0"
         )
     elif step.elapsed() > _seconds(spec.rollout.progress_deadline):
         _roll_back(step, Reason.CANARY_UNHEALTHY, f"canary did not scale to {spec.replicas} Ready replicas")
+    else:
+        step.note(Reason.GATES_PASSED, _waiting_message("canary", obs.canary))
 
 
 def _promoted(step: _Step) -> None:
     spec = step.spec
     step.canary_replicas, step.baseline_replicas = spec.replicas, 0
-    if not spec.rollout.guard.enabled or step.obs.canary_metrics is None:
+    if not _canary_serves(step) or not spec.rollout.guard.enabled:
         return
-    metrics = step.obs.canary_metrics
+    metrics = _guard_metrics(step)
+    if metrics is None:
+        return
     acceptance = gates.acceptance_gate(
         metrics.acceptance,
         spec.rollout.gates.min_acceptance_rate,
@@ -616,14 +719,63 @@ def _promoted(step: _Step) -> None:
         step.note(Reason.GUARDING, f"guard: {acceptance.message}")
 
 
+def _canary_serves(step: _Step) -> bool:
+    """After promotion: False once a crash-looping canary, or one short of Ready pods past the
+    progress deadline, has been rolled back."""
+    spec, canary = step.spec, step.obs.canary
+    if canary.failure:
+        _roll_back(step, Reason.CANARY_UNHEALTHY, f"promoted canary is unhealthy: {canary.failure}")
+        return False
+    if canary.ready(spec.replicas):
+        step.status = step.status.model_copy(update={"unready_since": None})
+        return True
+    since = parse_time(step.status.unready_since) or step.now
+    step.status = step.status.model_copy(update={"unready_since": iso(since)})
+    deadline = spec.rollout.progress_deadline
+    if step.now - since > _seconds(deadline):
+        _roll_back(
+            step,
+            Reason.CANARY_UNHEALTHY,
+            f"promoted canary below {spec.replicas} Ready replicas for progressDeadline {deadline} "
+            f"({_waiting_message('canary', canary)})",
+        )
+        return False
+    return True
+
+
+def _guard_metrics(step: _Step) -> TrackMetrics | None:
+    """The canary's metrics; when they stay missing past the budget, Degraded and a Warning Event
+    (the gated config keeps serving), or a rollback if guard.onMetricsUnavailable asks for it."""
+    metrics = step.obs.canary_metrics
+    error = step.obs.metrics_error or (None if metrics is not None else "no metrics for the canary")
+    if error is None:
+        step.status = step.status.model_copy(update={"metrics_unavailable_since": None})
+        return metrics
+    since = parse_time(step.status.metrics_unavailable_since) or step.now
+    step.status = step.status.model_copy(update={"metrics_unavailable_since": iso(since)})
+    budget = step.spec.rollout.metrics_unavailable_budget
+    if step.now - since < _seconds(budget):
+        step.note(Reason.GUARDING, f"guard: metrics unavailable since {iso(since)}: {error}")
+    elif step.spec.rollout.guard.on_metrics_unavailable == GuardAction.ROLL_BACK:
+        _roll_back(step, Reason.METRICS_UNAVAILABLE, f"guard: metrics unavailable for {budget}: {error}")
+    else:
+        message = f"guard is blind: metrics unavailable for {budget}: {error}; the gated config keeps serving"
+        step.note(Reason.METRICS_UNAVAILABLE, message, warning=True)
+    return None
+
+
 def _rolling_back(step: _Step) -> None:
     spec, obs = step.spec, step.obs
     step.canary_replicas, step.baseline_replicas = 0, spec.replicas
-    if obs.baseline.ready(spec.replicas):
-        step.enter(
-            Phase.ROLLED_BACK,
-            step.status.reason or Reason.ROLLED_BACK,
-            step.status.message or "",
+    if obs.baseline.ready(spec.replicas):  # the canary's last pods go in this same step
+        entered = next((h for h in reversed(step.status.history) if h.phase == Phase.ROLLING_BACK), None)
+        reason = entered.reason if entered else step.status.reason or Reason.ROLLED_BACK
+        step.enter(Phase.ROLLED_BACK, reason, entered.message if entered else "", warning=True)
+    elif step.elapsed() > _seconds(spec.rollout.progress_deadline):
+        step.note(
+            Reason.ROLLBACK_STALLED,
+            f"rollback stalled: {_waiting_message('baseline', obs.baseline)} after progressDeadline "
+            f"{spec.rollout.progress_deadline}; the canary keeps serving until the baseline is Ready",
             warning=True,
         )
 
@@ -663,14 +815,16 @@ def _canary_replicas(spec: SpeculativeDeploymentSpec) -> int:
 
 
 def _baseline_replicas_beside_canary(spec: SpeculativeDeploymentSpec) -> int:
-    """Sequential: the candidate takes the baseline's place. Canary: keep at least one baseline pod."""
+    """Sequential: the candidate takes the baseline's place. Canary: keep at least one baseline pod
+    where a spare GPU allows it (replicas 1), so that the comparison runs side by side."""
     if spec.rollout.strategy == Strategy.SEQUENTIAL:
         return 0
-    return max(spec.replicas - spec.rollout.canary_replicas, 1)
+    rest = spec.replicas - spec.rollout.canary_replicas
+    return max(rest, min(1, rest + spec.rollout.max_surge), 0)
 
 
 def _roll_back(step: _Step, reason: str, message: str) -> None:
-    # The canary's GPUs go at once; RolledBack follows when the baseline is Ready again.
+    # The baseline grows first; the canary keeps serving until the baseline's pods are Ready.
     step.canary_replicas, step.baseline_replicas = 0, step.spec.replicas
     step.enter(Phase.ROLLING_BACK, reason, message, warning=True)
     if step.obs.baseline.ready(step.spec.replicas):

@@ -14,8 +14,8 @@ import threading
 import time
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
-from contextlib import ExitStack
+from collections.abc import Callable, Iterator
+from contextlib import ExitStack, contextmanager
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -25,8 +25,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.integration.engines import scrape, sim_engine, spec_args
 
 from specgate.api import MetricsSource
-from specgate.gates import Histogram, histogram_quantile
-from specgate.lab.calibrate import free_port
+from specgate.gates import Histogram, acceptance_gate, histogram_quantile
+from specgate.lab.calibrate import complete, free_port
 from specgate.loadgen import run_load
 from specgate.prometheus import MetricsUnavailable, PrometheusClient, Selector
 from specgate.rollout import Window
@@ -175,12 +175,15 @@ MALFORMED = {
 }
 
 
-@pytest.mark.parametrize("body", MALFORMED.values(), ids=MALFORMED.keys())
-def test_a_malformed_prometheus_answer_is_metrics_unavailable(body: bytes) -> None:
-    """A proxy's error page or a broken answer is MetricsUnavailable (never a verdict, never a crash)."""
+@contextmanager
+def canned_prometheus(answer: Callable[[str], bytes]) -> Iterator[str]:
+    """A local HTTP server answering each query with answer(query): PrometheusClient's real HTTP and
+    JSON parsing, with the answers chosen by the test."""
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:
+            query = urllib.parse.parse_qs(urllib.parse.urlsplit(self.path).query).get("query", [""])[0]
+            body = answer(query)
             self.send_response(200)
             self.send_header("Content-Type", "application/json")
             self.end_headers()
@@ -190,14 +193,116 @@ def test_a_malformed_prometheus_answer_is_metrics_unavailable(body: bytes) -> No
             pass
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
+    threading.Thread(target=server.serve_forever, daemon=True).start()
     try:
-        prom = PrometheusClient(f"http://127.0.0.1:{server.server_address[1]}")
-        now = datetime.now(UTC)
-        with pytest.raises(MetricsUnavailable, match="Prometheus"):
-            prom.track_metrics(
-                Selector("ns", "d", "canary", MetricsSource()), Window(now - timedelta(minutes=1), now)
-            )
+        yield f"http://127.0.0.1:{server.server_address[1]}"
     finally:
         server.shutdown()
+
+
+def last_minute() -> Window:
+    now = datetime.now(UTC)
+    return Window(now - timedelta(minutes=1), now)
+
+
+SELECTOR = Selector("ns", "d", "canary", MetricsSource())
+
+
+@pytest.mark.parametrize("body", MALFORMED.values(), ids=MALFORMED.keys())
+def test_a_malformed_prometheus_answer_is_metrics_unavailable(body: bytes) -> None:
+    """A proxy's error page or a broken answer is MetricsUnavailable (never a verdict, never a crash)."""
+    with canned_prometheus(lambda _: body) as url, pytest.raises(MetricsUnavailable, match="Prometheus"):
+        PrometheusClient(url).track_metrics(SELECTOR, last_minute())
+
+
+def vector(*samples: tuple[dict[str, str], str]) -> bytes:
+    result = [{"metric": labels, "value": [0, value]} for labels, value in samples]
+    return json.dumps({"status": "success", "data": {"resultType": "vector", "result": result}}).encode()
+
+
+def matrix(*series: tuple[dict[str, str], list[str]]) -> bytes:
+    result = [
+        {"metric": labels, "values": [[t, v] for t, v in enumerate(values)]} for labels, values in series
+    ]
+    return json.dumps({"status": "success", "data": {"resultType": "matrix", "result": result}}).encode()
+
+
+def non_finite_answer(query: str) -> bytes:
+    """What Prometheus says of a track whose ratios divide by zero and whose counters hold NaN:
+    "NaN" for 0/0 (a mean of an empty histogram, a quantile of no observations), "+Inf" for x/0."""
+    if query.startswith("sum by (le) (increase(vllm:inter_token_latency_seconds_bucket"):
+        return vector(({"le": "0.01"}, "1"), ({"le": "0.025"}, "NaN"), ({"le": "+Inf"}, "3"))
+    if "[15s]" in query and "per_pos" in query:
+        return matrix(({"position": "0"}, ["5", "NaN"]), ({"position": "1"}, ["+Inf", "2"]))
+    if "[15s]" in query:  # the acceptance windows: the second one's counters hold NaN
+        return matrix(({}, ["10", "NaN"]))
+    if "generation_tokens" in query:
+        return vector(({}, "+Inf"))
+    if "request_success" in query:
+        return vector(({}, "-Inf"))
+    return vector(({}, "NaN"))  # TTFT quantile, mean ITL and per-token latency, concurrency
+
+
+def test_nan_and_infinities_never_become_figures() -> None:
+    with canned_prometheus(non_finite_answer) as url:
+        prom = PrometheusClient(url)
+        metrics = prom.track_metrics(SELECTOR, last_minute())
+        totals = prom.acceptance_totals(SELECTOR, last_minute())
+    assert metrics is not None
+    figures = (
+        metrics.mean_itl_ms,
+        metrics.p99_ttft_ms,
+        metrics.per_token_latency_ms,
+        metrics.output_tokens_per_second,
+        metrics.requests_per_second,
+        metrics.concurrency,
+    )
+    assert figures == (None,) * len(figures)
+    assert metrics.itl is None  # a NaN bucket says nothing of the P99
+    assert metrics.accepted_per_position == (5.0, 2.0)
+    # The NaN window is passed on: the gate drops it and says so.
+    assert len(metrics.acceptance) == 2
+    assert (
+        "1 windows with NaN or negative increases dropped"
+        in acceptance_gate(metrics.acceptance, 0.55).message
+    )
+    assert totals is None
+
+
+@pytest.mark.parametrize("url", ["not a url", "http://[::1", "http://prom:port"])
+def test_a_malformed_url_is_metrics_unavailable_naming_the_fix(url: str) -> None:
+    prom = PrometheusClient(url)  # never raises ("http://[::1" did): the callers guard the queries
+    for query in (prom.track_metrics, prom.acceptance_totals):
+        with pytest.raises(
+            MetricsUnavailable, match=r"spec\.rollout\.metrics\.prometheusUrl or --prometheus-url"
+        ):
+            query(SELECTOR, last_minute())
+
+
+def test_an_idle_track_reads_none_where_prometheus_says_nan(prometheus: tuple[str, Path]) -> None:
+    """A real Prometheus divides 0 by 0 for the means of a track that served a request, then none."""
+    prom_url, targets = prometheus
+    with sim_engine(spec_args(SPEC)) as url:
+        labels = {
+            "namespace": "ns",
+            "pod": "p0",
+            "specgate_dev_deployment": "d",
+            "specgate_dev_track": "canary",
+        }
+        target = [{"targets": [url.removeprefix("http://")], "labels": labels}]
+        (targets / "p0.json").write_text(json.dumps(target))
+        _wait(lambda: _up_targets(prom_url) == 1, 30, "the engine scraped")
+        complete(url, "tiny", "one request, so that the series exist", max_tokens=4)
+        time.sleep(5)  # idle scrapes after it
+        end = datetime.now(UTC)
+        window = Window(end - timedelta(seconds=3), end)
+        itl = "vllm:inter_token_latency_seconds"
+        mean = f"sum(increase({itl}_sum{SELECTOR}[3s])) / sum(increase({itl}_count{SELECTOR}[3s]))"
+        raw = _get(
+            f"{prom_url}/api/v1/query?{urllib.parse.urlencode({'query': mean, 'time': end.timestamp()})}"
+        )
+        metrics = PrometheusClient(prom_url).track_metrics(SELECTOR, window)
+    assert raw is not None and json.loads(raw)["data"]["result"][0]["value"][1] == "NaN"
+    assert metrics is not None
+    assert (metrics.mean_itl_ms, metrics.per_token_latency_ms, metrics.p99_ttft_ms) == (None, None, None)
+    assert metrics.itl is not None and metrics.itl.total == 0

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import copy
+import re
 from typing import Any
 
 import pytest
 
-from specgate import api
+from specgate import api, render
 
 BASE: dict[str, Any] = {
     "model": {"name": "meta-llama/Llama-3.1-8B-Instruct"},
@@ -121,6 +122,14 @@ RULE_CASES: list[tuple[int, dict[str, Any], dict[str, Any]]] = [
         with_("rollout.benchmark", {"gateConcurrency": 32.0}),
         with_("rollout.benchmark", {"gateConcurrency": 32}),
     ),
+    (15, with_("rollout", {"maxSurge": 0}), with_("rollout", {"maxSurge": 0, "maxUnavailable": 1})),
+    (16, with_("rollout", {"maxSurge": 2.0}), with_("rollout", {"maxSurge": 2})),
+    (17, with_("rollout", {"maxUnavailable": 1.0}), with_("rollout", {"maxUnavailable": 1})),
+    (
+        18,
+        with_("rollout.metrics", {"prometheusUrl": "not a url"}),
+        with_("rollout.metrics", {"prometheusUrl": "http://prometheus-operated.monitoring:9090"}),
+    ),
 ]
 
 
@@ -139,6 +148,60 @@ def test_rule_rejects_and_accepts(index: int, rejected: dict[str, Any], accepted
     assert err.value.message == rule.message
     assert err.value.field.endswith(rule.field)
     api.parse_spec(accepted)
+
+
+@pytest.mark.parametrize(
+    ("url", "valid"),
+    [
+        ("http://prometheus-operated.monitoring:9090", True),
+        ("https://prom.example.com/prefix", True),
+        ("http://127.0.0.1:19090", True),
+        ("not a url", False),
+        ("prometheus:9090", False),  # no scheme: "prometheus" is read as one
+        ("ftp://prom:9090", False),
+        ("http://", False),
+        ("http://prom:port", False),
+        ("http://[::1", False),
+        ("http://prom .monitoring:9090", False),
+    ],
+)
+def test_prometheus_url_must_be_http_with_a_host(url: str, valid: bool) -> None:
+    assert api.is_http_url(url) is valid
+
+
+@pytest.mark.parametrize("name", ["llama-3-1-8b", "a", "tiny", "x" * api.MAX_NAME_LENGTH])
+def test_names_that_name_every_child_pass(name: str) -> None:
+    api.check_name(name)
+
+
+@pytest.mark.parametrize(
+    "name", ["llama-3.1-8b", "Llama", "8b-llama", "llama-", "llama_8b", "x" * (api.MAX_NAME_LENGTH + 1)]
+)
+def test_names_that_cannot_name_a_child_are_refused_with_the_fix(name: str) -> None:
+    with pytest.raises(api.SpecError) as err:
+        api.check_name(name)
+    assert str(err.value).startswith("metadata.name: must be a DNS-1035 label of at most 54 characters")
+    assert "<name>-baseline" in str(err.value) and "rename llama-3.1-8b to llama-3-1-8b" in str(err.value)
+
+
+def test_the_longest_accepted_name_names_every_child() -> None:
+    owner = render.Owner("x" * api.MAX_NAME_LENGTH, "ns", "uid")
+    spec = api.parse_spec(with_("rollout.measurement", "both"))
+    children = [
+        *(render.deployment(spec, owner, track, 1) for track in render.Track),
+        render.service(owner),
+        *(render.service(owner, track) for track in render.Track),
+        render.pod_monitor(owner),
+        *(render.benchmark_job(spec, owner, track, 10**9) for track in render.Track),
+    ]
+    for child in children:
+        name = child["metadata"]["name"]
+        assert len(name) <= 63 and re.fullmatch(api.NAME_PATTERN, name), child["kind"]
+        labels = {
+            **child["metadata"]["labels"],
+            **child["spec"].get("template", {}).get("metadata", {}).get("labels", {}),
+        }
+        assert all(len(value) <= 63 for value in labels.values()), child["kind"]
 
 
 def test_parse_duration() -> None:

@@ -411,7 +411,9 @@ def test_a_new_generation_forgets_the_benchmarks() -> None:
         baseline=ready(2), baseline_job=finished(job("baseline"), report(point(1, 20, 10), point(8, 22, 11)))
     )
     assert run.status.benchmark is not None
-    run.generation = 2
+    raw = run.spec.model_dump(by_alias=True, mode="json")
+    raw["speculative"]["numSpeculativeTokens"] = 2
+    run.spec, run.generation = api.parse_spec(raw), 2
     run.step(baseline=ready(2))
     assert run.status.benchmark is None and run.phase == Phase.BASELINE
     assert run.now - T0 > timedelta(0)

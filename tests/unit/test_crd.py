@@ -66,7 +66,16 @@ def test_schema_is_structural() -> None:
 def test_every_rule_is_attached_as_cel() -> None:
     root = version()["schema"]["openAPIV3Schema"]
     attached = {v["rule"] for _, node in walk(root) for v in node.get("x-kubernetes-validations", [])}
-    assert attached == {rule.cel for rule in api.RULES if rule.cel is not None}
+    assert attached == {rule.cel for rule in api.RULES if rule.cel is not None} | {api.NAME_CEL}
+
+
+def test_the_name_rule_sits_on_the_root_and_checks_creates_only() -> None:
+    [rule] = version()["schema"]["openAPIV3Schema"]["x-kubernetes-validations"]
+    assert rule == {
+        "rule": api.NAME_CEL,
+        "message": f"metadata.name {api.NAME_MESSAGE}",
+        "optionalOldSelf": True,
+    }
 
 
 def test_defaults_and_bounds_reach_the_api_server() -> None:

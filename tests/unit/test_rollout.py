@@ -137,7 +137,8 @@ def test_baseline_waits_for_ready_then_warms_up_then_measures() -> None:
     measured = replace(metrics(), mean_itl_ms=41.5, window_start=run.now - timedelta(seconds=25))
     d = run.step(after=35, baseline=ready(2), baseline_metrics=measured)
     assert run.phase == Phase.CANARY
-    assert (d.baseline_replicas, d.canary_replicas) == (1, 1)
+    # The canary starts on the spare GPU; the baseline shrinks to 1 only once the canary is Ready.
+    assert (d.baseline_replicas, d.canary_replicas) == (2, 1)
     assert run.status.baseline is not None and run.status.baseline.p99_itl_ms == pytest.approx(
         58.333
     )  # interpolated in 50-75 ms
@@ -159,10 +160,14 @@ def test_a_quiet_baseline_is_inconclusive_after_the_max_duration() -> None:
     assert (run.phase, run.status.reason) == (Phase.ROLLED_BACK, Reason.INCONCLUSIVE)
 
 
-def test_sequential_strategy_swaps_the_replicas() -> None:
+def test_sequential_strategy_swaps_the_replicas_as_the_candidate_becomes_ready() -> None:
     run = Run(make_spec(strategy="sequential"))
     run.to_canary()
-    assert run.last is not None and (run.last.baseline_replicas, run.last.canary_replicas) == (0, 2)
+    assert run.last is not None and (run.last.baseline_replicas, run.last.canary_replicas) == (2, 1)
+    d = run.step(baseline=ready(2), canary=ready(1))
+    assert (d.baseline_replicas, d.canary_replicas) == (1, 2)
+    d = run.step(baseline=ready(1), canary=ready(2))
+    assert (run.phase, d.baseline_replicas, d.canary_replicas) == (Phase.ANALYZING, 0, 2)
 
 
 def test_crashing_canary_rolls_back_at_once() -> None:
@@ -247,10 +252,11 @@ def test_low_alpha_rolls_back_with_the_figures() -> None:
     d = run.step(
         after=20, baseline=ready(1), canary=ready(1), baseline_metrics=metrics(), canary_metrics=metrics(0.3)
     )
+    # The canary (slow or not, its answers are correct) serves until the baseline's new pod is Ready.
     assert (run.phase, run.status.reason, d.canary_replicas, d.baseline_replicas) == (
         Phase.ROLLING_BACK,
         Reason.ACCEPTANCE_BELOW_GATE,
-        0,
+        1,
         2,
     )
     assert "0.3" in (run.status.message or "") and "0.55" in (run.status.message or "")
@@ -331,14 +337,17 @@ def test_guard_trips_when_alpha_drifts_after_promotion() -> None:
     run.step(after=60, canary=ready(2), canary_metrics=metrics(0.8))
     assert (run.phase, run.status.reason) == (Phase.PROMOTED, Reason.GUARDING)
     d = run.step(after=60, canary=ready(2), canary_metrics=metrics(0.2))
+    # After promotion the baseline is at 0: it grows by maxSurge while all canary pods serve.
     assert (run.phase, run.status.reason, d.canary_replicas, d.baseline_replicas) == (
         Phase.ROLLING_BACK,
         Reason.GUARD_TRIPPED,
-        0,
         2,
+        1,
     )
-    run.step(baseline=ready(2), canary=TrackState(exists=True))
-    assert run.phase == Phase.ROLLED_BACK
+    d = run.step(baseline=ready(1), canary=ready(2))
+    assert (run.phase, d.canary_replicas, d.baseline_replicas) == (Phase.ROLLING_BACK, 1, 2)
+    d = run.step(baseline=ready(2), canary=ready(1))
+    assert (run.phase, run.status.reason, d.canary_replicas) == (Phase.ROLLED_BACK, Reason.GUARD_TRIPPED, 0)
 
 
 def test_guard_keeps_the_analysis_figures_until_it_sees_drafts() -> None:
@@ -361,29 +370,159 @@ def test_guard_compares_latency_with_the_stored_baseline() -> None:
     assert "P99 ITL" in (run.status.message or "")
 
 
-def test_a_new_generation_restarts_and_keeps_the_canary_until_the_baseline_is_ready() -> None:
+def edit(run: Run, **rollout_fields: Any) -> None:
+    """What the API server does on any spec edit: a new spec and generation + 1."""
+    raw = run.spec.model_dump(by_alias=True, mode="json")
+    for key, value in rollout_fields.items():
+        target = raw if key in ("replicas", "speculative") else raw["rollout"]
+        target[key] = value
+    run.spec = api.parse_spec(raw)
+    run.generation += 1
+
+
+def test_an_edit_after_promotion_keeps_the_gated_pods_until_the_baseline_takes_over() -> None:
+    """The new config starts as a canary like any other: the promoted pods are scaled down (never
+    re-rendered) while the plain baseline's pods become Ready."""
     run = Run()
     run.to_promoted()
-    run.generation = 2
+    passed = run.status.passed_template_hash
+    edit(run, speculative={"method": "draft_model", "draftModel": "d", "numSpeculativeTokens": 2})
     d = run.step(baseline=TrackState(exists=True, replicas=0), canary=ready(2))
     assert (run.phase, run.status.history[-1].reason) == (Phase.BASELINE, Reason.NEW_GENERATION)
-    assert (d.baseline_replicas, d.canary_replicas) == (2, 2)
+    assert (d.baseline_replicas, d.canary_replicas, d.keep_template) == (1, 2, frozenset({"canary"}))
     assert run.status.baseline is None and run.status.canary is None
-    d = run.step(baseline=ready(2), canary=ready(2))
-    assert d.canary_replicas == 0
+    assert run.status.template_hash != passed and run.status.passed_template_hash == passed
+    d = run.step(baseline=ready(1), canary=ready(2))
+    assert (d.baseline_replicas, d.canary_replicas, d.keep_template) == (2, 1, frozenset({"canary"}))
+    d = run.step(baseline=ready(2), canary=ready(1))
+    assert (d.baseline_replicas, d.canary_replicas) == (2, 0)
+    run.to_canary()  # the baseline is measured anew, then the new config gets the canary's share
+    assert run.last is not None and run.last.keep_template == frozenset()
+    assert run.last.canary_replicas == 1
 
 
-def test_pause_holds_and_resumes() -> None:
+def test_pause_holds_and_resumes_without_restarting() -> None:
     run = Run()
     run.to_canary()
-    run.spec = make_spec(paused=True)
-    d = run.step(baseline=ready(1), canary=TrackState(exists=True, replicas=1))
-    assert run.phase == Phase.PAUSED and (d.baseline_replicas, d.canary_replicas) == (1, 1)
-    run.step(after=3600, baseline=ready(1), canary=TrackState(exists=True, replicas=1))
+    edit(run, paused=True)
+    d = run.step(baseline=ready(2), canary=TrackState(exists=True, replicas=1))
+    assert run.phase == Phase.PAUSED and (d.baseline_replicas, d.canary_replicas) == (2, 1)
+    assert d.keep_template == frozenset({"baseline", "canary"})
+    run.step(after=3600, baseline=ready(2), canary=TrackState(exists=True, replicas=1))
     assert run.phase == Phase.PAUSED
-    run.spec = make_spec()
-    run.step(baseline=ready(1), canary=TrackState(exists=True, replicas=1))
-    assert (run.phase, run.status.reason) == (Phase.CANARY, Reason.RESUMED)
+    edit(run, paused=False)
+    run.step(baseline=ready(2), canary=TrackState(exists=True, replicas=1))
+    assert (run.phase, run.status.reason) == (Phase.CANARY, Reason.WAITING_FOR_CANARY)
+    assert Reason.NEW_GENERATION not in [h.reason for h in run.status.history[1:]]
+
+
+def test_pausing_a_promoted_rollout_changes_no_pod() -> None:
+    run = Run()
+    run.to_promoted()
+    history = len(run.status.history)
+    for paused in (True, False, True, False):  # a person pauses; Argo CD self-heal reverts it
+        edit(run, paused=paused)
+        d = run.step(
+            baseline=TrackState(exists=True, replicas=0), canary=ready(2), canary_metrics=metrics(0.8)
+        )
+        assert (d.baseline_replicas, d.canary_replicas) == (0, 2)
+        assert run.phase == (Phase.PAUSED if paused else Phase.PROMOTED)
+    assert run.status.baseline is not None and run.status.template_hash == run.status.passed_template_hash
+    assert [h.phase for h in run.status.history[history:]] == [Phase.PAUSED, Phase.PROMOTED] * 2
+
+
+def test_replica_changes_scale_without_restarting() -> None:
+    run = Run()
+    run.to_promoted()
+    edit(run, replicas=4)
+    d = run.step(baseline=TrackState(exists=True, replicas=0), canary=ready(2))
+    assert (run.phase, d.baseline_replicas, d.canary_replicas, d.keep_template) == (
+        Phase.PROMOTED,
+        0,
+        4,
+        frozenset(),
+    )
+
+
+def test_retry_reruns_only_an_ended_rollout() -> None:
+    run = Run()
+    run.to_analyzing()
+    edit(run, retry=1)
+    d = run.step(baseline=ready(1), canary=ready(1))
+    assert run.phase == Phase.ANALYZING and Reason.RETRY_IGNORED in [e.reason for e in d.events]
+    run.step(
+        after=20, baseline=ready(1), canary=ready(1), baseline_metrics=metrics(), canary_metrics=metrics(0.3)
+    )
+    run.step(baseline=ready(2), canary=ready(1))
+    assert run.phase == Phase.ROLLED_BACK
+    run.step(baseline=ready(2), canary=TrackState(exists=True))
+    assert run.phase == Phase.ROLLED_BACK  # the retry bumped during the analysis was used up
+    edit(run, retry=2)
+    run.step(baseline=ready(2), canary=TrackState(exists=True))
+    assert (run.phase, run.status.history[-1].reason) == (Phase.BASELINE, Reason.NEW_GENERATION)
+
+
+def test_crash_looping_canary_after_promotion_rolls_back() -> None:
+    run = Run()
+    run.to_promoted()
+    crash = TrackState(exists=True, replicas=2, ready_replicas=1, failure="pod c-2: CrashLoopBackOff")
+    d = run.step(baseline=TrackState(exists=True, replicas=0), canary=crash, canary_metrics=metrics(0.8))
+    assert (run.phase, run.status.reason) == (Phase.ROLLING_BACK, Reason.CANARY_UNHEALTHY)
+    assert (d.baseline_replicas, d.canary_replicas) == (2, 1)  # the Ready canary pod serves on
+
+
+def test_promoted_canary_short_of_ready_pods_rolls_back_after_the_deadline() -> None:
+    run = Run()
+    run.to_promoted()
+    short = TrackState(exists=True, replicas=2, ready_replicas=1, waiting="pod c-2: Unschedulable")
+    run.step(canary=short, canary_metrics=metrics(0.8))
+    assert run.phase == Phase.PROMOTED and run.status.unready_since is not None
+    run.step(after=301, canary=short, canary_metrics=metrics(0.8))
+    assert (run.phase, run.status.reason) == (Phase.ROLLING_BACK, Reason.CANARY_UNHEALTHY)
+    assert "Unschedulable" in (run.status.message or "")
+
+
+@pytest.mark.parametrize("action", ["Warn", "RollBack"])
+def test_guard_without_metrics_degrades_and_rolls_back_only_if_asked(action: str) -> None:
+    run = Run(make_spec(guard={"onMetricsUnavailable": action}))
+    run.to_promoted()
+    run.step(canary=ready(2), metrics_error="connection refused")
+    assert (run.phase, run.status.reason) == (Phase.PROMOTED, Reason.GUARDING)
+    d = run.step(after=130, canary=ready(2), metrics_error="connection refused")
+    if action == "Warn":
+        assert (run.phase, run.status.reason) == (Phase.PROMOTED, Reason.METRICS_UNAVAILABLE)
+        assert [(e.type, e.reason) for e in d.events] == [("Warning", Reason.METRICS_UNAVAILABLE)]
+        degraded = {c.type: c.status for c in run.status.conditions}["Degraded"]
+        assert degraded == "True" and (d.baseline_replicas, d.canary_replicas) == (0, 2)
+    else:
+        assert (run.phase, run.status.reason) == (Phase.ROLLING_BACK, Reason.METRICS_UNAVAILABLE)
+
+
+def test_a_rollback_that_cannot_get_gpus_says_so_and_keeps_serving() -> None:
+    run = Run()
+    run.to_promoted()
+    run.step(after=60, canary=ready(2), canary_metrics=metrics(0.2))
+    pending = TrackState(
+        exists=True, replicas=1, waiting="pod b-1: Unschedulable: Insufficient nvidia.com/gpu"
+    )
+    d = run.step(after=301, baseline=pending, canary=ready(2))
+    assert (run.phase, run.status.reason) == (Phase.ROLLING_BACK, Reason.ROLLBACK_STALLED)
+    assert "Insufficient nvidia.com/gpu" in (run.status.message or "") and d.canary_replicas == 2
+    assert [e.type for e in d.events] == ["Warning"]
+    run.step(baseline=ready(2), canary=ready(1))
+    assert (run.phase, run.status.reason) == (Phase.ROLLED_BACK, Reason.GUARD_TRIPPED)
+
+
+def test_restoring_a_spec_that_failed_resumes_the_phase() -> None:
+    run = Run()
+    run.to_promoted()
+    error = api.SpecError("speculative.draftModel", "draftModel is required")
+    run.generation += 1
+    run.status = rollout.invalid_spec(error, run.status, run.generation, run.now).status
+    assert run.phase == Phase.FAILED
+    run.generation += 1  # the same spec as before the bad edit
+    d = run.step(baseline=TrackState(exists=True, replicas=0), canary=ready(2), canary_metrics=metrics(0.8))
+    assert (run.phase, d.canary_replicas, d.baseline_replicas) == (Phase.PROMOTED, 2, 0)
 
 
 def test_invalid_spec_fails_without_touching_children() -> None:
@@ -443,6 +582,7 @@ TABLE: list[tuple[api.SpeculativeDeploymentStatus, dict[str, Any], dict[str, Any
     (at(Phase.PROMOTING), {}, {"baseline": HALF_READY, "canary": CRASHING}, Phase.ROLLING_BACK),
     (at(Phase.PROMOTING), {"paused": True}, {}, Phase.PAUSED),
     (at(Phase.PROMOTED), {}, {"canary": ready(2), "canary_metrics": metrics(0.2)}, Phase.ROLLING_BACK),
+    (at(Phase.PROMOTED), {"paused": True}, {"canary": ready(2)}, Phase.PAUSED),
     (at(Phase.ROLLING_BACK), {}, {"baseline": ready(2)}, Phase.ROLLED_BACK),
     *[
         (at(Phase.PAUSED, resume_phase=target), {}, {}, target)

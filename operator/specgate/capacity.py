@@ -1,0 +1,55 @@
+"""Moving pods between the baseline and the canary without losing serving capacity (pure).
+
+Both tracks sit behind one Service and both answer correctly (speculative decoding is lossless), so
+the serving capacity is the Ready pods of both. Every transition moves toward its target the way a
+Deployment's rolling update does: the shrinking side gives up a Ready pod only when the other side's
+Ready pods keep the total at `replicas - maxUnavailable`, and the growing side starts new pods only
+within `replicas + maxSurge` pods in all.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Side:
+    """A track as observed: pods asked for and pods Ready."""
+
+    replicas: int
+    ready: int
+
+
+@dataclass(frozen=True)
+class Budget:
+    replicas: int
+    max_surge: int
+    max_unavailable: int
+
+    @property
+    def min_ready(self) -> int:
+        return max(self.replicas - self.max_unavailable, 0)
+
+
+def step_toward(budget: Budget, baseline: Side, canary: Side, targets: tuple[int, int]) -> tuple[int, int]:
+    """The replica counts to apply now, on the way from the observed sides to (baseline, canary)."""
+    want_b, want_c = targets
+    # The second shrink counts only the Ready pods the first one keeps, so together they hold the floor.
+    b = _shrink(budget, baseline, want_b, other_ready=canary.ready)
+    c = _shrink(budget, canary, want_c, other_ready=min(baseline.ready, b))
+    most_pods = max(budget.replicas + budget.max_surge, want_b + want_c)
+    c = _grow(canary.replicas, want_c, room=most_pods - b) if want_c > canary.replicas else c
+    b = _grow(baseline.replicas, want_b, room=most_pods - c) if want_b > baseline.replicas else b
+    return b, c
+
+
+def _shrink(budget: Budget, side: Side, target: int, other_ready: int) -> int:
+    """Keep the Ready pods the floor still needs; unready ones go (a ReplicaSet deletes those first)."""
+    if target >= side.replicas:
+        return side.replicas
+    needed = min(side.ready, max(budget.min_ready - other_ready, 0))
+    return min(side.replicas, max(target, needed))
+
+
+def _grow(current: int, target: int, room: int) -> int:
+    return min(target, max(current, room))
