@@ -53,10 +53,12 @@ class Owner:
         }
 
 
-def template_hash(spec: api.SpeculativeDeploymentSpec) -> str:
-    """What the pods run: the spec without replicas and rollout. Hashed from the spec, not from the
-    rendered manifest, so that a new operator version rendering differently restarts no rollout."""
-    pods = spec.model_dump(mode="json", by_alias=True, exclude={"replicas", "rollout"})
+def template_hash(spec: api.SpeculativeDeploymentSpec, track: Track = Track.CANARY) -> str:
+    """What the track's pods run: the spec without replicas and rollout (and, for the baseline,
+    without speculative). Hashed from the spec, not from the rendered manifest, so that a new
+    operator version rendering differently restarts no rollout."""
+    unused = {"replicas", "rollout"} | ({"speculative"} if track is Track.BASELINE else set())
+    pods = spec.model_dump(mode="json", by_alias=True, exclude=unused)
     return hashlib.sha256(json.dumps(pods, sort_keys=True).encode()).hexdigest()[:12]
 
 
@@ -185,7 +187,7 @@ def _metadata(owner: Owner, name: str, labels: dict[str, str]) -> dict[str, Any]
 
 def deployment(spec: api.SpeculativeDeploymentSpec, owner: Owner, track: Track, replicas: int) -> Manifest:
     labels = pod_labels(spec, owner, track)
-    annotations = {ANNOTATION_TEMPLATE: template_hash(spec)}
+    annotations = {ANNOTATION_TEMPLATE: template_hash(spec, track)}
     volumes, _ = _volumes(spec)
     pod_spec: dict[str, Any] = {
         "containers": [_container(spec, track)],

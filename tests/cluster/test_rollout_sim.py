@@ -68,12 +68,18 @@ def test_worse_p99_itl_rolls_back_with_latency_regression(lab: dict[str, Any]) -
     assert canary_replicas(lab["api_client"], lab["namespace"], "slow") == 0
 
 
-def test_guard_rolls_back_when_alpha_drifts_after_promotion(lab: dict[str, Any]) -> None:
-    script = "0s:alpha=0.85;150s:alpha=0.15"
+def test_guard_rolls_back_when_alpha_drifts_after_promotion_keeping_every_replica(
+    lab: dict[str, Any],
+) -> None:
+    """replicas 4, maxSurge 1: after promotion the baseline is at 0, so the rollback must grow it
+    while the canary serves; run_rollout's CapacityMonitor fails the test below 4 Ready pods."""
+    script = "0s:alpha=0.85;130s:alpha=0.15"  # each engine drifts 130 s after it started
+    body = sim_rollout("drift", {"SPECGATE_SIM_SCRIPT": script})
+    body["spec"]["replicas"] = 4
     run = run_rollout(
-        body=sim_rollout("drift", {"SPECGATE_SIM_SCRIPT": script}),
+        body=body,
         until=lambda obj: obj.get("status", {}).get("phase") in ("RolledBack", "Failed"),
-        timeout=480,
+        timeout=540,
         **lab,
     )
     status = run.status
@@ -84,7 +90,7 @@ def test_guard_rolls_back_when_alpha_drifts_after_promotion(lab: dict[str, Any])
     baseline = client.AppsV1Api(lab["api_client"]).read_namespaced_deployment(
         "drift-baseline", lab["namespace"]
     )
-    assert baseline.spec.replicas == 1
+    assert baseline.spec.replicas == 4
 
 
 def test_prometheus_outage_never_promotes(lab: dict[str, Any]) -> None:

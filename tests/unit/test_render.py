@@ -114,3 +114,20 @@ def test_secret_env_stays_a_reference() -> None:
         "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "token"}},
     }
     assert env["HF_HOME"]["value"] == "/root/.cache/huggingface"
+
+
+def test_a_new_speculative_config_changes_only_the_canarys_template() -> None:
+    """The baseline runs no speculation: a new draft length must not restart its serving pods."""
+    raw = load_sample("tiny-cpu.yaml")["spec"]
+    before = api.parse_spec(raw)
+    after = api.parse_spec({**raw, "speculative": {**raw["speculative"], "numSpeculativeTokens": 2}})
+    rescaled = api.parse_spec({**raw, "replicas": 7, "rollout": {"paused": True}})
+    assert render.template_hash(before, Track.BASELINE) == render.template_hash(after, Track.BASELINE)
+    assert render.template_hash(before) != render.template_hash(after)
+    assert render.template_hash(before) == render.template_hash(rescaled)
+
+    def pod_template(spec: api.SpeculativeDeploymentSpec, track: Track) -> Any:
+        return render.deployment(spec, OWNER, track, 1)["spec"]["template"]
+
+    assert pod_template(before, Track.BASELINE) == pod_template(after, Track.BASELINE)
+    assert pod_template(before, Track.CANARY) != pod_template(after, Track.CANARY)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 import pytest
 
@@ -96,3 +97,18 @@ def test_exit_speculative_fails_only_an_engine_with_a_speculative_config(
     monkeypatch.setattr(sim_module.web, "run_app", lambda app, **_: started.append(app))
     sim_main(["m"])
     assert len(started) == 1
+
+
+def test_exit_speculative_if_a_file_exists(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    """A canary that serves, then crash-loops once the test creates the file and kills its engine."""
+    flag = tmp_path / "crash"
+    monkeypatch.setenv("SPECGATE_SIM_EXIT", f"speculative-if:{flag}")
+    started: list[object] = []
+    monkeypatch.setattr(sim_module.web, "run_app", lambda app, **_: started.append(app))
+    canary = ["m", "--speculative-config", '{"method": "eagle3", "num_speculative_tokens": 3}']
+    sim_main(canary)
+    flag.touch()
+    with pytest.raises(SystemExit, match="speculative-if"):
+        sim_main(canary)
+    sim_main(["m"])
+    assert len(started) == 2

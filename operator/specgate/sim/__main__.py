@@ -56,9 +56,12 @@ def speculation(config_json: str | None) -> Speculation | None:
 
 def _fault(name: str, args: argparse.Namespace) -> str | None:
     """SPECGATE_SIM_<name> when it applies to this engine: "startup" always, "speculative" only
-    with a --speculative-config (the canary's engine)."""
-    when = os.environ.get(f"SPECGATE_SIM_{name}")
-    return when if when == "startup" or (when == "speculative" and args.speculative_config) else None
+    with a --speculative-config (the canary's engine), "speculative-if:<path>" like speculative but
+    only while the file exists (a canary that starts crash-looping after its promotion)."""
+    when = os.environ.get(f"SPECGATE_SIM_{name}", "")
+    kind, _, path = when.partition("-if:")
+    applies = kind == "startup" or (kind == "speculative" and bool(args.speculative_config))
+    return when if applies and (not path or os.path.exists(path)) else None
 
 
 def main(argv: Sequence[str] | None = None) -> None:

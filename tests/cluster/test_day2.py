@@ -1,0 +1,131 @@
+"""Day 2 on the local cluster: edits, pauses and failures after promotion, with the capacity floor
+(run_rollout's CapacityMonitor) checked across each whole timeline."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+from typing import Any
+
+import pytest
+from kubernetes import client
+from tests.cluster.conftest import CACHE
+from tests.cluster.figures import report
+from tests.cluster.rollouts import run_rollout, sim_rollout
+
+from specgate import api
+from specgate.render import ANNOTATION_TEMPLATE, LABEL_DEPLOYMENT, LABEL_TRACK
+
+pytestmark = pytest.mark.cluster
+
+GOOD = {"SPECGATE_SIM_ALPHA": "0.8"}
+
+
+def live_pods(api_client: client.ApiClient, namespace: str, name: str) -> list[Any]:
+    pods = client.CoreV1Api(api_client).list_namespaced_pod(
+        namespace, label_selector=f"{LABEL_DEPLOYMENT}={name}"
+    )
+    return [p for p in pods.items if p.metadata.deletion_timestamp is None]
+
+
+def patch_rollout(api_client: client.ApiClient, namespace: str, name: str, spec: dict[str, Any]) -> None:
+    client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
+        api.GROUP, api.VERSION, namespace, api.PLURAL, name, {"spec": spec}
+    )
+
+
+def test_a_crash_looping_canary_after_promotion_rolls_back_with_no_spare_gpu(
+    lab: dict[str, Any], tmp_path: Path
+) -> None:
+    """replicas 4, maxSurge 0, maxUnavailable 1: one promoted pod starts crash-looping; the rollback
+    swaps pods one at a time and never has fewer than 3 Ready behind the Service."""
+    api_client, namespace = lab["api_client"], lab["namespace"]
+    crash_flag = tmp_path / "crash"
+    body = sim_rollout("crashlate", {**GOOD, "SPECGATE_SIM_EXIT": f"speculative-if:{crash_flag}"})
+    body["spec"]["replicas"] = 4
+    body["spec"]["rollout"] |= {"maxSurge": 0, "maxUnavailable": 1}
+    killed: list[str] = []
+
+    def crash_one_canary_once_promoted(obj: dict[str, Any]) -> None:
+        if obj.get("status", {}).get("phase") != "Promoted" or killed:
+            return
+        crash_flag.touch()  # every canary engine started from now on exits at once
+        state = json.loads((CACHE / "cluster" / "bridge-state.json").read_text())
+        canary = sorted(
+            k
+            for k, e in state.items()
+            if k.startswith(f"{namespace}/") and e["labels"].get(LABEL_TRACK) == "canary"
+        )
+        os.kill(state[canary[0]]["pid"], signal.SIGKILL)
+        killed.append(canary[0])
+
+    run = run_rollout(body=body, during=crash_one_canary_once_promoted, timeout=480, **lab)
+    status = run.status
+    assert killed and "Promoted" in run.phases, run.phases
+    assert (status["phase"], status["reason"]) == ("RolledBack", "CanaryUnhealthy"), status.get("message")
+    assert "promoted canary is unhealthy" in status["message"] and "CrashLoopBackOff" in status["message"]
+    tracks = [p.metadata.labels[LABEL_TRACK] for p in live_pods(api_client, namespace, "crashlate")]
+    assert sorted(tracks) == ["baseline"] * 4
+    report(test="crash_after_promotion", replicas=4, max_surge=0, floor=3, killed=killed[0])
+
+
+def test_pause_changes_no_pod_and_an_edit_reaches_only_the_canary_until_it_passes(
+    lab: dict[str, Any],
+) -> None:
+    """Promoted: pause and unpause (twice, as Argo CD self-heal reverting a `kubectl` pause would)
+    change no pod and restart nothing; then a new draft length serves on canaryReplicas pods at most
+    until its own gates pass, while the gated pods keep their template."""
+    api_client, namespace = lab["api_client"], lab["namespace"]
+    body = sim_rollout("day2", GOOD)
+    body["spec"]["replicas"] = 2
+    steps = iter(
+        [{"rollout": {"paused": True}}, {"rollout": {"paused": False}}] * 2
+        + [{"speculative": {"numSpeculativeTokens": 2}}]
+    )
+    seen: dict[str, Any] = {"pods": None, "edit": None, "most_new": 0, "new_hash": None}
+
+    def drive(obj: dict[str, Any]) -> None:
+        status = obj.get("status", {})
+        pods = {p.metadata.uid for p in live_pods(api_client, namespace, "day2")}
+        if seen["edit"] is None:
+            if status.get("phase") not in ("Promoted", "Paused") or _pending_generation(obj):
+                return
+            if seen["pods"] is None:
+                seen["pods"] = pods
+            assert pods == seen["pods"], "pausing or unpausing changed the pods"
+            assert "NewGeneration" not in [h["reason"] for h in status["history"][1:]]
+            change = next(steps)
+            if "speculative" in change:
+                seen["edit"] = obj["metadata"]["generation"] + 1
+            patch_rollout(api_client, namespace, "day2", change)
+            return
+        new_hash = status.get("templateHash")
+        if status.get("observedGeneration") == seen["edit"] and new_hash != status.get("passedTemplateHash"):
+            seen["new_hash"] = new_hash
+            running_new = [
+                p
+                for p in live_pods(api_client, namespace, "day2")
+                if (p.metadata.annotations or {}).get(ANNOTATION_TEMPLATE) == new_hash
+            ]
+            seen["most_new"] = max(seen["most_new"], len(running_new))
+            assert len(running_new) <= 1, f"ungated config on {len(running_new)} pods in {status['phase']}"
+
+    def promoted_again(obj: dict[str, Any]) -> bool:
+        status = obj.get("status", {})
+        return (
+            seen["new_hash"] is not None
+            and status.get("passedTemplateHash") == seen["new_hash"]
+            and (status.get("phase") == "Promoted")
+        )
+
+    run = run_rollout(body=body, during=drive, until=promoted_again, timeout=600, **lab)
+    phases = run.phases
+    assert phases.count("Paused") == 2 and phases.count("Baseline") == 2, phases
+    assert seen["most_new"] == 1  # the new config did run, on the canary's share only
+    report(test="pause_and_edit_after_promotion", phases="-".join(phases), most_pods_on_new_config=1)
+
+
+def _pending_generation(obj: dict[str, Any]) -> bool:
+    return obj.get("status", {}).get("observedGeneration") != obj["metadata"]["generation"]
