@@ -61,7 +61,13 @@ def test_a_crash_looping_canary_after_promotion_rolls_back_with_no_spare_gpu(
         os.kill(state[canary[0]]["pid"], signal.SIGKILL)
         killed.append(canary[0])
 
-    run = run_rollout(body=body, during=crash_one_canary_once_promoted, timeout=480, **lab)
+    run = run_rollout(
+        body=body,
+        during=crash_one_canary_once_promoted,
+        until=lambda obj: obj.get("status", {}).get("phase") in ("RolledBack", "Failed"),
+        timeout=480,
+        **lab,
+    )
     status = run.status
     assert killed and "Promoted" in run.phases, run.phases
     assert (status["phase"], status["reason"]) == ("RolledBack", "CanaryUnhealthy"), status.get("message")
