@@ -48,18 +48,23 @@ write_kwokctl_config() {
   stages="$kwok_dir/kustomize/stage"
   {
     printf 'apiVersion: config.kwok.x-k8s.io/v1alpha1\nkind: KwokctlConfiguration\noptions:\n  bindAddress: 127.0.0.1\n'
-    for f in node/fast/node-initialize node/heartbeat-with-lease/node-heartbeat-with-lease \
-      pod/fast/pod-ready pod/fast/pod-delete; do
+    for f in node/fast/node-initialize node/heartbeat-with-lease/node-heartbeat-with-lease pod/fast/pod-delete; do
       printf -- '---\n'; cat "$stages/$f.yaml"
     done
+    # Engine pods start not Ready: the bridge makes them Ready when their engine's /health answers,
+    # as a readinessProbe would (kwok's Ready at once would let a rollout count a pod that serves nothing).
+    printf -- '---\n'
+    perl -0pe 's/status: "True"\n(\s+)type: (Ready|ContainersReady)\n/status: {{ with .metadata.labels }}{{ if index . "specgate.dev\/engine" }}"False"{{ else }}"True"{{ end }}{{ else }}"True"{{ end }}\n$1type: $2\n/g' \
+      "$stages/pod/fast/pod-ready.yaml"
     printf -- '---\n'
     sed "s|^    - key: '.metadata.deletionTimestamp'|    - key: '.metadata.labels[\"specgate.dev/benchmark\"]'\n      operator: 'DoesNotExist'\n&|" \
       "$stages/pod/fast/pod-complete.yaml"
   } >"$STATE/kwokctl.yaml.new"
   grep -q 'specgate.dev/benchmark' "$STATE/kwokctl.yaml.new" || { log "kwok stages: no pod-complete to amend"; exit 1; }
+  [ "$(grep -c 'specgate.dev/engine' "$STATE/kwokctl.yaml.new")" = 2 ] || { log "kwok stages: no pod-ready to amend"; exit 1; }
   if [ -f "$STATE/kwokctl.yaml" ] && ! cmp -s "$STATE/kwokctl.yaml.new" "$STATE/kwokctl.yaml"; then
-    log "kwok configuration changed: the cluster is created anew"
-    "$BIN/kwokctl" delete cluster --name "$CLUSTER" >/dev/null 2>&1 || true
+    log "kwok configuration changed: the cluster is created anew (and the bridge, bound to the old one)"
+    "$(dirname "$0")/cluster-down.sh"
   fi
   mv "$STATE/kwokctl.yaml.new" "$STATE/kwokctl.yaml"
 }

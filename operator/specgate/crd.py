@@ -38,11 +38,14 @@ PRINTER_COLUMNS: list[dict[str, Any]] = [
 
 
 # The root may read metadata.name; oldSelf makes it a rule on create only (see api.NAME_CEL).
+# fieldPath needs the name in the schema, and then the error names it instead of "<nil>".
 NAME_VALIDATION: dict[str, Any] = {
     "rule": api.NAME_CEL,
     "message": f"metadata.name {api.NAME_MESSAGE}",
+    "fieldPath": ".metadata.name",
     "optionalOldSelf": True,
 }
+METADATA: Schema = {"type": "object", "properties": {"name": {"type": "string"}}}
 
 
 def _rules_by_model() -> dict[str, list[dict[str, str]]]:
@@ -133,7 +136,7 @@ def crd() -> Schema:
         "properties": {
             "apiVersion": {"type": "string", "description": "API version of this object."},
             "kind": {"type": "string", "description": "Kind of this object."},
-            "metadata": {"type": "object"},
+            "metadata": METADATA,
             "spec": spec_schema,
             "status": status_schema,
         },

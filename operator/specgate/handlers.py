@@ -72,11 +72,17 @@ def step(
     generation: int,
     now: datetime,
 ) -> rollout.Decision:
-    """Observe, decide, apply; an invalid spec touches no child."""
+    """Observe, decide, apply; an invalid spec or a name taken by another object touches no child."""
     try:
+        api.check_name(owner.name)
         spec = api.parse_spec(raw_spec)
     except api.SpecError as error:
         return rollout.invalid_spec(error, current, generation, now)
+    deployments = [render.deployment(spec, owner, track, 0) for track in Track]
+    conflicts = kube.foreign_children([*deployments, *_named_children(spec, owner)], owner.uid)
+    if conflicts:
+        message = f"{'; '.join(conflicts)}: rename this object or remove the other; nothing was changed"
+        return rollout.failed(rollout.Reason.NAME_CONFLICT, message, current, generation, now)
     observation = observe(spec, current, owner, generation, now)
     decision = rollout.decide(spec, current, observation, now)
     if decision.touch_children:
@@ -185,14 +191,20 @@ def apply_children(
         kube.apply(manifest)
 
 
-def _other_children(
-    spec: SpeculativeDeploymentSpec, owner: Owner, decision: rollout.Decision
-) -> list[Manifest]:
+def _named_children(spec: SpeculativeDeploymentSpec, owner: Owner) -> list[Manifest]:
+    """The children besides the Deployments whose names do not change with the rollout."""
     children = [render.service(owner)]
     if spec.benchmarks:
         children += [render.service(owner, track) for track in Track]
     if spec.rollout.metrics.pod_monitor:
         children.append(render.pod_monitor(owner))
+    return children
+
+
+def _other_children(
+    spec: SpeculativeDeploymentSpec, owner: Owner, decision: rollout.Decision
+) -> list[Manifest]:
+    children = _named_children(spec, owner)
     if decision.benchmark_track is not None:
         generation = decision.status.rollout_generation or decision.status.observed_generation or 0
         children.append(render.benchmark_job(spec, owner, Track(decision.benchmark_track), generation))

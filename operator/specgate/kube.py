@@ -108,12 +108,15 @@ def _owner_uids(kind: str, namespace: str, name: str) -> set[str] | None:
 
 
 def apply(manifest: Manifest) -> None:
-    """Create or update one child by server-side apply. Only a child seen to be ours (see
-    foreign_children) is applied with force, which takes over fields other managers set."""
+    """Create or update one child by server-side apply.
+
+    Force takes over fields other managers set (replicas set through the scale subresource, say):
+    only on a child that is ours or absent. On someone else's object a conflict is an error instead
+    (the caller is expected to have refused it already, see foreign_children)."""
     meta = manifest["metadata"]
     name, namespace, kind = meta["name"], meta["namespace"], manifest["kind"]
-    owned = any(_owned_key(manifest, ref["uid"]) in _OWNED for ref in meta.get("ownerReferences", []))
-    common: dict[str, Any] = {"field_manager": FIELD_MANAGER, "force": owned, "_content_type": APPLY}
+    force = not foreign_children([manifest], meta["ownerReferences"][0]["uid"])
+    common: dict[str, Any] = {"field_manager": FIELD_MANAGER, "force": force, "_content_type": APPLY}
     if kind == "Deployment":
         client.AppsV1Api().patch_namespaced_deployment(name, namespace, manifest, **common)
     elif kind == "Service":

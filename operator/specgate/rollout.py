@@ -780,10 +780,6 @@ def _rolling_back(step: _Step) -> None:
         )
 
 
-def _pending(step: _Step) -> None:
-    step.enter(Phase.BASELINE, Reason.NEW_GENERATION, "rollout begins")
-
-
 def _failed(step: _Step) -> None:
     """Nothing to do: a valid spec arrives as a new generation, which restarts the rollout."""
 
@@ -795,7 +791,7 @@ def _rolled_back(step: _Step) -> None:
 
 
 _HANDLERS = {
-    Phase.PENDING: _pending,
+    Phase.PENDING: _restart,
     Phase.BASELINE: _baseline,
     Phase.CANARY: _canary,
     Phase.ANALYZING: _analyzing,

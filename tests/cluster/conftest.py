@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
-from tests.cluster.rollouts import FIGURES
+from tests.cluster.figures import FIGURES
 from tests.conftest import ROOT
 
 from specgate import api

@@ -13,6 +13,8 @@ from pathlib import Path
 from typing import Any
 
 from kubernetes import client
+from tests.cluster.capacity import CapacityMonitor
+from tests.cluster.figures import report as report  # where the tests have always imported it from
 from tests.cluster.operator_process import Operator, create_sd, get_sd, wait_for
 from tests.conftest import ROOT, load_sample
 
@@ -178,33 +180,35 @@ def run_rollout(
     """Create the object, run the operator and load until `until(obj)`; fails with the operator log.
 
     Pass `operator` (see lab_operator) to act on the operator process from `during`; concurrency 0
-    sends no traffic (a quiet service)."""
+    sends no traffic (a quiet service). Throughout, the Service's Ready serving pods may never drop
+    below the object's `replicas - maxUnavailable` once reached (CapacityMonitor), whatever the verdict."""
     install_crd(api_client)
     body = copy.deepcopy(body)
     name = body["metadata"]["name"]
-    create_sd(api_client, namespace, body)
     served = body["spec"]["model"].get("servedName", body["spec"]["model"]["name"])
     op = operator or lab_operator(kubeconfig, namespace, prometheus_url, log_dir)
     seen: list[str] = []
     load: AbstractContextManager[object] = (
         Load(bridge_url, namespace, [name], served, concurrency, timeout) if concurrency else nullcontext()
     )
-    with op, load:
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            obj = get_sd(api_client, namespace, name)
-            phase = obj.get("status", {}).get("phase")
-            if phase and (not seen or seen[-1] != phase):
-                seen.append(phase)
-            if during is not None:
-                during(obj)
-            if until(obj):
-                return Rollout(obj, seen, op.log_text())
-            time.sleep(2)
-    raise AssertionError(
-        f"rollout did not finish in {timeout:.0f}s; phases {seen}; status {obj.get('status')}\n"
-        f"operator log tail:\n{op.log_text()[-3000:]}"
-    )
+    with CapacityMonitor(api_client, namespace):
+        create_sd(api_client, namespace, body)
+        with op, load:
+            deadline = time.monotonic() + timeout
+            while time.monotonic() < deadline:
+                obj = get_sd(api_client, namespace, name)
+                phase = obj.get("status", {}).get("phase")
+                if phase and (not seen or seen[-1] != phase):
+                    seen.append(phase)
+                if during is not None:
+                    during(obj)
+                if until(obj):
+                    return Rollout(obj, seen, op.log_text())
+                time.sleep(2)
+        raise AssertionError(
+            f"rollout did not finish in {timeout:.0f}s; phases {seen}; status {obj.get('status')}\n"
+            f"operator log tail:\n{op.log_text()[-3000:]}"
+        )
 
 
 def orphaned_pods(api_client: client.ApiClient, namespace: str) -> list[str]:
@@ -222,11 +226,3 @@ def orphaned_pods(api_client: client.ApiClient, namespace: str) -> list[str]:
         for p in pods
         if not any(ref.uid in replica_sets or ref.kind == "Job" for ref in p.metadata.owner_references or [])
     ]
-
-
-FIGURES: list[str] = []  # printed in the session's summary (tests/cluster/conftest.py)
-
-
-def report(**figures: object) -> None:
-    """Record a test's measured figures (kills survived, fuzz cases, verdicts, ...) for the summary."""
-    FIGURES.append(" ".join(f"{k}={v}" for k, v in figures.items()))

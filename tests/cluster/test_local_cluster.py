@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client
+from tests.cluster.capacity import CapacityMonitor
 from tests.cluster.operator_process import wait_for
 
 pytestmark = pytest.mark.cluster
@@ -164,7 +165,9 @@ def test_service_router_spreads_traffic_over_ready_pods(
                 return set()
         return pods
 
-    assert len(wait_for(lambda: len(served_by()) == 2 and served_by(), 90, "both pods to serve")) == 2
+    # Once both engines are Ready, neither may stop being so while they serve traffic.
+    with CapacityMonitor(api_client, namespace, floors={"routed": 2}):
+        assert len(wait_for(lambda: len(served_by()) == 2 and served_by(), 90, "both pods to serve")) == 2
 
 
 def test_garbage_collector_deletes_children_of_a_deleted_owner(

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from tests.cluster.capacity import CapacityMonitor
 from tests.cluster.operator_process import (
     create_sd,
     get_sd,
@@ -99,9 +100,12 @@ def test_operator_creates_the_baseline(
     body["spec"]["env"] = [
         {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "token"}}}
     ]
-    create_sd(api_client, namespace, body)
     apps = client.AppsV1Api(api_client)
-    with operator_process(kubeconfig, tmp_path / "operator.log", "--namespace", namespace):
+    with (
+        CapacityMonitor(api_client, namespace) as capacity,
+        operator_process(kubeconfig, tmp_path / "operator.log", "--namespace", namespace),
+    ):
+        create_sd(api_client, namespace, body)
         dep = wait_for(lambda: apps.read_namespaced_deployment("tiny-baseline", namespace), 60, "baseline")
         status = wait_for(
             lambda: get_sd(api_client, namespace, "tiny").get("status", {}).get("observedGeneration"),
@@ -110,6 +114,7 @@ def test_operator_creates_the_baseline(
         )
         assert status == 1
         obj = get_sd(api_client, namespace, "tiny")
+        capacity.wait_for_floor("tiny", 90)  # both replicas serve behind Service tiny, and stay
     container = dep.spec.template.spec.containers[0]
     assert dep.spec.replicas == 2
     assert container.resources.limits == {"nvidia.com/gpu": "1"}

@@ -108,6 +108,8 @@ def test_operator_survives_sigkill_at_every_phase_and_never_leaks_the_token(
             operator.kill_and_restart()
             killed[point] = time.time()
 
+    # Only the operator dies, never a pod: run_rollout's capacity check holds the full floor
+    # (replicas) through every kill; an operator that restarts must not restart the serving pods.
     run = run_rollout(body=body, during=kill_at_boundaries, operator=operator, timeout=480, **lab)
     status = run.status
     report(
@@ -177,6 +179,8 @@ def test_failing_canary_rolls_back_as_unhealthy(
         )
     name = body["metadata"]["name"]
     messages: list[str] = []
+    # The canary never serves, the baseline must throughout: run_rollout's capacity check keeps the
+    # whole floor (replicas) on the baseline's pods, from its first Ready pod to the roll-back.
     run = run_rollout(
         body=body, during=lambda obj: messages.append(obj.get("status", {}).get("message", "")), **lab
     )
@@ -254,6 +258,8 @@ def test_deleting_mid_analysis_removes_every_child(lab: dict[str, Any]) -> None:
 
     operator = lab_operator(lab["kubeconfig"], namespace, lab["prometheus_url"], lab["log_dir"], "--verbose")
     late_reconciles: list[str] = []
+    # Deleting the object asks for nothing to serve: run_rollout's capacity floor is 0 from its
+    # deletionTimestamp on (capacity.sd_floor), and the full replicas until then.
     run = run_rollout(
         body=sim_rollout("gone", GOOD, **SHORT), until=delete_once_analyzing, operator=operator, **lab
     )

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 from kubernetes import client
+from tests.cluster.capacity import CapacityMonitor
 from tests.cluster.operator_process import RECONCILE_LINE, create_sd, wait_for
 from tests.cluster.rollouts import (
     SETTLED,
@@ -40,8 +41,12 @@ def test_fifty_rollouts_at_once_reach_their_verdicts(lab: dict[str, Any]) -> Non
     operator = lab_operator(
         lab["kubeconfig"], namespace, lab["prometheus_url"], lab["log_dir"], "--interval", "5"
     )
-    # One baseline and one canary pod per object, one GPU each, on a node no other test uses.
-    with fake_gpu_node(api_client, f"scale-{namespace}", gpus=2 * ROLLOUTS + 10, taint=namespace) as node:
+    # One baseline and one canary pod per object, one GPU each, on a node no other test uses. Every
+    # Service keeps its floor until the node goes (which takes every pod with it).
+    with (
+        fake_gpu_node(api_client, f"scale-{namespace}", gpus=2 * ROLLOUTS + 10, taint=namespace) as node,
+        CapacityMonitor(api_client, namespace),
+    ):
         for i, name in enumerate(names):
             env = {"SPECGATE_SIM_ALPHA": str(alphas[name]), "SPECGATE_SIM_SEED": str(i)}
             body = sim_rollout(name, env, maxAnalysisDuration="8m", progressDeadline="8m")

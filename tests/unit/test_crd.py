@@ -74,6 +74,7 @@ def test_the_name_rule_sits_on_the_root_and_checks_creates_only() -> None:
     assert rule == {
         "rule": api.NAME_CEL,
         "message": f"metadata.name {api.NAME_MESSAGE}",
+        "fieldPath": ".metadata.name",
         "optionalOldSelf": True,
     }
 

@@ -612,3 +612,17 @@ def test_settled_phases_stay_put() -> None:
     for phase in (Phase.ROLLED_BACK, Phase.FAILED):
         decision = rollout.decide(make_spec(), at(phase), Observation(generation=1, baseline=ready(2)), T0)
         assert decision.status.phase == phase and decision.events == ()
+
+
+def test_a_name_conflict_fails_touching_nothing_and_resumes_once_the_name_is_free() -> None:
+    run = Run()
+    run.step(baseline=TrackState())
+    message = (
+        "Service ns/m (not created by this SpeculativeDeployment): rename this object or remove the other"
+    )
+    d = rollout.failed(Reason.NAME_CONFLICT, message, run.status, run.generation, run.now)
+    assert (d.status.phase, d.status.reason, d.touch_children) == (Phase.FAILED, "NameConflict", False)
+    assert [(e.type, e.message) for e in d.events] == [("Warning", message)]
+    run.status = d.status
+    d = run.step(baseline=TrackState(exists=True, replicas=2))
+    assert (run.phase, d.touch_children, d.baseline_replicas) == (Phase.BASELINE, True, 2)

@@ -1,0 +1,153 @@
+"""Bad input on a real API server: refused at `kubectl apply` with the field, the reason and the fix."""
+
+from __future__ import annotations
+
+import subprocess
+import uuid
+from pathlib import Path
+from typing import Any, cast
+
+import pytest
+import yaml
+from kubernetes import client, config
+from kubernetes.client.exceptions import ApiException
+from tests.cluster.operator_process import create_sd, get_sd, wait_for
+from tests.cluster.rollouts import lab_operator
+from tests.conftest import load_sample
+
+from specgate import api, kube, render
+from specgate.lab.crds import CRD_PATH, install_crd
+
+pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture(autouse=True)
+def crd(api_client: client.ApiClient) -> None:
+    install_crd(api_client)
+
+
+def kubectl_apply(kubectl: str, kubeconfig: str, namespace: str, body: dict[str, Any], *flags: str) -> Any:
+    return subprocess.run(
+        [kubectl, "--kubeconfig", kubeconfig, "-n", namespace, "apply", *flags, "-f", "-"],
+        input=yaml.safe_dump(body),
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+
+
+def tiny(name: str) -> dict[str, Any]:
+    body = load_sample("tiny-cpu.yaml")
+    body["metadata"]["name"] = name
+    return body
+
+
+def test_a_name_that_cannot_name_the_services_is_refused_with_the_fix(
+    kubectl: str, kubeconfig: str, namespace: str
+) -> None:
+    done = kubectl_apply(kubectl, kubeconfig, namespace, tiny("llama-3.1-8b"))
+    assert done.returncode != 0
+    assert "metadata.name" in done.stderr and "DNS-1035" in done.stderr, done.stderr
+    assert "<name>-baseline" in done.stderr and "llama-3-1-8b" in done.stderr, done.stderr
+    longest = "x" * api.MAX_NAME_LENGTH
+    assert kubectl_apply(kubectl, kubeconfig, namespace, tiny(longest + "x"), "--dry-run=server").returncode
+    for good in ("llama-3-1-8b", longest):
+        done = kubectl_apply(kubectl, kubeconfig, namespace, tiny(good), "--dry-run=server")
+        assert done.returncode == 0, done.stderr
+
+
+def test_a_bad_prometheus_url_is_refused_naming_the_field(
+    kubectl: str, kubeconfig: str, namespace: str
+) -> None:
+    body = tiny("tiny")
+    body["spec"].setdefault("rollout", {}).setdefault("metrics", {})["prometheusUrl"] = "not a url"
+    done = kubectl_apply(kubectl, kubeconfig, namespace, body)
+    assert done.returncode != 0
+    assert "spec.rollout.metrics.prometheusUrl" in done.stderr and "http://" in done.stderr, done.stderr
+
+
+def test_an_object_named_before_the_rule_can_still_be_updated_and_deleted(
+    api_client: client.ApiClient, namespace: str, tmp_path: Path
+) -> None:
+    """The rule checks creates only: an old object's status writes and finalizer removal go through."""
+    old = yaml.safe_load(CRD_PATH.read_text())
+    del old["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["x-kubernetes-validations"]
+    (tmp_path / "old.yaml").write_text(yaml.safe_dump(old))
+    objects = client.CustomObjectsApi(api_client)
+    try:
+        install_crd(api_client, tmp_path / "old.yaml")
+        create_sd(api_client, namespace, tiny("llama-3.1-8b"))
+    finally:
+        install_crd(api_client)
+    args = (api.GROUP, api.VERSION, namespace, api.PLURAL, "llama-3.1-8b")
+    objects.patch_namespaced_custom_object(*args, {"metadata": {"finalizers": ["specgate.dev/test"]}})
+    objects.patch_namespaced_custom_object_status(*args, {"status": {"phase": "Failed"}})
+    objects.patch_namespaced_custom_object(*args, {"metadata": {"finalizers": None}})
+    objects.delete_namespaced_custom_object(*args)
+
+
+def test_foreign_children_names_what_specgate_did_not_create(
+    api_client: client.ApiClient, kubeconfig: str, namespace: str
+) -> None:
+    """A Service someone else made under a child's name is named, and applying over it is refused;
+    owned and absent children (and the PodMonitor, whose CRD the lab lacks) pass. No operator runs."""
+    # kube.py uses the default client, as in the operator
+    config.load_kube_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
+    created = create_sd(api_client, namespace, tiny("llama"))
+    owner = render.Owner("llama", namespace, created["metadata"]["uid"])
+    core = client.CoreV1Api(api_client)
+    theirs = client.V1Service(
+        metadata=client.V1ObjectMeta(name="llama"),
+        spec=client.V1ServiceSpec(selector={"app": "theirs"}, ports=[client.V1ServicePort(port=80)]),
+    )
+    core.create_namespaced_service(namespace, theirs)
+    ours = render.service(owner, render.Track.CANARY)
+    core.create_namespaced_service(namespace, cast(Any, ours))
+    children = [
+        render.service(owner),
+        ours,
+        render.service(owner, render.Track.BASELINE),
+        render.pod_monitor(owner),
+    ]
+    assert kube.foreign_children(children, owner.uid) == [
+        f"Service {namespace}/llama (not created by this SpeculativeDeployment)"
+    ]
+    assert kube.foreign_children([ours], str(uuid.uuid4())) == [
+        f"Service {namespace}/llama-canary (not created by this SpeculativeDeployment)"
+    ]
+    # Without force, applying over their Service is a conflict, not a takeover.
+    with pytest.raises(ApiException) as err:
+        kube.apply(render.service(owner))
+    assert err.value.status == 409
+    assert core.read_namespaced_service("llama", namespace).spec.selector == {"app": "theirs"}
+
+
+def test_a_service_specgate_did_not_create_is_left_untouched_and_named(lab: dict[str, Any]) -> None:
+    """The operator refuses the object (Failed, NameConflict) and creates nothing; once the other
+    Service is gone the rollout begins."""
+    api_client, namespace = lab["api_client"], lab["namespace"]
+    core, apps = client.CoreV1Api(api_client), client.AppsV1Api(api_client)
+    theirs = client.V1Service(
+        metadata=client.V1ObjectMeta(name="taken", labels={"team": "theirs"}),
+        spec=client.V1ServiceSpec(selector={"app": "theirs"}, ports=[client.V1ServicePort(port=80)]),
+    )
+    core.create_namespaced_service(namespace, theirs)
+    before = core.read_namespaced_service("taken", namespace)
+    create_sd(api_client, namespace, tiny("taken"))
+    operator = lab_operator(lab["kubeconfig"], namespace, lab["prometheus_url"], lab["log_dir"])
+    with operator:
+        status = wait_for(lambda: _status_if(api_client, namespace, "Failed"), 60, "phase Failed")
+        assert status["reason"] == "NameConflict" and f"Service {namespace}/taken" in status["message"]
+        after = core.read_namespaced_service("taken", namespace)
+        assert after.metadata.resource_version == before.metadata.resource_version  # not even re-applied
+        assert after.metadata.owner_references is None and after.spec.selector == {"app": "theirs"}
+        assert apps.list_namespaced_deployment(namespace).items == []
+        core.delete_namespaced_service("taken", namespace)
+        wait_for(lambda: _status_if(api_client, namespace, "Baseline"), 60, "the rollout to begin")
+    events = core.list_namespaced_event(namespace).items
+    assert any(e.reason == "NameConflict" and e.type == "Warning" for e in events)
+
+
+def _status_if(api_client: client.ApiClient, namespace: str, phase: str) -> dict[str, Any] | None:
+    status: dict[str, Any] = get_sd(api_client, namespace, "taken").get("status", {})
+    return status if status.get("phase") == phase else None
