@@ -128,6 +128,8 @@ def test_a_failing_benchmark_rolls_back_with_its_reason(lab: dict[str, Any]) -> 
     """A dataset file that is not there: the Job fails, and the rollout stops before any canary
     with MeasurementFailed naming the driver's error, never a pass."""
     body = benchmark_rollout("badset", SELF_DRAFT, dataset="custom", datasetPath="/datasets/missing.jsonl")
+    # The Job fails before it sends a request: a simulated engine is target enough (no vLLM start).
+    body["spec"]["podAnnotations"] = {"specgate.dev/lab-engine": "sim"}
     status = run_rollout(body=body, timeout=600, concurrency=0, **lab).status
     assert (status["phase"], status["reason"]) == ("RolledBack", "MeasurementFailed"), status.get("message")
     assert "badset-bench-baseline-1 failed" in status["message"]

@@ -58,6 +58,14 @@ def test_good_candidate_is_promoted_while_another_writer_changes_the_object(lab:
     assert "GatesPassed" in reasons(lab["api_client"], lab["namespace"])
 
 
+def test_low_alpha_rolls_back_below_the_gate(lab: dict[str, Any]) -> None:
+    run = run_rollout(body=sim_rollout("lowalpha", {"SPECGATE_SIM_ALPHA": "0.3"}), **lab)
+    status = run.status
+    assert (status["phase"], status["reason"]) == ("RolledBack", "AcceptanceBelowGate"), status.get("message")
+    assert status["canary"]["alpha"] == pytest.approx(0.3, abs=0.06)
+    assert canary_replicas(lab["api_client"], lab["namespace"], "lowalpha") == 0
+
+
 def test_worse_p99_itl_rolls_back_with_latency_regression(lab: dict[str, Any]) -> None:
     # A heavy draft: every step pays 3 x 40 ms of drafting, so streaming users see longer stalls.
     env = {"SPECGATE_SIM_ALPHA": "0.85", "SPECGATE_SIM_DRAFT_PASS_MS": "40"}
