@@ -377,6 +377,8 @@ def decide(
         _resume(step, status.resume_phase, "the spec is valid again and the pods' template is unchanged")
     elif status.observed_retry is not None and spec.rollout.retry != status.observed_retry:
         step.note(Reason.RETRY_IGNORED, f"spec.rollout.retry ignored: the rollout is {status.phase.value}")
+    if step.status.template_hash is None:
+        _adopt_template(step)
     if step.status.phase == Phase.PAUSED or (spec.rollout.paused and step.status.phase not in UNPAUSABLE):
         _paused(step)
     else:
@@ -394,6 +396,16 @@ def begins_new_rollout(
         return True
     retried = status.observed_retry is not None and spec.rollout.retry != status.observed_retry
     return retried and _retryable(status)
+
+
+def _adopt_template(step: _Step) -> None:
+    """Status written by an operator without template hashes: the pods run the observed spec (the
+    rollout goes on, as begins_new_rollout decided), so a later pause alone restarts nothing."""
+    template = render.template_hash(step.spec)
+    promoted = {Phase.PROMOTING, Phase.PROMOTED}
+    gated = step.status.phase in promoted or step.status.resume_phase in promoted
+    update = {"template_hash": template} | ({"passed_template_hash": template} if gated else {})
+    step.status = step.status.model_copy(update=update)
 
 
 def _retryable(status: SpeculativeDeploymentStatus) -> bool:
@@ -473,7 +485,6 @@ def _baseline(step: _Step) -> None:
         return
     step.canary_replicas = _canary_replicas(spec)
     step.baseline_replicas = _baseline_replicas_beside_canary(spec)
-    step.status = step.status.model_copy(update={"template_hash": render.template_hash(spec)})
     figures = [_figures("baseline", step.status.baseline)] if spec.measures_traffic else []
     if spec.benchmarks:
         figures.append(_benchmark_figures("baseline", step.status.benchmark, spec))

@@ -626,3 +626,15 @@ def test_a_name_conflict_fails_touching_nothing_and_resumes_once_the_name_is_fre
     run.status = d.status
     d = run.step(baseline=TrackState(exists=True, replicas=2))
     assert (run.phase, d.touch_children, d.baseline_replicas) == (Phase.BASELINE, True, 2)
+
+
+def test_a_status_from_an_operator_without_template_hashes_is_adopted_and_a_pause_restarts_nothing() -> None:
+    run = Run()
+    run.to_promoted()
+    run.status = run.status.model_copy(update={"template_hash": None, "passed_template_hash": None})
+    run.step(canary=ready(2), canary_metrics=metrics(0.8))
+    assert run.status.template_hash == run.status.passed_template_hash is not None
+    edit(run, paused=True)
+    d = run.step(baseline=TrackState(exists=True, replicas=0), canary=ready(2))
+    assert (run.phase, d.baseline_replicas, d.canary_replicas) == (Phase.PAUSED, 0, 2)
+    assert Reason.NEW_GENERATION not in [h.reason for h in run.status.history[1:]]
