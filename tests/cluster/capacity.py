@@ -290,16 +290,11 @@ class CapacityMonitor:
 
     def __enter__(self) -> CapacityMonitor:
         core, ns = client.CoreV1Api(self.api_client), (self.namespace,)
+        pods = self._mirror(self.pods, pod_state)
+        services = self._mirror(self.selectors, lambda o: o["spec"].get("selector") or {})
         self.watches = [
-            _Watch("pods", core.list_namespaced_pod, ns, self._reset_pods, self._apply_pod, self.stop),
-            _Watch(
-                "services",
-                core.list_namespaced_service,
-                ns,
-                self._reset_services,
-                self._apply_service,
-                self.stop,
-            ),
+            _Watch("pods", core.list_namespaced_pod, ns, *pods, self.stop),
+            _Watch("services", core.list_namespaced_service, ns, *services, self.stop),
         ]
         if self.fixed is None:
             objects = client.CustomObjectsApi(self.api_client).list_namespaced_custom_object
@@ -323,33 +318,27 @@ class CapacityMonitor:
 
     # --- state, under the lock; a sample per Service after every change ---
 
-    def _reset_pods(self, items: list[Obj]) -> None:
-        with self.lock:
-            self.pods = {o["metadata"]["name"]: pod_state(o) for o in items}
-            self._record()
+    def _mirror(
+        self, table: dict[str, Any], value: Callable[[Obj], Any]
+    ) -> tuple[Callable[[list[Obj]], None], Callable[[str, Obj], None]]:
+        """A watch's list and events kept in table (by name, as value(obj)), then a sample."""
 
-    def _apply_pod(self, kind: str, obj: Obj) -> None:
-        with self.lock:
-            name = obj["metadata"]["name"]
-            if kind == "DELETED":
-                self.pods.pop(name, None)
-            else:
-                self.pods[name] = pod_state(obj)
-            self._record()
+        def reset(items: list[Obj]) -> None:
+            with self.lock:
+                table.clear()
+                table.update((o["metadata"]["name"], value(o)) for o in items)
+                self._record()
 
-    def _reset_services(self, items: list[Obj]) -> None:
-        with self.lock:
-            self.selectors = {o["metadata"]["name"]: (o["spec"].get("selector") or {}) for o in items}
-            self._record()
+        def apply(kind: str, obj: Obj) -> None:
+            with self.lock:
+                name = obj["metadata"]["name"]
+                if kind == "DELETED":
+                    table.pop(name, None)
+                else:
+                    table[name] = value(obj)
+                self._record()
 
-    def _apply_service(self, kind: str, obj: Obj) -> None:
-        with self.lock:
-            name = obj["metadata"]["name"]
-            if kind == "DELETED":
-                self.selectors.pop(name, None)
-            else:
-                self.selectors[name] = obj["spec"].get("selector") or {}
-            self._record()
+        return reset, apply
 
     def _reset_sds(self, items: list[Obj]) -> None:
         with self.lock:
