@@ -186,11 +186,27 @@ class Gates(Model):
     min_acceptance_rate: float = Field(
         0.55, gt=0, lt=1, description="Promote only when alpha (accepted / draft tokens) is at least this."
     )
-    max_p99_itl_regression: float = Field(
+    max_p99_per_token_regression: float = Field(
         0.10,
         ge=0,
-        description="Tolerated P99 inter-token latency regression of the canary over the baseline, "
-        "as a fraction (0.10 = 10 % worse at most).",
+        description="Tolerated regression of the P99 per-token latency (vllm:request_time_per_output_"
+        "token_seconds: each request's pace, what a streaming user feels) of the canary over the "
+        "baseline, as a fraction (0.10 = 10 % worse at most).",
+    )
+    max_p99_itl_regression: float = Field(
+        0.50,
+        ge=0,
+        description="Tolerated regression of the P99 step stall (vllm:inter_token_latency_seconds, one "
+        "sample per engine step, and a speculative step emits several tokens) of the canary over the "
+        "baseline, as a fraction. Looser than the per-token gate because a good draft lengthens each "
+        "step while tokens arrive sooner (an EAGLE winner: +33 % step time for 1.43x throughput).",
+    )
+    max_load_difference: float = Field(
+        0.25,
+        ge=0,
+        description="Latency is compared only when canary and baseline pods carry comparable load: "
+        "request rate per pod or requests running per pod within this fraction of each other; "
+        "otherwise the latency verdict is InsufficientData naming both loads.",
     )
     min_drafts: int = Field(200, ge=1, description="Drafts to observe before any acceptance verdict.")
     min_latency_samples: int = Field(
@@ -229,6 +245,11 @@ class MetricsSource(Model):
     )
     pod_monitor: bool = Field(
         False, description="Also create a PodMonitor (Prometheus Operator) that produces these labels."
+    )
+    scrape_interval: Duration = duration(
+        "15s",
+        "How often Prometheus scrapes the engines (the PodMonitor's interval). Acceptance windows "
+        "are at least this long, or the interval seen between samples when that is longer.",
     )
 
 
@@ -549,6 +570,13 @@ RULES: tuple[Rule, ...] = (
         "prometheusUrl",
         lambda m: m.prometheus_url is None or is_http_url(m.prometheus_url),
     ),
+    Rule(
+        MetricsSource,
+        "!has(self.scrapeInterval) || duration(self.scrapeInterval) >= duration('1s')",
+        "scrapeInterval must be at least 1s, e.g. 15s (Prometheus' usual interval)",
+        "scrapeInterval",
+        lambda m: parse_duration(m.scrape_interval) >= 1,
+    ),
 )
 
 
@@ -670,6 +698,18 @@ class Measurement(StatusModel):
     per_token_latency_ms: float | None = Field(
         None, description="Mean request time per output token, ms (comparable across spec on/off)."
     )
+    p99_per_token_latency_ms: float | None = Field(
+        None, description="P99 of the requests' time per output token, ms (the per-token latency gate)."
+    )
+    pods: int | None = Field(None, description="Pods (scrape targets) measured.")
+    requests_per_second_per_pod: float | None = Field(None, description="Request rate per pod.")
+    running_per_pod: float | None = Field(None, description="Mean running requests per pod.")
+    scrape_interval_seconds: float | None = Field(
+        None, description="Scrape interval used: the spec's, or the samples' spacing when longer."
+    )
+    acceptance_window_seconds: float | None = Field(
+        None, description="Length of the acceptance windows the acceptance gate counted."
+    )
     output_tokens_per_second: float | None = Field(None, description="Generated tokens per second.")
     requests_per_second: float | None = Field(None, description="Finished requests per second.")
     concurrency: float | None = Field(None, description="Mean running requests.")
@@ -690,6 +730,12 @@ class Measurement(StatusModel):
     itl_bucket_counts: list[float] = Field(
         default_factory=list,
         description="Baseline only: cumulative counts per bound, then the +Inf bucket (one more entry).",
+    )
+    per_token_bucket_bounds: list[float] = Field(
+        default_factory=list, description="Baseline only: as itlBucketBounds, for the per-token latency."
+    )
+    per_token_bucket_counts: list[float] = Field(
+        default_factory=list, description="Baseline only: as itlBucketCounts, for the per-token latency."
     )
 
 
@@ -742,12 +788,14 @@ class PointComparison(StatusModel):
     concurrency: int = Field(description="The concurrency point.")
     baseline_p99_itl_ms: float | None = Field(None, description="Baseline P99 ITL, ms.")
     canary_p99_itl_ms: float | None = Field(None, description="Canary P99 ITL, ms.")
+    baseline_p99_tpot_ms: float | None = Field(None, description="Baseline P99 time per output token, ms.")
+    canary_p99_tpot_ms: float | None = Field(None, description="Canary P99 time per output token, ms.")
     baseline_output_throughput: float | None = Field(None, description="Baseline output tokens/s.")
     canary_output_throughput: float | None = Field(None, description="Canary output tokens/s.")
     speedup: float | None = Field(
         None, description="Baseline mean TPOT / canary mean TPOT: above 1, speculation is faster."
     )
-    verdict: str = Field(description="Pass or Fail of the P99 ITL gate at this point.")
+    verdict: str = Field(description="Pass or Fail of the latency gates (per-token and ITL) at this point.")
 
 
 class BenchmarkStatus(StatusModel):

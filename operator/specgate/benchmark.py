@@ -18,6 +18,7 @@ from specgate.api import (
     BenchmarkPoint,
     BenchmarkStatus,
     Dataset,
+    Gates,
     PointComparison,
     SpeculativeDeploymentSpec,
 )
@@ -103,27 +104,36 @@ class Comparison:
 
 
 def compare(
-    baseline: list[BenchmarkPoint], canary: list[BenchmarkPoint], bench: Benchmark, max_regression: float
+    baseline: list[BenchmarkPoint], canary: list[BenchmarkPoint], bench: Benchmark, limits: Gates
 ) -> Comparison:
-    """Baseline against canary at every point; the P99 ITL gate per point."""
+    """Baseline against canary at every point; the latency gates per point."""
     by_concurrency = {p.concurrency: p for p in baseline}
-    rows = [_compare_point(by_concurrency[c.concurrency], c, max_regression) for c in canary]
+    rows = [_compare_point(by_concurrency[c.concurrency], c, limits) for c in canary]
     rows.sort(key=lambda r: r.concurrency)
     faster = [r.concurrency for r in rows if r.speedup is not None and r.speedup > 1]
     gate = next(r for r in rows if r.concurrency == bench.gate_point())
     return Comparison(rows, gate, max(faster) if faster else None)
 
 
-def _compare_point(base: BenchmarkPoint, cand: BenchmarkPoint, max_regression: float) -> PointComparison:
-    b, c = base.p99_itl_ms, cand.p99_itl_ms
-    passed = b is not None and c is not None and c <= b * (1 + max_regression)
+def _within(base: float | None, cand: float | None, tolerance: float) -> bool:
+    return base is not None and cand is not None and cand <= base * (1 + tolerance)
+
+
+def _compare_point(base: BenchmarkPoint, cand: BenchmarkPoint, limits: Gates) -> PointComparison:
+    """Pass when the P99 per-token latency (TPOT) and the P99 step stall (ITL) are within their
+    tolerances: the benchmark reports exact percentiles, no buckets to allow for."""
+    passed = _within(base.p99_tpot_ms, cand.p99_tpot_ms, limits.max_p99_per_token_regression) and _within(
+        base.p99_itl_ms, cand.p99_itl_ms, limits.max_p99_itl_regression
+    )
     speedup = None
     if base.mean_tpot_ms and cand.mean_tpot_ms:
         speedup = round(base.mean_tpot_ms / cand.mean_tpot_ms, 3)
     return PointComparison(
         concurrency=cand.concurrency,
-        baseline_p99_itl_ms=b,
-        canary_p99_itl_ms=c,
+        baseline_p99_itl_ms=base.p99_itl_ms,
+        canary_p99_itl_ms=cand.p99_itl_ms,
+        baseline_p99_tpot_ms=base.p99_tpot_ms,
+        canary_p99_tpot_ms=cand.p99_tpot_ms,
         baseline_output_throughput=base.output_throughput,
         canary_output_throughput=cand.output_throughput,
         speedup=speedup,
@@ -153,7 +163,7 @@ def evaluate(
     if runs.baseline is None or runs.canary is None:
         raise ValueError("evaluate needs both tracks' benchmarks")
     gates_spec, bench = spec.rollout.gates, spec.rollout.benchmark
-    comparison = compare(runs.baseline.points, runs.canary.points, bench, gates_spec.max_p99_itl_regression)
+    comparison = compare(runs.baseline.points, runs.canary.points, bench, gates_spec)
     bench_alpha, bench_drafts = _benchmark_alpha(runs.canary.points)
     prom_alpha, prom_drafts = _prometheus_alpha(prometheus)
     alpha, drafts, source = (
@@ -181,8 +191,10 @@ def evaluate(
     latency = GateResult(
         Verdict(point.verdict),
         point.canary_p99_itl_ms, None, None, 0,
-        f"benchmark at concurrency {point.concurrency}: canary P99 ITL {point.canary_p99_itl_ms} ms vs "
-        f"baseline {point.baseline_p99_itl_ms} ms (tolerance {gates_spec.max_p99_itl_regression:.0%})",
+        f"benchmark at concurrency {point.concurrency}: canary P99 per-token latency "
+        f"{point.canary_p99_tpot_ms} ms vs baseline {point.baseline_p99_tpot_ms} ms (tolerance "
+        f"{gates_spec.max_p99_per_token_regression:.0%}), P99 ITL {point.canary_p99_itl_ms} ms vs "
+        f"{point.baseline_p99_itl_ms} ms (tolerance {gates_spec.max_p99_itl_regression:.0%})",
     )  # fmt: skip
     difference = (
         None if bench_alpha is None or prom_alpha is None else round(abs(bench_alpha - prom_alpha), 4)

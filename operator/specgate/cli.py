@@ -69,8 +69,9 @@ def render_timeline(name: str, status: SpeculativeDeploymentStatus) -> str:
         if m is not None:
             alpha = "" if m.alpha is None else f" alpha={m.alpha:.3f} [{m.alpha_lower}, {m.alpha_upper}]"
             lines.append(
-                f"  {track:<8} p99_itl_ms={m.p99_itl_ms} per_token_ms={m.per_token_latency_ms} "
-                f"tok/s={m.output_tokens_per_second} concurrency={m.concurrency}{alpha}"
+                f"  {track:<8} p99_itl_ms={m.p99_itl_ms} p99_per_token_ms={m.p99_per_token_latency_ms} "
+                f"per_token_ms={m.per_token_latency_ms} tok/s={m.output_tokens_per_second} "
+                f"req/s/pod={m.requests_per_second_per_pod} running/pod={m.running_per_pod}{alpha}"
             )
 
     figures("baseline", status.baseline)
@@ -89,11 +90,15 @@ def _benchmark_lines(bench: BenchmarkStatus | None) -> list[str]:
     """Baseline against canary per concurrency point, then where speculation stops paying."""
     if bench is None or not bench.points:
         return []
-    lines = ["  benchmark  concurrency  p99_itl_ms base/canary  tok/s base/canary  speedup  verdict"]
+    lines = [
+        "  benchmark  concurrency  p99_tpot_ms base/canary  p99_itl_ms base/canary  tok/s base/canary  "
+        "speedup  verdict"
+    ]
     for p in bench.points:
         gate = " (gate)" if p.concurrency == bench.gate_concurrency else ""
         lines.append(
-            f"  {p.concurrency:>22}  {_num(p.baseline_p99_itl_ms)}/{_num(p.canary_p99_itl_ms)}  "
+            f"  {p.concurrency:>22}  {_num(p.baseline_p99_tpot_ms)}/{_num(p.canary_p99_tpot_ms)}  "
+            f"{_num(p.baseline_p99_itl_ms)}/{_num(p.canary_p99_itl_ms)}  "
             f"{_num(p.baseline_output_throughput)}/{_num(p.canary_output_throughput)}  "
             f"{_num(p.speedup)}  {p.verdict}{gate}"
         )

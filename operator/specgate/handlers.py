@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import os
 from dataclasses import replace
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any
 
 import kopf
@@ -115,21 +115,33 @@ def observe(
     if url is None:
         return replace(observation, metrics_error=NO_PROMETHEUS)
     prom = PrometheusClient(url)
+    interval = rollout.scrape_interval(spec).total_seconds()
+    leave_out = _benchmark_spans(spec, observation, now)
     try:
         baseline = canary = None
         if status.phase in (Phase.BASELINE, Phase.ANALYZING):
-            baseline = prom.track_metrics(_selector(spec, owner, Track.BASELINE), window)
+            baseline = prom.track_metrics(_selector(spec, owner, Track.BASELINE), window, interval, leave_out)
         if status.phase in (Phase.ANALYZING, Phase.PROMOTED):
-            canary = prom.track_metrics(_selector(spec, owner, Track.CANARY), window)
+            canary = prom.track_metrics(_selector(spec, owner, Track.CANARY), window, interval, leave_out)
     except MetricsUnavailable as exc:
         return replace(observation, metrics_error=str(exc))
     return replace(observation, baseline_metrics=baseline, canary_metrics=canary)
 
 
 NO_PROMETHEUS = "no Prometheus URL: set spec.rollout.metrics.prometheusUrl or run with --prometheus-url"
-# Prometheus sees a counter's increase only from the scrape after it: reach back before the Job,
-# which on a quiet service adds nothing (rollout.BENCHMARK_SETTLE waits for the scrapes after it).
-JOB_RANGE_MARGIN = timedelta(seconds=30)
+
+
+def _benchmark_spans(
+    spec: SpeculativeDeploymentSpec, observation: rollout.Observation, now: datetime
+) -> list[rollout.Window]:
+    """The benchmark Jobs' runs, which the traffic windows leave out (measurement `both`), from a
+    scrape interval before each Job to the scrapes that saw its last requests."""
+    before, after = rollout.scrape_interval(spec), rollout.benchmark_settle(spec)
+    return [
+        rollout.Window(job.start - before, (job.end or now) + after)
+        for job in (observation.baseline_job, observation.canary_job)
+        if job is not None and job.start is not None
+    ]
 
 
 def prometheus_url(spec: SpeculativeDeploymentSpec) -> str | None:
@@ -159,9 +171,12 @@ def _observe_benchmarks(
     url = prometheus_url(spec)
     if not job.finished or job.start is None or url is None:
         return observation
-    window = rollout.Window(job.start - JOB_RANGE_MARGIN, max(job.end or now, now))
+    # The scrape before the Job starts the first increase; the scrapes after it end the last.
+    interval = rollout.scrape_interval(spec)
+    window = rollout.Window(job.start - interval, max(job.end or now, now))
     try:
-        totals = PrometheusClient(url).acceptance_totals(_selector(spec, owner, Track.CANARY), window)
+        selector = _selector(spec, owner, Track.CANARY)
+        totals = PrometheusClient(url).acceptance_totals(selector, window, interval.total_seconds())
     except MetricsUnavailable:
         return observation  # the gate falls back on the benchmark's own alpha
     return replace(observation, canary_job_acceptance=(totals,) if totals else None)

@@ -1,20 +1,29 @@
-"""The only module that talks to Prometheus: PromQL for one track's figures over a window.
+"""The only module that talks to Prometheus: one track's figures over a window.
 
 Every query selects one track of one SpeculativeDeployment by target labels
-({namespace, specgate_dev_deployment, specgate_dev_track} by default, see MetricsSource) and sums
-over pods and engines, because vLLM exports one series per engine and alpha is a ratio of sums.
-Counters are read with increase(), which tolerates restarts of the pods (counter resets).
+({namespace, specgate_dev_deployment, specgate_dev_track} by default, see MetricsSource).
 
-Nothing here raises but MetricsUnavailable, and no figure is NaN or infinite: Prometheus answers
-"NaN" for 0/0 (a ratio of rates on an idle track) and "+Inf" for x/0, and neither may reach status.
+Counters and histograms are read as raw samples (one range-vector query per track and window), and
+increases are the differences between consecutive scrapes, taken here. increase() would need two
+samples inside each range (a 15 s range at a 15 s scrape holds one, and Prometheus 3's ranges are
+open on the left) and extrapolates to the range's edges; differences of samples cover exactly the
+span between the first and the last scrape in the window, at any scrape interval, on Prometheus 2
+and 3 alike. A difference that falls the other way is a counter reset (a restarted engine), and
+counts from zero. Acceptance windows are at least one scrape interval long, so each holds a scrape
+of every pod; spans to leave out (a benchmark Job's requests in measurement `both`) drop every
+difference that overlaps them.
+
+Nothing here raises but MetricsUnavailable, and no figure is NaN or infinite.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
+import statistics
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 import requests
@@ -22,7 +31,7 @@ from prometheus_api_client import PrometheusConnect
 from prometheus_api_client.exceptions import PrometheusApiClientException
 
 from specgate.api import MetricsSource, is_http_url
-from specgate.gates import AcceptanceWindow, Histogram
+from specgate.gates import AcceptanceWindow, Histogram, Load, histogram_quantile
 from specgate.rollout import TrackMetrics, Window
 
 # vLLM >= 0.10.2 names inter-token latency inter_token_latency_seconds; older versions (removed by
@@ -37,10 +46,15 @@ ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 GENERATED = "vllm:generation_tokens_total"
 SUCCEEDED = "vllm:request_success_total"
 RUNNING = "vllm:num_requests_running"
+HISTOGRAMS = (*ITL_METRICS, TTFT, PER_TOKEN)
+FAMILIES = (
+    DRAFTS, DRAFT_TOKENS, ACCEPTED, ACCEPTED_PER_POS, GENERATED, SUCCEEDED, RUNNING,
+    *(f"{h}_{part}" for h in HISTOGRAMS for part in ("bucket", "sum", "count")),
+)  # fmt: skip
 
-# Acceptance is judged per window of this many seconds: windows, not single tokens, are the
-# independent units the gate's statistics count (tokens within a request are correlated).
-ACCEPTANCE_STEP_SECONDS = 15
+# Acceptance is judged per window of at least this many seconds: windows, not single tokens, are
+# the independent units the gate's statistics count (tokens within a request are correlated).
+MIN_ACCEPTANCE_WINDOW_SECONDS = 15.0
 
 
 class MetricsUnavailable(Exception):
@@ -60,12 +74,54 @@ class Selector:
     track: str
     labels: MetricsSource
 
-    def __str__(self) -> str:
+    def matchers(self) -> str:
         lab = self.labels
         return (
-            f'{{{lab.namespace_label}="{self.namespace}",{lab.deployment_label}="{self.deployment}",'
-            f'{lab.track_label}="{self.track}"}}'
+            f'{lab.namespace_label}="{self.namespace}",{lab.deployment_label}="{self.deployment}",'
+            f'{lab.track_label}="{self.track}"'
         )
+
+    def __str__(self) -> str:
+        return f"{{{self.matchers()}}}"
+
+
+@dataclass(frozen=True)
+class Increase:
+    """A counter's increase between two consecutive scrapes of one series."""
+
+    start: float  # unix seconds of the earlier scrape
+    end: float
+    value: float
+
+
+@dataclass(frozen=True)
+class Series:
+    labels: dict[str, str]
+    points: tuple[tuple[float, float], ...]  # (unix seconds, value), ascending
+
+    def increases(self, since: float, leave_out: Sequence[Window]) -> list[Increase]:
+        """Differences of consecutive scrapes from `since` on, none overlapping a span left out."""
+        spans = [(w.start.timestamp(), w.end.timestamp()) for w in leave_out]
+        out = []
+        for (t0, v0), (t1, v1) in zip(self.points, self.points[1:], strict=False):
+            if t0 < since or any(t0 < end and t1 > begin for begin, end in spans):
+                continue
+            if math.isfinite(v0) and math.isfinite(v1):
+                out.append(Increase(t0, t1, v1 - v0 if v1 >= v0 else v1))
+        return out
+
+    def mean(self, since: float, leave_out: Sequence[Window]) -> float | None:
+        """Mean of a gauge's samples from `since` on, outside the spans left out."""
+        spans = [(w.start.timestamp(), w.end.timestamp()) for w in leave_out]
+        kept = [v for t, v in self.points if t >= since and math.isfinite(v) and not _inside(t, spans)]
+        return statistics.fmean(kept) if kept else None
+
+
+def _inside(t: float, spans: Iterable[tuple[float, float]]) -> bool:
+    return any(begin <= t <= end for begin, end in spans)
+
+
+Families = dict[str, list[Series]]  # by metric name
 
 
 class PrometheusClient:
@@ -87,101 +143,47 @@ class PrometheusClient:
             self._connection = PrometheusConnect(url=self._url, disable_ssl=True, timeout=self._timeout)
         return self._connection
 
-    def track_metrics(self, sel: Selector, window: Window) -> TrackMetrics | None:
-        """The track's figures over the window; None when the track has no series at all."""
+    def track_metrics(
+        self, sel: Selector, window: Window, scrape_interval: float, leave_out: Sequence[Window] = ()
+    ) -> TrackMetrics | None:
+        """The track's figures over the window (spans in leave_out excluded); None when the track
+        has no series at all. scrape_interval (seconds) is the one configured: windows are at least
+        that long, or as long as the samples' spacing when that is longer."""
         try:
-            return self._track_metrics(sel, window)
+            families = self._samples(sel, window, scrape_interval)
+            return None if not families else _track_metrics(families, window, scrape_interval, leave_out)
         except MALFORMED_ERRORS as exc:
             raise MetricsUnavailable(f"malformed Prometheus response: {exc!r}") from exc
 
-    def acceptance_totals(self, sel: Selector, window: Window) -> AcceptanceWindow | None:
+    def acceptance_totals(
+        self, sel: Selector, window: Window, scrape_interval: float
+    ) -> AcceptanceWindow | None:
         """The track's spec-decode counter increases over the whole window (e.g. a benchmark Job's
         run); None when the track has no drafts in it."""
-        rng = f"[{max(int((window.end - window.start).total_seconds()), 1)}s]"
         try:
-            drafts, draft_tokens, accepted = (
-                self._scalar(f"sum(increase({name}{sel}{rng}))", window.end)
-                for name in (DRAFTS, DRAFT_TOKENS, ACCEPTED)
-            )
+            families = self._samples(sel, window, scrape_interval)
         except MALFORMED_ERRORS as exc:
             raise MetricsUnavailable(f"malformed Prometheus response: {exc!r}") from exc
-        if drafts is None or draft_tokens is None or accepted is None:
-            return None
-        return AcceptanceWindow(drafts, draft_tokens, accepted)
-
-    def _track_metrics(self, sel: Selector, window: Window) -> TrackMetrics | None:
-        seconds = max(int((window.end - window.start).total_seconds()), 1)
-        rng = f"[{seconds}s]"
-        at = window.end
-        found = self._first_histogram(ITL_METRICS, sel, rng, at)
-        if found is None:
-            return None
-        itl_name, histogram = found
-        itl = _finite_histogram(histogram)
-        ttft = self._scalar(f"histogram_quantile(0.99, sum by (le) (increase({TTFT}_bucket{sel}{rng})))", at)
-        acceptance, per_position = self._acceptance_windows(sel, window)
-        return TrackMetrics(
-            acceptance=acceptance,
-            accepted_per_position=per_position,
-            itl=itl,
-            mean_itl_ms=_ms(self._mean(itl_name, sel, rng, at)),
-            window_start=window.start,
-            p99_ttft_ms=_ms(ttft),
-            per_token_latency_ms=_ms(self._mean(PER_TOKEN, sel, rng, at)),
-            output_tokens_per_second=_round(self._scalar(f"sum(rate({GENERATED}{sel}{rng}))", at)),
-            requests_per_second=_round(self._scalar(f"sum(rate({SUCCEEDED}{sel}{rng}))", at)),
-            concurrency=_round(self._scalar(f"avg_over_time(sum({RUNNING}{sel})[{seconds}s:])", at)),
-        )
-
-    # --- queries ---
-
-    def _acceptance_windows(
-        self, sel: Selector, window: Window
-    ) -> tuple[tuple[AcceptanceWindow, ...], tuple[float, ...]]:
-        """Per-step increases of the spec-decode counters over the window, and the accepted tokens
-        per draft position summed over the same steps (so that they divide by the same drafts)."""
-        step = ACCEPTANCE_STEP_SECONDS
-        # Each point covers the step before it, so the first point is one step into the window.
-        steps = Window(window.start + timedelta(seconds=step), window.end)
-        if steps.start > steps.end:
-            return (), ()
+        since = window.start.timestamp()
         drafts, draft_tokens, accepted = (
-            self._range(f"sum(increase({name}{sel}[{step}s]))", steps, step).get("", {})
+            sum(i.value for series in families.get(name, ()) for i in series.increases(since, ()))
             for name in (DRAFTS, DRAFT_TOKENS, ACCEPTED)
         )
-        times = sorted(set(drafts) & set(draft_tokens) & set(accepted))
-        by_position = self._range(
-            f"sum by (position) (increase({ACCEPTED_PER_POS}{sel}[{step}s]))", steps, step
-        )
-        per_position = tuple(
-            _finite_sum(by_position[p].get(t, 0.0) for t in times) for p in sorted(by_position, key=_position)
-        )
-        # NaN windows are kept: the acceptance gate drops them and says how many it dropped.
-        windows = tuple(AcceptanceWindow(drafts[t], draft_tokens[t], accepted[t]) for t in times)
-        return windows, per_position
+        return AcceptanceWindow(drafts, draft_tokens, accepted) if drafts > 0 else None
 
-    def _first_histogram(
-        self, names: tuple[str, ...], sel: Selector, rng: str, at: datetime
-    ) -> tuple[str, Histogram] | None:
-        """The first of the histograms (by base name) with data, and its bucket increases."""
-        for name in names:
-            result = self._query(f"sum by (le) (increase({name}_bucket{sel}{rng}))", at)
-            if result:
-                buckets = sorted((float(r["metric"]["le"]), float(r["value"][1])) for r in result)
-                histogram = Histogram(
-                    bounds=tuple(b for b, _ in buckets), counts=tuple(c for _, c in buckets)
-                )
-                return name, histogram
-        return None
-
-    def _mean(self, histogram: str, sel: Selector, rng: str, at: datetime) -> float | None:
-        return self._scalar(
-            f"sum(increase({histogram}_sum{sel}{rng})) / sum(increase({histogram}_count{sel}{rng}))", at
-        )
-
-    def _scalar(self, promql: str, at: datetime) -> float | None:
-        result = self._query(promql, at)
-        return _finite(float(result[0]["value"][1])) if result else None
+    def _samples(self, sel: Selector, window: Window, scrape_interval: float) -> Families:
+        """Every sample of the track's families in the window, by metric name. The range reaches
+        two scrape intervals further back, so that a track with no scrape inside a short window yet
+        still shows its series (a window too short to measure, not missing metrics)."""
+        seconds = math.ceil((window.end - window.start).total_seconds() + 2 * scrape_interval)
+        names = "|".join(FAMILIES)
+        result = self._query(f'{{__name__=~"{names}",{sel.matchers()}}}[{seconds}s]', window.end)
+        families: dict[str, list[Series]] = defaultdict(list)
+        for r in result:
+            labels = dict(r["metric"])
+            points = tuple((float(t), float(v)) for t, v in r["values"])
+            families[labels.pop("__name__")].append(Series(labels, points))
+        return families
 
     def _query(self, promql: str, at: datetime) -> list[dict[str, Any]]:
         prom = self._prom()
@@ -191,27 +193,114 @@ class PrometheusClient:
             raise MetricsUnavailable(f"Prometheus query failed: {exc}") from exc
         return result
 
-    def _range(self, promql: str, window: Window, step: int) -> dict[str, dict[float, float]]:
-        """A range query's series keyed by the value of the one label it groups by ("" for a plain sum)."""
-        prom = self._prom()
-        try:
-            result = prom.custom_query_range(
-                promql, start_time=window.start, end_time=window.end, step=str(step)
-            )
-        except QUERY_ERRORS as exc:
-            raise MetricsUnavailable(f"Prometheus range query failed: {exc}") from exc
-        return {
-            next(iter(r["metric"].values()), ""): {float(t): float(v) for t, v in r["values"]} for r in result
-        }
+
+# --- figures from samples (pure) ---
+
+
+def _track_metrics(
+    families: Families, window: Window, configured_interval: float, leave_out: Sequence[Window]
+) -> TrackMetrics:
+    since = window.start.timestamp()
+    interval = max(configured_interval, observed_interval(families) or 0.0)
+    step = max(MIN_ACCEPTANCE_WINDOW_SECONDS, interval)
+    acceptance, per_position = acceptance_windows(families, since, step, leave_out)
+    itl_name = next((name for name in ITL_METRICS if families.get(f"{name}_bucket")), ITL_METRICS[0])
+    pods = len({s.labels.get("instance", "") for series in families.values() for s in series})
+    requests_per_second = _rate(families.get(SUCCEEDED, []), since, leave_out)
+    means = [m for s in families.get(RUNNING, []) if (m := s.mean(since, leave_out)) is not None]
+    running = _finite_sum(means) if means else None
+    return TrackMetrics(
+        acceptance=acceptance,
+        accepted_per_position=per_position,
+        itl=histogram(families, itl_name, since, leave_out),
+        per_token=histogram(families, PER_TOKEN, since, leave_out),
+        mean_itl_ms=_ms(_mean(families, itl_name, since, leave_out)),
+        window_start=window.start,
+        p99_ttft_ms=_ms(_p99(histogram(families, TTFT, since, leave_out))),
+        per_token_latency_ms=_ms(_mean(families, PER_TOKEN, since, leave_out)),
+        output_tokens_per_second=_round(_rate(families.get(GENERATED, []), since, leave_out)),
+        requests_per_second=_round(requests_per_second),
+        concurrency=_round(running),
+        load=Load(pods, _per_pod(requests_per_second, pods), _per_pod(running, pods)),
+        scrape_interval_seconds=round(interval, 3),
+        acceptance_window_seconds=round(step, 3),
+    )
+
+
+def observed_interval(families: Families) -> float | None:
+    """The median spacing of consecutive scrapes over all series (robust to a missed scrape)."""
+    gaps = [
+        t1 - t0
+        for series in families.values()
+        for s in series
+        for (t0, _), (t1, _) in zip(s.points, s.points[1:], strict=False)
+    ]
+    return statistics.median(gaps) if gaps else None
+
+
+def acceptance_windows(
+    families: Families, since: float, step: float, leave_out: Sequence[Window]
+) -> tuple[tuple[AcceptanceWindow, ...], tuple[float, ...]]:
+    """Increases of the spec-decode counters binned by the time of their later scrape into windows
+    of `step` seconds from `since`, summed over pods and engines; and the accepted tokens per draft
+    position over the same increases (so that they divide by the same drafts). A scrape's counters
+    share its timestamp, so drafts and accepted tokens of one scrape fall in the same window."""
+    bins: dict[int, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
+    for column, name in enumerate((DRAFTS, DRAFT_TOKENS, ACCEPTED)):
+        for series in families.get(name, []):
+            for inc in series.increases(since, leave_out):
+                bins[math.ceil((inc.end - since) / step) - 1][column] += inc.value
+    windows = tuple(AcceptanceWindow(*bins[k]) for k in sorted(bins))
+    by_position: dict[str, float] = defaultdict(float)
+    for series in families.get(ACCEPTED_PER_POS, []):
+        by_position[series.labels.get("position", "0")] += sum(
+            i.value for i in series.increases(since, leave_out)
+        )
+    per_position = tuple(by_position[p] for p in sorted(by_position, key=_position))
+    return windows, per_position
+
+
+def histogram(families: Families, name: str, since: float, leave_out: Sequence[Window]) -> Histogram | None:
+    """A histogram's bucket increases over the window, summed over pods; None without buckets."""
+    counts: dict[float, float] = defaultdict(float)
+    for series in families.get(f"{name}_bucket", []):
+        bound = float(series.labels["le"])
+        counts[bound] += sum(i.value for i in series.increases(since, leave_out))
+    if not counts:
+        return None
+    bounds = sorted(counts)
+    return Histogram(bounds=tuple(bounds), counts=tuple(counts[b] for b in bounds))
+
+
+def _mean(families: Families, name: str, since: float, leave_out: Sequence[Window]) -> float | None:
+    total, count = (
+        sum(i.value for s in families.get(f"{name}_{part}", []) for i in s.increases(since, leave_out))
+        for part in ("sum", "count")
+    )
+    return total / count if count > 0 else None
+
+
+def _rate(series: Iterable[Series], since: float, leave_out: Sequence[Window]) -> float | None:
+    """Per second, summed over series: each series' increases over the time they cover."""
+    rates = []
+    for s in series:
+        increases = s.increases(since, leave_out)
+        covered = sum(i.end - i.start for i in increases)
+        if covered > 0:
+            rates.append(sum(i.value for i in increases) / covered)
+    return sum(rates) if rates else None
+
+
+def _p99(h: Histogram | None) -> float | None:
+    return None if h is None else histogram_quantile(h, 0.99)
+
+
+def _per_pod(total: float | None, pods: int) -> float | None:
+    return None if total is None or pods == 0 else _round(total / pods)
 
 
 def _position(label: str) -> int:
     return int(label) if label.isdigit() else 0
-
-
-def _finite_histogram(histogram: Histogram) -> Histogram | None:
-    """The histogram, unless a count is NaN or infinite: such counts say nothing of a quantile."""
-    return histogram if all(math.isfinite(c) for c in histogram.counts) else None
 
 
 def _finite_sum(values: Iterable[float]) -> float:

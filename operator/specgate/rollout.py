@@ -27,15 +27,16 @@ from specgate.api import (
     Strategy,
     parse_duration,
 )
-from specgate.gates import AcceptanceWindow, Histogram, Verdict
+from specgate.gates import AcceptanceWindow, Histogram, Load, Verdict
 
 HISTORY_LIMIT = 30
-# The acceptance gate needs a few 15-s windows before it can say anything; a shorter guard window
-# would never trip, so the guard looks back at least this far.
+# The acceptance gate needs a few windows (each at least a scrape interval) before it can say
+# anything; a shorter guard window would never trip, so the guard looks back at least this many.
+MIN_GUARD_WINDOWS = 4
 MIN_GUARD_WINDOW = timedelta(seconds=60)
 # The canary's alpha over its benchmark Job comes from Prometheus, which sees the last counters only
-# at the scrapes after the Job (every 15 s with specgate's PodMonitor): wait for two of them.
-BENCHMARK_SETTLE = timedelta(seconds=30)
+# at the scrapes after the Job: wait for two of them.
+SETTLE_SCRAPES = 2
 
 TRANSITIONS: dict[Phase, frozenset[Phase]] = {
     Phase.PENDING: frozenset({Phase.BASELINE, Phase.PAUSED}),
@@ -120,7 +121,8 @@ class TrackMetrics:
 
     acceptance: tuple[AcceptanceWindow, ...] = ()
     accepted_per_position: tuple[float, ...] = ()
-    itl: Histogram | None = None
+    itl: Histogram | None = None  # per engine step: the stall
+    per_token: Histogram | None = None  # per request: its time per output token
     mean_itl_ms: float | None = None
     window_start: datetime | None = None
     p99_ttft_ms: float | None = None
@@ -128,6 +130,9 @@ class TrackMetrics:
     output_tokens_per_second: float | None = None
     requests_per_second: float | None = None
     concurrency: float | None = None
+    load: Load | None = None
+    scrape_interval_seconds: float | None = None
+    acceptance_window_seconds: float | None = None
 
 
 @dataclass(frozen=True)
@@ -219,9 +224,20 @@ def measurement_window(
     if status.phase == Phase.ANALYZING:
         return Window(since, now) if now > since else None
     if status.phase == Phase.PROMOTED and rollout.guard.enabled:
-        span = max(_seconds(rollout.guard.window), MIN_GUARD_WINDOW)
+        span = max(
+            _seconds(rollout.guard.window), MIN_GUARD_WINDOW, MIN_GUARD_WINDOWS * scrape_interval(spec)
+        )
         return Window(max(since, now - span), now)
     return None
+
+
+def scrape_interval(spec: SpeculativeDeploymentSpec) -> timedelta:
+    return _seconds(spec.rollout.metrics.scrape_interval)
+
+
+def benchmark_settle(spec: SpeculativeDeploymentSpec) -> timedelta:
+    """How long after a benchmark Job Prometheus has scraped its last counters."""
+    return SETTLE_SCRAPES * max(scrape_interval(spec), timedelta(seconds=15))
 
 
 # --- the decision ---
@@ -585,14 +601,15 @@ def _traffic_gates(step: _Step) -> GateResults | None:
     metrics = _metrics_or_budget(step, step.obs.canary_metrics)
     if metrics is None:
         return None
-    acceptance, latency = _gate_results(step, metrics)
+    acceptance = _acceptance_result(step.spec, metrics)
     step.status = step.status.model_copy(
         update={
             "canary": _canary_measurement(metrics, acceptance, step.now),
             "recommendation": _recommendation(metrics),
         }
     )
-    return [(Reason.ACCEPTANCE_BELOW_GATE, acceptance), (Reason.LATENCY_REGRESSION, latency)]
+    latency = [(Reason.LATENCY_REGRESSION, result) for result in _latency_results(step, metrics)]
+    return [(Reason.ACCEPTANCE_BELOW_GATE, acceptance), *latency]
 
 
 def _benchmark_gates(step: _Step) -> GateResults | None:
@@ -602,7 +619,7 @@ def _benchmark_gates(step: _Step) -> GateResults | None:
     if step.status.phase != Phase.ANALYZING:
         return None
     settled = parse_time(run.completion_time if run else None)
-    if run is None or settled is None or step.now < settled + BENCHMARK_SETTLE:
+    if run is None or settled is None or step.now < settled + benchmark_settle(step.spec):
         message = "benchmark running" if run is None else "benchmark done; waiting for its last scrapes"
         waiting = gates.GateResult(Verdict.INSUFFICIENT_DATA, None, None, None, 0, message)
         return [(Reason.ACCEPTANCE_BELOW_GATE, waiting)]
@@ -703,14 +720,8 @@ def _promoted(step: _Step) -> None:
     metrics = _guard_metrics(step)
     if metrics is None:
         return
-    acceptance = gates.acceptance_gate(
-        metrics.acceptance,
-        spec.rollout.gates.min_acceptance_rate,
-        min_drafts=spec.rollout.gates.min_drafts,
-        error_rate=spec.rollout.gates.error_rate,
-        indifference=spec.rollout.gates.indifference,
-    )
-    latency = _latency_result(step, metrics)
+    acceptance = _acceptance_result(spec, metrics)
+    latency = next((r for r in _latency_results(step, metrics) if r.verdict == Verdict.FAIL), None)
     guard_window = spec.rollout.guard.window
     if acceptance.verdict == Verdict.FAIL:
         _roll_back(
@@ -718,9 +729,9 @@ def _promoted(step: _Step) -> None:
             Reason.GUARD_TRIPPED,
             f"alpha below the gate over the last {guard_window}: {acceptance.message}",
         )
-    elif latency.verdict == Verdict.FAIL:
+    elif latency is not None:
         _roll_back(
-            step, Reason.GUARD_TRIPPED, f"P99 ITL regressed over the last {guard_window}: {latency.message}"
+            step, Reason.GUARD_TRIPPED, f"latency regressed over the last {guard_window}: {latency.message}"
         )
     else:
         if acceptance.estimate is not None:  # until the guard has drafts, the analysis figures stand
@@ -897,35 +908,73 @@ def _inconclusive_or_wait(step: _Step, message: str) -> None:
         step.note(Reason.MEASURING_BASELINE, message)
 
 
-def _gate_results(step: _Step, metrics: TrackMetrics) -> tuple[gates.GateResult, gates.GateResult]:
-    g = step.spec.rollout.gates
-    acceptance = gates.acceptance_gate(
+def _acceptance_result(spec: SpeculativeDeploymentSpec, metrics: TrackMetrics) -> gates.GateResult:
+    g = spec.rollout.gates
+    return gates.acceptance_gate(
         metrics.acceptance,
         g.min_acceptance_rate,
         min_drafts=g.min_drafts,
         error_rate=g.error_rate,
         indifference=g.indifference,
     )
-    return acceptance, _latency_result(step, metrics)
 
 
-def _latency_result(step: _Step, metrics: TrackMetrics) -> gates.GateResult:
-    """Canary ITL against the baseline measured beside it now (canary) or stored (sequential, guard)."""
+def _latency_results(step: _Step, metrics: TrackMetrics) -> list[gates.GateResult]:
+    """The per-token and step-stall gates: the canary against the baseline measured beside it now
+    (canary strategy) or stored (sequential, guard), only at comparable load."""
     g = step.spec.rollout.gates
     beside = step.obs.baseline_metrics
-    baseline = beside.itl if beside is not None and beside.itl is not None else _stored_itl(step.status)
-    if baseline is None or metrics.itl is None:
-        return gates.GateResult(Verdict.INSUFFICIENT_DATA, None, None, None, 0, "no ITL histogram yet")
-    return gates.latency_gate(
-        baseline, metrics.itl, max_regression=g.max_p99_itl_regression, min_count=g.min_latency_samples
+    stored = step.status.baseline
+    baseline_load = beside.load if beside is not None else _stored_load(stored)
+    different = (
+        gates.comparable_load(metrics.load, baseline_load, g.max_load_difference)
+        if metrics.load is not None and baseline_load is not None
+        else None
     )
+    results = []
+    for figure, canary, base, tolerance in (
+        (
+            "P99 per-token latency",
+            metrics.per_token,
+            _histogram(beside, stored, "per_token"),
+            g.max_p99_per_token_regression,
+        ),
+        ("P99 ITL (step stall)", metrics.itl, _histogram(beside, stored, "itl"), g.max_p99_itl_regression),
+    ):
+        if base is None or canary is None:
+            results.append(_insufficient(f"no {figure} histogram yet"))
+        elif different is not None:
+            results.append(_insufficient(f"{figure} not compared: {different}"))
+        else:
+            results.append(
+                gates.latency_gate(
+                    base, canary, figure=figure, max_regression=tolerance, min_count=g.min_latency_samples
+                )
+            )
+    return results
 
 
-def _stored_itl(status: SpeculativeDeploymentStatus) -> Histogram | None:
-    m = status.baseline
-    if m is None or not m.itl_bucket_bounds:
+def _insufficient(message: str) -> gates.GateResult:
+    return gates.GateResult(Verdict.INSUFFICIENT_DATA, None, None, None, 0, message)
+
+
+def _histogram(beside: TrackMetrics | None, stored: Measurement | None, which: str) -> Histogram | None:
+    """A baseline histogram: measured beside the canary now, else the one stored in status."""
+    measured: Histogram | None = getattr(beside, which) if beside is not None else None
+    if measured is not None or stored is None:
+        return measured
+    bounds, counts = (
+        (stored.itl_bucket_bounds, stored.itl_bucket_counts)
+        if which == "itl"
+        else (stored.per_token_bucket_bounds, stored.per_token_bucket_counts)
+    )
+    return Histogram(bounds=(*bounds, math.inf), counts=tuple(counts)) if bounds else None
+
+
+def _stored_load(stored: Measurement | None) -> Load | None:
+    if stored is None or stored.pods is None:
         return None
-    return Histogram(bounds=(*m.itl_bucket_bounds, math.inf), counts=tuple(m.itl_bucket_counts))
+    return Load(stored.pods, stored.requests_per_second_per_pod, stored.running_per_pod)
 
 
 def _verdict(verdicts: list[Verdict]) -> str:
@@ -940,23 +989,37 @@ def _ms(seconds: float | None) -> float | None:
 
 
 def _measurement(metrics: TrackMetrics, now: datetime) -> Measurement:
-    itl = metrics.itl
-    p99 = gates.histogram_quantile(itl, 0.99) if itl is not None else None
-    finite_bounds = [b for b in itl.bounds if math.isfinite(b)] if itl else []
+    itl, per_token, load = metrics.itl, metrics.per_token, metrics.load
     return Measurement(
         window_start=iso(metrics.window_start) if metrics.window_start else None,
         window_end=iso(now),
-        p99_itl_ms=_ms(p99),
+        p99_itl_ms=_ms(_p99(itl)),
         mean_itl_ms=metrics.mean_itl_ms,
         p99_ttft_ms=metrics.p99_ttft_ms,
         per_token_latency_ms=metrics.per_token_latency_ms,
+        p99_per_token_latency_ms=_ms(_p99(per_token)),
         output_tokens_per_second=metrics.output_tokens_per_second,
         requests_per_second=metrics.requests_per_second,
         concurrency=metrics.concurrency,
-        itl_samples=itl.counts[-1] if itl else None,
-        itl_bucket_bounds=finite_bounds,
+        pods=load.pods if load else None,
+        requests_per_second_per_pod=load.requests_per_second_per_pod if load else None,
+        running_per_pod=load.running_per_pod if load else None,
+        scrape_interval_seconds=metrics.scrape_interval_seconds,
+        acceptance_window_seconds=metrics.acceptance_window_seconds,
+        itl_samples=itl.total if itl else None,
+        itl_bucket_bounds=_finite_bounds(itl),
         itl_bucket_counts=list(itl.counts) if itl else [],
+        per_token_bucket_bounds=_finite_bounds(per_token),
+        per_token_bucket_counts=list(per_token.counts) if per_token else [],
     )
+
+
+def _p99(h: Histogram | None) -> float | None:
+    return gates.histogram_quantile(h, 0.99) if h is not None else None
+
+
+def _finite_bounds(h: Histogram | None) -> list[float]:
+    return [b for b in h.bounds if math.isfinite(b)] if h else []
 
 
 def _canary_measurement(metrics: TrackMetrics, acceptance: gates.GateResult, now: datetime) -> Measurement:
@@ -973,6 +1036,8 @@ def _canary_measurement(metrics: TrackMetrics, acceptance: gates.GateResult, now
             "drafts": drafts,
             "itl_bucket_bounds": [],
             "itl_bucket_counts": [],
+            "per_token_bucket_bounds": [],
+            "per_token_bucket_counts": [],
         }
     )
 

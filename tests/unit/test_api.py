@@ -130,6 +130,11 @@ RULE_CASES: list[tuple[int, dict[str, Any], dict[str, Any]]] = [
         with_("rollout.metrics", {"prometheusUrl": "not a url"}),
         with_("rollout.metrics", {"prometheusUrl": "http://prometheus-operated.monitoring:9090"}),
     ),
+    (
+        19,
+        with_("rollout.metrics", {"scrapeInterval": "500ms"}),
+        with_("rollout.metrics", {"scrapeInterval": "1s"}),
+    ),
 ]
 
 

@@ -356,7 +356,7 @@ def test_a_slower_canary_at_the_gate_point_rolls_back_with_latency_regression() 
     run.step(after=40, baseline=ready(1), canary=ready(1), canary_job=finished(job("canary"), slow),
              canary_job_acceptance=windows(0.8))  # fmt: skip
     assert (run.phase, run.status.reason) == (Phase.ROLLING_BACK, Reason.LATENCY_REGRESSION)
-    assert "canary P99 ITL 40.0 ms vs baseline 22.0 ms" in (run.status.message or "")
+    assert "P99 ITL 40.0 ms vs 22.0 ms (tolerance 50%)" in (run.status.message or "")
 
 
 def test_a_failed_baseline_job_stops_before_any_canary() -> None:
@@ -439,9 +439,9 @@ def test_the_verdict_waits_for_the_scrapes_after_the_canary_job() -> None:
 
 def test_specgate_status_prints_the_points_and_the_break_even() -> None:
     spec = bench_spec()
-    both = runs([point(1, 20, 10), point(8, 22, 11)], [point(1, 20, 8, 0.8), point(8, 30, 12, 0.8)])
+    both = runs([point(1, 20, 10), point(8, 22, 11)], [point(1, 20, 8, 0.8), point(8, 30, 13, 0.8)])
     evaluated = benchmark.evaluate(spec, both, windows(0.8))
     text = render_timeline("llama", api.SpeculativeDeploymentStatus(benchmark=evaluated.status))
-    assert "20/20  100/125  1.25  Pass" in text
-    assert "22/30  90.909/83.333  0.917  Fail (gate)" in text
+    assert "15/12  20/20  100/125  1.25  Pass" in text
+    assert "16.5/19.5  22/30  90.909/76.923  0.846  Fail (gate)" in text
     assert "break-even concurrency 1; alpha 0.8 (benchmark 0.8, Prometheus 0.8)" in text

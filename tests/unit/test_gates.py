@@ -268,8 +268,30 @@ def shaped(typical: float, n: float = 1000, spill: float = 0.005) -> Histogram:
     return Histogram(BOUNDS, tuple(counts))
 
 
+# vLLM 0.32's inter-token latency buckets (seconds), as its /metrics exports them.
+VLLM_ITL_BOUNDS = (
+    0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, INF,
+)  # fmt: skip
+
+
+def observed(samples: list[float], bounds: tuple[float, ...] = VLLM_ITL_BOUNDS) -> Histogram:
+    """The cumulative bucket counts Prometheus would hold after these samples."""
+    return Histogram(bounds, tuple(float(sum(1 for x in samples if x <= b)) for b in bounds))
+
+
+def lognormal_with_p99(p99: float, n: int, seed: int, sigma: float = 0.25) -> list[float]:
+    """n samples of a lognormal whose true 99th percentile is p99."""
+    median = p99 / math.exp(2.3263 * sigma)
+    rng = random.Random(seed)
+    return [rng.lognormvariate(math.log(median), sigma) for _ in range(n)]
+
+
+def exact_p99(samples: list[float]) -> float:
+    return sorted(samples)[math.ceil(0.99 * len(samples)) - 1]
+
+
 def test_same_distribution_passes() -> None:
-    assert latency_gate(shaped(0.04), shaped(0.04)).verdict == Verdict.PASS
+    assert latency_gate(shaped(0.04, n=100_000), shaped(0.04, n=100_000)).verdict == Verdict.PASS
 
 
 def test_clear_regression_fails_with_figures() -> None:
@@ -278,9 +300,40 @@ def test_clear_regression_fails_with_figures() -> None:
     assert "P99 ITL canary" in result.message and "10%" in result.message
 
 
-def test_regression_within_one_bucket_is_not_a_verdict() -> None:
-    # the canary's P99 moves to the next bucket: that is the histogram's resolution, not a regression
-    assert latency_gate(shaped(0.04), shaped(0.06)).verdict == Verdict.PASS
+def test_an_87_percent_regression_inside_coarse_buckets_fails() -> None:
+    """The case that passed before: baseline P99 28.9 ms, canary 53.9 ms (+87 %) on vLLM's buckets,
+    which put them in neighbouring buckets (25-50 ms and 50-75 ms)."""
+    baseline = lognormal_with_p99(0.0289, 20_000, seed=1)
+    canary = lognormal_with_p99(0.0539, 20_000, seed=2)
+    assert exact_p99(canary) / exact_p99(baseline) == pytest.approx(1.87, abs=0.05)
+    result = latency_gate(observed(baseline), observed(canary), max_regression=0.10)
+    assert result.verdict == Verdict.FAIL, result.message
+
+
+@pytest.mark.parametrize("baseline_p99_ms", [11, 14, 19, 23, 28.9, 33, 41, 48, 52, 60, 70, 80, 95, 130, 180])
+def test_a_large_regression_never_passes_wherever_the_p99_falls(baseline_p99_ms: float) -> None:
+    """Regressions of 47 % and 87 % against baselines all over vLLM's bucket grid: the old gate
+    passed some of each (it compared bucket edges); none may pass now."""
+    for regression in (1.47, 1.87):
+        for seed in range(3):
+            baseline = lognormal_with_p99(baseline_p99_ms / 1000, 5_000, seed=seed)
+            canary = lognormal_with_p99(regression * baseline_p99_ms / 1000, 5_000, seed=100 + seed)
+            result = latency_gate(observed(baseline), observed(canary), max_regression=0.10)
+            assert result.verdict != Verdict.PASS, (regression, result.message)
+
+
+def test_too_few_samples_for_the_tolerance_names_the_buckets() -> None:
+    """Equal distributions whose P99 sits near a wide bucket's top: 1000 samples cannot tell 10 %."""
+    result = latency_gate(shaped(0.04), shaped(0.04), max_regression=0.10)
+    assert result.verdict == Verdict.INSUFFICIENT_DATA
+    assert "25-50 ms" in result.message and "finer buckets" in result.message
+
+
+def test_a_p99_beyond_the_last_bucket_is_never_a_pass() -> None:
+    bounds = (0.01, 0.025, INF)
+    h = Histogram(bounds, (0.0, 980.0, 100_000.0))
+    result = latency_gate(h, h, max_regression=0.10, min_count=1)
+    assert result.verdict == Verdict.INSUFFICIENT_DATA and "beyond the last bucket edge" in result.message
 
 
 def test_latency_needs_samples_on_both_tracks() -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import bisect
 import math
+import random
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -11,7 +13,7 @@ import pytest
 
 from specgate import api, rollout
 from specgate.api import Phase
-from specgate.gates import AcceptanceWindow, Histogram
+from specgate.gates import AcceptanceWindow, Histogram, Load
 from specgate.rollout import Decision, Observation, Reason, TrackMetrics, TrackState
 
 T0 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
@@ -38,14 +40,20 @@ def make_spec(**rollout_fields: Any) -> api.SpeculativeDeploymentSpec:
     )
 
 
-def itl(typical_seconds: float, count: float = 1000) -> Histogram:
+def itl(typical_seconds: float, count: float = 100_000) -> Histogram:
     """A histogram whose mass sits in the bucket of typical_seconds (1 % spills one bucket higher)."""
     i = next(i for i, b in enumerate(ITL_BOUNDS) if typical_seconds <= b)
     cumulative = [0.0 if j < i else (0.985 * count if j == i else count) for j in range(len(ITL_BOUNDS))]
     return Histogram(bounds=ITL_BOUNDS, counts=tuple(cumulative))
 
 
-def metrics(alpha: float | None = None, latency: float = 0.04, windows: int = 20) -> TrackMetrics:
+def metrics(
+    alpha: float | None = None,
+    latency: float = 0.04,
+    windows: int = 20,
+    per_token: float = 0.03,
+    load: float = 2.0,
+) -> TrackMetrics:
     acceptance: tuple[AcceptanceWindow, ...] = ()
     per_position: tuple[float, ...] = ()
     if alpha is not None:
@@ -55,11 +63,13 @@ def metrics(alpha: float | None = None, latency: float = 0.04, windows: int = 20
         acceptance=acceptance,
         accepted_per_position=per_position,
         itl=itl(latency),
+        per_token=itl(per_token),
         p99_ttft_ms=120.0,
         per_token_latency_ms=30.0,
         output_tokens_per_second=250.0,
-        requests_per_second=2.0,
+        requests_per_second=load,
         concurrency=4.0,
+        load=Load(pods=1, requests_per_second_per_pod=load, running_per_pod=4.0 * load / 2),
     )
 
 
@@ -638,3 +648,101 @@ def test_a_status_from_an_operator_without_template_hashes_is_adopted_and_a_paus
     d = run.step(baseline=TrackState(exists=True, replicas=0), canary=ready(2))
     assert (run.phase, d.baseline_replicas, d.canary_replicas) == (Phase.PAUSED, 0, 2)
     assert Reason.NEW_GENERATION not in [h.reason for h in run.status.history[1:]]
+
+
+# --- latency at production figures (vLLM's buckets, seed 004's EAGLE winner) ---
+
+VLLM_BOUNDS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, math.inf)
+
+
+# Buckets 5 % apart, as vLLM's --custom-histogram-buckets can set them: fine enough for a 10 % gate.
+FINE_BOUNDS = (*(round(0.005 * 1.05**i, 6) for i in range(80)), math.inf)
+
+
+def sampled(
+    mean_seconds: float, n: int, seed: int, sigma: float = 0.3, bounds: tuple[float, ...] = VLLM_BOUNDS
+) -> Histogram:
+    """Bucket counts of n lognormal samples with the given mean (vLLM's bucket bounds by default)."""
+    rng = random.Random(seed)
+    mu = math.log(mean_seconds) - sigma**2 / 2
+    samples = sorted(rng.lognormvariate(mu, sigma) for _ in range(n))
+    return Histogram(bounds, tuple(float(bisect.bisect_right(samples, b)) for b in bounds))
+
+
+def seed_004(itl_ms: float, per_token_ms: float, seed: int, alpha: float | None = None) -> TrackMetrics:
+    """A track of seed 004's Llama-3.1-8B chat run: mean ITL (one sample per engine step) and mean
+    time per output token (one sample per request) as the article reports them."""
+    return replace(
+        metrics(alpha),
+        itl=sampled(itl_ms / 1000, 60_000, seed),
+        per_token=sampled(per_token_ms / 1000, 6_000, seed + 1, sigma=0.15),
+    )
+
+
+# Baseline 421 tok/s, EAGLE 601 tok/s (1.43x) at 17.49 ms per token, so the baseline's is 25.0 ms;
+# ITL 23.4 ms against EAGLE's 31.1 ms (+33 %: a step emits several tokens).
+SEED_004_BASELINE = (23.4, 17.49 * 601 / 421)
+SEED_004_EAGLE = (31.1, 17.49)
+
+
+def analyze(run: Run, baseline: TrackMetrics, canary: TrackMetrics) -> None:
+    run.to_analyzing()
+    for _ in range(3):
+        run.step(
+            after=30, baseline=ready(1), canary=ready(1), baseline_metrics=baseline, canary_metrics=canary
+        )
+
+
+def test_seed_004_eagle_winner_is_promoted_with_default_latency_gates() -> None:
+    """Raw step ITL 33 % worse, per-token latency 30 % better: the default gates (per-token 10 %,
+    stall 50 %) promote it, where a 10 % gate on the raw ITL rolled it back."""
+    run = Run()
+    analyze(run, seed_004(*SEED_004_BASELINE, seed=1), seed_004(*SEED_004_EAGLE, seed=3, alpha=0.8))
+    assert run.phase in (Phase.PROMOTING, Phase.PROMOTED), run.status.message
+    canary, baseline = run.status.canary, run.status.baseline
+    assert canary is not None and baseline is not None
+    assert canary.p99_itl_ms is not None and canary.p99_per_token_latency_ms is not None
+    passed = next(h for h in run.status.history if h.reason == Reason.GATES_PASSED)
+    assert "P99 per-token latency" in passed.message and "step stall" in passed.message
+
+
+def test_seed_004_winner_fails_a_10_percent_gate_on_the_raw_step_latency() -> None:
+    run = Run(make_spec(gates={"minDrafts": 100, "minLatencySamples": 50, "maxP99ItlRegression": 0.10}))
+    analyze(run, seed_004(*SEED_004_BASELINE, seed=1), seed_004(*SEED_004_EAGLE, seed=3, alpha=0.8))
+    assert (run.phase, run.status.reason) == (Phase.ROLLING_BACK, Reason.LATENCY_REGRESSION)
+    assert "step stall" in (run.status.message or "")
+
+
+def test_per_token_latency_15_percent_worse_rolls_back() -> None:
+    """On buckets fine enough for the 10 % gate (vLLM's default ones are not: see test_gates)."""
+    itl_ms, per_token_ms = SEED_004_BASELINE
+
+    def track(per_token_seconds: float, seed: int, alpha: float | None = None) -> TrackMetrics:
+        fine = sampled(per_token_seconds, 6_000, seed, sigma=0.15, bounds=FINE_BOUNDS)
+        return replace(seed_004(itl_ms, per_token_ms, seed, alpha), per_token=fine)
+
+    run = Run()
+    analyze(run, track(per_token_ms / 1000, seed=1), track(1.15 * per_token_ms / 1000, seed=3, alpha=0.8))
+    assert (run.phase, run.status.reason) == (Phase.ROLLING_BACK, Reason.LATENCY_REGRESSION), (
+        run.status.message
+    )
+    assert "per-token" in (run.status.message or "")
+
+
+def test_latency_at_unequal_loads_is_not_compared() -> None:
+    """The canary took half the baseline's requests per pod and held half as many running: its
+    shorter tail says nothing, so the latency verdict waits (and names both loads)."""
+    run = Run()
+    run.to_analyzing()
+    slow_baseline = metrics(latency=0.3, load=4.0)
+    run.step(
+        after=70,
+        baseline=ready(1),
+        canary=ready(1),
+        baseline_metrics=slow_baseline,
+        canary_metrics=metrics(0.8),
+    )
+    assert run.phase == Phase.ANALYZING and run.status.verdict == "InsufficientData"
+    message = run.status.message or ""
+    assert "loads differ" in message and "2.00 req/s" in message and "4.00 req/s" in message
+    assert run.status.canary is not None and run.status.canary.requests_per_second_per_pod == 2.0

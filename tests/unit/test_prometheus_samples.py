@@ -1,0 +1,109 @@
+"""Figures from raw Prometheus samples (prometheus.py's pure part), on series shaped as Prometheus
+returns them: one point per scrape, counters that only grow except when an engine restarts."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from specgate import prometheus
+from specgate.gates import AcceptanceWindow
+from specgate.prometheus import ACCEPTED, DRAFT_TOKENS, DRAFTS, Series
+from specgate.rollout import Window
+
+T0 = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
+K = 4  # draft tokens per draft
+
+
+def counters(
+    pod: str,
+    interval: float,
+    offset: float,
+    minutes: float,
+    traffic: tuple[float, float],
+    job: tuple[float, float, float, float] | None = None,
+) -> dict[str, Series]:
+    """One pod's drafts, draft tokens and accepted tokens, scraped every `interval` s from T0 +
+    offset. traffic: (drafts per second, alpha) all along; job: (start s, end s, drafts per second,
+    alpha) of a benchmark's extra requests."""
+    rate, alpha = traffic
+    points: dict[str, list[tuple[float, float]]] = {DRAFTS: [], DRAFT_TOKENS: [], ACCEPTED: []}
+    drafts = accepted = 0.0
+    t, last = offset, 0.0
+    while t <= minutes * 60:
+        span = t - last
+        drafts += rate * span
+        accepted += rate * span * K * alpha
+        if job is not None:
+            overlap = max(0.0, min(t, job[1]) - max(last, job[0]))
+            drafts += job[2] * overlap
+            accepted += job[2] * overlap * K * job[3]
+        stamp = T0.timestamp() + t
+        points[DRAFTS].append((stamp, drafts))
+        points[DRAFT_TOKENS].append((stamp, drafts * K))
+        points[ACCEPTED].append((stamp, accepted))
+        last, t = t, t + interval
+    return {name: Series({"instance": pod, "engine": "0"}, tuple(p)) for name, p in points.items()}
+
+
+def families(*pods: dict[str, Series]) -> dict[str, list[Series]]:
+    out: dict[str, list[Series]] = {}
+    for pod in pods:
+        for name, series in pod.items():
+            out.setdefault(name, []).append(series)
+    return out
+
+
+def alpha(windows: tuple[AcceptanceWindow, ...]) -> float:
+    return sum(w.accepted_tokens for w in windows) / sum(w.draft_tokens for w in windows)
+
+
+@pytest.mark.parametrize("interval", [15.0, 30.0, 60.0])
+def test_windows_follow_the_scrape_interval_and_count_every_increase(interval: float) -> None:
+    """Two pods scraped at different offsets: the windows are one interval long, and together they
+    hold every draft between each pod's first and last scrape in the window (increase() over a
+    15 s range at a 15 s scrape returned no window at all)."""
+    pods = [
+        counters("a:8000", interval, 3.0, 10, (10, 0.7)),
+        counters("b:8000", interval, 11.0, 10, (5, 0.7)),
+    ]
+    start = T0 + timedelta(minutes=2)
+    metrics = prometheus._track_metrics(
+        families(*pods), Window(start, T0 + timedelta(minutes=10)), interval, ()
+    )
+    assert metrics.acceptance_window_seconds == max(15.0, interval)
+    assert metrics.scrape_interval_seconds == interval
+    assert len(metrics.acceptance) == pytest.approx(8 * 60 / max(15.0, interval), abs=1)
+    expected = 0.0
+    for pod in pods:
+        inside = [v for t, v in pod[DRAFTS].points if t >= start.timestamp()]
+        expected += inside[-1] - inside[0]
+    assert sum(w.drafts for w in metrics.acceptance) == pytest.approx(expected)
+    assert alpha(metrics.acceptance) == pytest.approx(0.7)
+
+
+def test_a_longer_spacing_than_configured_widens_the_windows() -> None:
+    pod = counters("a:8000", 30.0, 0.0, 10, (10, 0.7))
+    metrics = prometheus._track_metrics(families(pod), Window(T0, T0 + timedelta(minutes=10)), 15.0, ())
+    assert (metrics.scrape_interval_seconds, metrics.acceptance_window_seconds) == (30.0, 30.0)
+
+
+def test_a_counter_reset_counts_from_zero() -> None:
+    points = ((0.0, 100.0), (15.0, 160.0), (30.0, 20.0), (45.0, 50.0))
+    increases = Series({}, points).increases(0.0, ())
+    assert [i.value for i in increases] == [60.0, 20.0, 30.0]
+
+
+def test_benchmark_requests_do_not_move_the_traffic_alpha() -> None:
+    """Production traffic at alpha 0.6 and a benchmark Job at alpha 0.95 on the same canary pod: with
+    the Job's span left out the traffic alpha is the traffic's; without, the Job drags it up."""
+    job = (200.0, 380.0, 40.0, 0.95)
+    pod = counters("a:8000", 15.0, 4.0, 10, (10, 0.6), job=job)
+    window = Window(T0, T0 + timedelta(minutes=10))
+    job_span = Window(T0 + timedelta(seconds=job[0] - 15), T0 + timedelta(seconds=job[1] + 30))
+    clean = prometheus._track_metrics(families(pod), window, 15.0, [job_span])
+    mixed = prometheus._track_metrics(families(pod), window, 15.0, [])
+    assert alpha(clean.acceptance) == pytest.approx(0.6)
+    assert alpha(mixed.acceptance) == pytest.approx((10 * 600 * 0.6 + 40 * 180 * 0.95) / (10 * 600 + 40 * 180))
+    assert len(clean.acceptance) < len(mixed.acceptance)
