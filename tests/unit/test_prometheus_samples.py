@@ -105,5 +105,8 @@ def test_benchmark_requests_do_not_move_the_traffic_alpha() -> None:
     clean = prometheus._track_metrics(families(pod), window, 15.0, [job_span])
     mixed = prometheus._track_metrics(families(pod), window, 15.0, [])
     assert alpha(clean.acceptance) == pytest.approx(0.6)
-    assert alpha(mixed.acceptance) == pytest.approx((10 * 600 * 0.6 + 40 * 180 * 0.95) / (10 * 600 + 40 * 180))
+    # traffic counted from the first scrape (4 s) to the last (589 s): 585 s of it, and all 180 s of the Job
+    assert alpha(mixed.acceptance) == pytest.approx(
+        (10 * 585 * 0.6 + 40 * 180 * 0.95) / (10 * 585 + 40 * 180)
+    )
     assert len(clean.acceptance) < len(mixed.acceptance)
