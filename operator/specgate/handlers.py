@@ -204,6 +204,12 @@ def apply_children(
             kube.apply(render.deployment(spec, owner, track, replicas))
     for manifest in _other_children(spec, owner, decision):
         kube.apply(manifest)
+    if decision.status.rollout_generation is not None:
+        # Benchmark Jobs of earlier rollouts: their pods and results are the last rollout's.
+        current = {
+            render.benchmark_job_name(owner, track, decision.status.rollout_generation) for track in Track
+        }
+        kube.delete_benchmark_jobs(owner, keep=current)
 
 
 def _named_children(spec: SpeculativeDeploymentSpec, owner: Owner) -> list[Manifest]:
@@ -212,7 +218,7 @@ def _named_children(spec: SpeculativeDeploymentSpec, owner: Owner) -> list[Manif
     if spec.benchmarks:
         children += [render.service(owner, track) for track in Track]
     if spec.rollout.metrics.pod_monitor:
-        children.append(render.pod_monitor(owner))
+        children.append(render.pod_monitor(owner, spec.rollout.metrics.scrape_interval))
     return children
 
 

@@ -13,7 +13,7 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from specgate import api
-from specgate.render import ANNOTATION_TEMPLATE, Manifest
+from specgate.render import ANNOTATION_TEMPLATE, LABEL_DEPLOYMENT, Manifest, Owner
 from specgate.rollout import BenchmarkJob, TrackState
 
 FIELD_MANAGER = "specgate"
@@ -35,7 +35,7 @@ PERMISSIONS: tuple[tuple[str, str, frozenset[str]], ...] = (
     ("apps", "deployments/scale", frozenset({"patch"})),
     ("", "services", frozenset({"get", "create", "patch"})),
     ("", "pods", frozenset({"list"})),
-    ("batch", "jobs", frozenset({"get", "create"})),
+    ("batch", "jobs", frozenset({"get", "list", "create", "delete"})),
     ("", "events", frozenset({"create"})),
     ("events.k8s.io", "events", frozenset({"create"})),
     ("monitoring.coreos.com", "podmonitors", frozenset({"get", "create", "patch"})),
@@ -152,14 +152,48 @@ def track_state(namespace: str, name: str, selector: dict[str, str]) -> TrackSta
         raise
     label_selector = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
     pods = client.CoreV1Api().list_namespaced_pod(namespace, label_selector=label_selector).items
+    template = ((dep.metadata and dep.metadata.annotations) or {}).get(ANNOTATION_TEMPLATE)
     return TrackState(
         exists=True,
         replicas=dep.spec.replicas or 0,
-        ready_replicas=(dep.status.ready_replicas or 0) if dep.status else 0,
+        ready_replicas=_ready_on_template(pods, template, dep),
         failure=next((f for f in map(_pod_failure, pods) if f), None),
         waiting=next((w for w in map(_pod_unscheduled, pods) if w), None),
-        template_hash=((dep.metadata and dep.metadata.annotations) or {}).get(ANNOTATION_TEMPLATE),
+        template_hash=template,
     )
+
+
+def _ready_on_template(pods: list[Any], template: str | None, dep: Any) -> int:
+    """Ready pods that run the Deployment's current template and are not going away: during a
+    rolling update readyReplicas still counts the old template's pods, which are not what was
+    asked for (and not what is being measured)."""
+    if template is None:  # a Deployment from before template hashes
+        return (dep.status.ready_replicas or 0) if dep.status else 0
+    return sum(
+        1
+        for pod in pods
+        if pod.metadata.deletion_timestamp is None
+        and (pod.metadata.annotations or {}).get(ANNOTATION_TEMPLATE) == template
+        and any(
+            c.type == "Ready" and c.status == "True" for c in ((pod.status and pod.status.conditions) or [])
+        )
+    )
+
+
+def delete_benchmark_jobs(owner: Owner, keep: set[str]) -> None:
+    """Delete the owner's benchmark Jobs (and, in the background, their pods) but those in keep."""
+    batch = client.BatchV1Api()
+    jobs = batch.list_namespaced_job(owner.namespace, label_selector=f"{LABEL_DEPLOYMENT}={owner.name}").items
+    for job in jobs:
+        meta = job.metadata
+        if meta is None or meta.name is None or meta.name in keep or meta.deletion_timestamp is not None:
+            continue
+        if any(ref.uid == owner.uid for ref in (meta.owner_references or [])):
+            try:
+                batch.delete_namespaced_job(meta.name, owner.namespace, propagation_policy="Background")
+            except ApiException as exc:
+                if exc.status != 404:
+                    raise
 
 
 def benchmark_job(namespace: str, name: str) -> BenchmarkJob:

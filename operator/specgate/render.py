@@ -303,15 +303,16 @@ def benchmark_job(
     }
 
 
-def pod_monitor(owner: Owner) -> Manifest:
-    """Prometheus Operator PodMonitor producing the target labels the gates query by."""
+def pod_monitor(owner: Owner, scrape_interval: str) -> Manifest:
+    """Prometheus Operator PodMonitor producing the target labels the gates query by, scraping at
+    the interval the operator sizes its windows by."""
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PodMonitor",
         "metadata": _metadata(owner, owner.name, {"app.kubernetes.io/managed-by": "specgate"}),
         "spec": {
             "selector": {"matchLabels": {LABEL_DEPLOYMENT: owner.name}},
-            "podMetricsEndpoints": [{"port": "http", "path": "/metrics", "interval": "15s"}],
+            "podMetricsEndpoints": [{"port": "http", "path": "/metrics", "interval": scrape_interval}],
             "podTargetLabels": [LABEL_DEPLOYMENT, LABEL_TRACK, LABEL_METHOD],
         },
     }

@@ -107,7 +107,7 @@ def test_foreign_children_names_what_specgate_did_not_create(
         render.service(owner),
         ours,
         render.service(owner, render.Track.BASELINE),
-        render.pod_monitor(owner),
+        render.pod_monitor(owner, "15s"),
     ]
     assert kube.foreign_children(children, owner.uid) == [
         f"Service {namespace}/llama (not created by this SpeculativeDeployment)"

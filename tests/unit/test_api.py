@@ -196,7 +196,7 @@ def test_the_longest_accepted_name_names_every_child() -> None:
         *(render.deployment(spec, owner, track, 1) for track in render.Track),
         render.service(owner),
         *(render.service(owner, track) for track in render.Track),
-        render.pod_monitor(owner),
+        render.pod_monitor(owner, "15s"),
         *(render.benchmark_job(spec, owner, track, 10**9) for track in render.Track),
     ]
     for child in children:

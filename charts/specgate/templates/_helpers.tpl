@@ -37,7 +37,7 @@ app.kubernetes.io/instance: {{ .Release.Name }}
   verbs: ["list"]
 - apiGroups: ["batch"]
   resources: ["jobs"]
-  verbs: ["get", "create"]
+  verbs: ["get", "list", "create", "delete"]
 - apiGroups: ["", "events.k8s.io"]
   resources: ["events"]
   verbs: ["create"]
