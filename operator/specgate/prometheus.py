@@ -264,6 +264,8 @@ def histogram(families: Families, name: str, since: float, leave_out: Sequence[W
     """A histogram's bucket increases over the window, summed over pods; None without buckets."""
     counts: dict[float, float] = defaultdict(float)
     for series in families.get(f"{name}_bucket", []):
+        if any(not math.isfinite(v) for t, v in series.points if t >= since):
+            return None  # a NaN bucket says nothing of a quantile (and would break the cumulation)
         bound = float(series.labels["le"])
         counts[bound] += sum(i.value for i in series.increases(since, leave_out))
     if not counts:
