@@ -19,6 +19,7 @@ from specgate.api import (
     BenchmarkStatus,
     Dataset,
     Gates,
+    MeasurementMode,
     PointComparison,
     SpeculativeDeploymentSpec,
 )
@@ -152,7 +153,10 @@ class Evaluation:
 
 
 def evaluate(
-    spec: SpeculativeDeploymentSpec, runs: BenchmarkStatus, prometheus: tuple[AcceptanceWindow, ...] | None
+    spec: SpeculativeDeploymentSpec,
+    runs: BenchmarkStatus,
+    prometheus: tuple[AcceptanceWindow, ...] | None,
+    served: float | None = None,
 ) -> Evaluation:
     """Gate the canary's benchmark against the baseline's at the production concurrency.
 
@@ -162,6 +166,7 @@ def evaluate(
     """
     if runs.baseline is None or runs.canary is None:
         raise ValueError("evaluate needs both tracks' benchmarks")
+    _check_only_the_job_served(spec, runs.canary.points, served)
     gates_spec, bench = spec.rollout.gates, spec.rollout.benchmark
     comparison = compare(runs.baseline.points, runs.canary.points, bench, gates_spec)
     bench_alpha, bench_drafts = _benchmark_alpha(runs.canary.points)
@@ -217,6 +222,30 @@ def evaluate(
         }
     )
     return Evaluation(status, acceptance, latency, disagreement)
+
+
+# Requests a benchmark sends besides the ones it reports: vLLM's test prompt before each run.
+UNREPORTED_REQUESTS_PER_POINT = 2
+
+
+def _check_only_the_job_served(
+    spec: SpeculativeDeploymentSpec, points: list[BenchmarkPoint], served: float | None
+) -> None:
+    """In measurement `benchmark` the canary's alpha must be the Job's: BenchmarkFailed when the
+    canary's pods finished clearly more requests over the Job's run than the Job sent (production
+    traffic reached them, and its drafts are in the counters too). `both` leaves the Job out of the
+    traffic windows instead, and does not need this."""
+    if spec.rollout.measurement != MeasurementMode.BENCHMARK or served is None:
+        return
+    sent = sum((p.completed or 0) + (p.failed or 0) for p in points)
+    allowance = UNREPORTED_REQUESTS_PER_POINT * len(points)
+    if served > sent + allowance:
+        raise BenchmarkFailed(
+            f"the canary finished {served:.0f} requests during its benchmark, which sent {sent}: other "
+            "traffic reached the canary, so its alpha is not the benchmark's; keep production traffic "
+            "off the Service while benchmarking, or use measurement: both (the traffic windows leave "
+            "the Job out)"
+        )
 
 
 def _benchmark_alpha(points: list[BenchmarkPoint]) -> tuple[float | None, float]:

@@ -176,10 +176,12 @@ def _observe_benchmarks(
     window = rollout.Window(job.start - interval, max(job.end or now, now))
     try:
         selector = _selector(spec, owner, Track.CANARY)
-        totals = PrometheusClient(url).acceptance_totals(selector, window, interval.total_seconds())
+        totals, finished = PrometheusClient(url).job_totals(selector, window, interval.total_seconds())
     except MetricsUnavailable:
         return observation  # the gate falls back on the benchmark's own alpha
-    return replace(observation, canary_job_acceptance=(totals,) if totals else None)
+    return replace(
+        observation, canary_job_acceptance=(totals,) if totals else None, canary_job_requests=finished
+    )
 
 
 def _selector(spec: SpeculativeDeploymentSpec, owner: Owner, track: Track) -> Selector:

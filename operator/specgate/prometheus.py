@@ -155,21 +155,22 @@ class PrometheusClient:
         except MALFORMED_ERRORS as exc:
             raise MetricsUnavailable(f"malformed Prometheus response: {exc!r}") from exc
 
-    def acceptance_totals(
+    def job_totals(
         self, sel: Selector, window: Window, scrape_interval: float
-    ) -> AcceptanceWindow | None:
-        """The track's spec-decode counter increases over the whole window (e.g. a benchmark Job's
-        run); None when the track has no drafts in it."""
+    ) -> tuple[AcceptanceWindow | None, float | None]:
+        """The track's spec-decode counter increases over the whole window (a benchmark Job's run;
+        None without drafts), and the requests it finished in it (None without the counter)."""
         try:
             families = self._samples(sel, window, scrape_interval)
         except MALFORMED_ERRORS as exc:
             raise MetricsUnavailable(f"malformed Prometheus response: {exc!r}") from exc
         since = window.start.timestamp()
-        drafts, draft_tokens, accepted = (
+        drafts, draft_tokens, accepted, finished = (
             sum(i.value for series in families.get(name, ()) for i in series.increases(since, ()))
-            for name in (DRAFTS, DRAFT_TOKENS, ACCEPTED)
+            for name in (DRAFTS, DRAFT_TOKENS, ACCEPTED, SUCCEEDED)
         )
-        return AcceptanceWindow(drafts, draft_tokens, accepted) if drafts > 0 else None
+        acceptance = AcceptanceWindow(drafts, draft_tokens, accepted) if drafts > 0 else None
+        return acceptance, finished if families.get(SUCCEEDED) else None
 
     def _samples(self, sel: Selector, window: Window, scrape_interval: float) -> Families:
         """Every sample of the track's families in the window, by metric name. The range reaches

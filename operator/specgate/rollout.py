@@ -160,6 +160,8 @@ class Observation:
     canary_job: BenchmarkJob | None = None
     # The canary's spec-decode counters over its benchmark Job's time range (None: unavailable).
     canary_job_acceptance: tuple[AcceptanceWindow, ...] | None = None
+    # Requests the canary finished over that range (None: unavailable): the Job's, unless others came.
+    canary_job_requests: float | None = None
 
 
 @dataclass(frozen=True)
@@ -625,7 +627,9 @@ def _benchmark_gates(step: _Step) -> GateResults | None:
         return [(Reason.ACCEPTANCE_BELOW_GATE, waiting)]
     runs = step.status.benchmark or BenchmarkStatus()
     try:
-        evaluation = benchmark.evaluate(step.spec, runs, step.obs.canary_job_acceptance)
+        evaluation = benchmark.evaluate(
+            step.spec, runs, step.obs.canary_job_acceptance, step.obs.canary_job_requests
+        )
     except benchmark.BenchmarkFailed as exc:
         _measurement_failed(step, str(exc))
         return None

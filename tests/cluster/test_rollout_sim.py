@@ -72,7 +72,7 @@ def test_worse_p99_itl_rolls_back_with_latency_regression(lab: dict[str, Any]) -
     run = run_rollout(body=sim_rollout("slow", env), **lab)
     status = run.status
     assert (status["phase"], status["reason"]) == ("RolledBack", "LatencyRegression"), status.get("message")
-    assert "P99 ITL canary" in status["message"]
+    assert "P99 ITL (step stall) canary" in status["message"]
     assert canary_replicas(lab["api_client"], lab["namespace"], "slow") == 0
 
 

@@ -270,7 +270,7 @@ def test_nan_and_infinities_never_become_figures() -> None:
     with canned_prometheus(non_finite_answer) as url:
         prom = PrometheusClient(url)
         metrics = prom.track_metrics(SELECTOR, last_minute(), 1.0)
-        totals = prom.acceptance_totals(SELECTOR, last_minute(), 1.0)
+        totals, finished = prom.job_totals(SELECTOR, last_minute(), 1.0)
     assert metrics is not None
     figures = (
         metrics.mean_itl_ms,
@@ -286,12 +286,13 @@ def test_nan_and_infinities_never_become_figures() -> None:
     counts = [(w.drafts, w.draft_tokens, w.accepted_tokens) for w in metrics.acceptance]
     assert all(math.isfinite(v) for window in counts for v in window)
     assert totals is None  # no finite increase of drafts
+    assert finished == 0.0  # -Inf and NaN samples are no increase
 
 
 @pytest.mark.parametrize("url", ["not a url", "http://[::1", "http://prom:port"])
 def test_a_malformed_url_is_metrics_unavailable_naming_the_fix(url: str) -> None:
     prom = PrometheusClient(url)  # never raises ("http://[::1" did): the callers guard the queries
-    for query in (prom.track_metrics, prom.acceptance_totals):
+    for query in (prom.track_metrics, prom.job_totals):
         with pytest.raises(
             MetricsUnavailable, match=r"spec\.rollout\.metrics\.prometheusUrl or --prometheus-url"
         ):

@@ -479,3 +479,17 @@ def test_seed_004_figures_through_the_default_gates(
     run.step(after=40, baseline=ready(1), canary=ready(1), canary_job=finished(job("canary"), report(canary)),
              canary_job_acceptance=windows(0.7))  # fmt: skip
     assert (run.phase, run.status.reason) == (phase, reason), run.status.message
+
+
+@pytest.mark.parametrize(("served", "phase"), [(100 + 4, Phase.PROMOTING), (400, Phase.ROLLING_BACK)])
+def test_benchmark_mode_refuses_an_alpha_mixed_with_other_traffic(served: float, phase: Phase) -> None:
+    """The Job sent 2 x 50 requests; the canary's pods finished `served` over its run: a test prompt
+    per point more is the benchmark's own, 400 means production traffic reached the canary."""
+    run = to_canary_analysis()
+    fine = report(point(1, 20, 8, 0.8), point(8, 22, 10, 0.8))
+    run.step(after=40, baseline=ready(1), canary=ready(1), canary_job=finished(job("canary"), fine),
+             canary_job_acceptance=windows(0.8), canary_job_requests=served)  # fmt: skip
+    assert run.phase == phase, run.status.message
+    if phase == Phase.ROLLING_BACK:
+        assert run.status.reason == Reason.MEASUREMENT_FAILED
+        assert "finished 400 requests during its benchmark, which sent 100" in (run.status.message or "")
