@@ -19,7 +19,7 @@ stop() { # pidfile
 
 stop "$STATE/bridge.pid"
 stop "$STATE/prometheus.pid"
-rm -f "$STATE"/targets/*.json
+rm -f "$STATE"/targets/*.json "$STATE"/targets/*/*.json
 if [ -x "$CACHE/bin/kwokctl" ]; then
   "$CACHE/bin/kwokctl" delete cluster --name specgate >/dev/null 2>&1 || true
 fi

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Bring up the local lab: a real control plane (kwokctl, binary runtime: etcd, kube-apiserver,
 # kube-controller-manager, kube-scheduler, kwok-controller as local processes), fake GPU nodes,
-# Prometheus (Debian's package) with file_sd targets, and the bridge that runs one engine per pod.
+# Prometheus with file_sd targets, and the bridge that runs one engine per pod.
+# Prometheus is 3.x, built by build-binaries.sh; SPECGATE_PROMETHEUS=2 runs Debian's 2.x instead.
 # Everything listens on 127.0.0.1. Idempotent: with everything up it returns in seconds.
 set -euo pipefail
 
@@ -14,6 +15,8 @@ KWOK_VERSION="$(sed -n 's/^KWOK_VERSION=//p' "$HERE/build-binaries.sh")"
 CLUSTER=specgate
 KUBECONFIG_PATH="$CACHE/kubeconfig"
 PROM_PORT="${SPECGATE_PROMETHEUS_PORT:-19090}"
+PROM_FLAVOUR="${SPECGATE_PROMETHEUS:-3}"
+PROM_RETENTION=6h
 BRIDGE_PORT="${SPECGATE_BRIDGE_PORT:-18080}"
 PY="${PY:-$ROOT/.venv/bin/python}"
 GPU_NODES="${SPECGATE_GPU_NODES:-2}"
@@ -125,9 +128,34 @@ EOF
   log "$GPU_NODES fake GPU nodes (8 x nvidia.com/gpu each)"
 }
 
+# One scrape job per interval a SpeculativeDeployment may ask for (the bridge's SCRAPE_INTERVALS, the
+# single source), each reading the targets the bridge writes into targets/<interval>/.
+write_prometheus_config() { # binary
+  local intervals
+  intervals="$("$PY" -c 'from specgate.lab.bridge import SCRAPE_INTERVALS; print(*SCRAPE_INTERVALS)')"
+  {
+    echo "# Prometheus $PROM_FLAVOUR: $(readlink -f "$1")"
+    printf 'global:\n  scrape_interval: 15s\n  evaluation_interval: 15s\n'
+    # 3.x deprecates the retention flags for this (2.42 has no such field).
+    [ "$PROM_FLAVOUR" = 2 ] || printf 'storage:\n  tsdb:\n    retention:\n      time: %s\n' "$PROM_RETENTION"
+    echo 'scrape_configs:'
+    for interval in $intervals; do
+      mkdir -p "$STATE/targets/$interval"
+      cat <<EOF
+  - job_name: vllm-$interval
+    scrape_interval: $interval
+    file_sd_configs:
+      - files: ["$STATE/targets/$interval/*.json"]
+        refresh_interval: 2s
+EOF
+    done
+  } >"$STATE/prometheus.yml.new"
+}
+
 start_prometheus() {
-  if ! command -v prometheus >/dev/null; then
-    log "installing Prometheus (Debian package)"
+  # Debian's 2.x is installed either way: tests compare the two.
+  if [ ! -x /usr/bin/prometheus ]; then
+    log "installing Prometheus 2 (Debian package)"
     if ! apt-get install -y -q --no-install-recommends prometheus >/dev/null 2>&1; then
       apt-get update -q >/dev/null
       apt-get install -y -q --no-install-recommends prometheus >/dev/null
@@ -135,31 +163,55 @@ start_prometheus() {
     # The package starts a system service on :9090 where systemd runs; the lab runs its own.
     service prometheus stop >/dev/null 2>&1 || true
   fi
+  local prom
+  case "$PROM_FLAVOUR" in
+    3) prom="$BIN/prometheus3" ;;
+    2) prom=/usr/bin/prometheus ;;
+    *) log "SPECGATE_PROMETHEUS=$PROM_FLAVOUR: expected 3 (the default) or 2"; exit 1 ;;
+  esac
+  [ -x "$prom" ] || { log "$prom is missing (make binaries)"; exit 1; }
+  mkdir -p "$STATE/targets"
+  write_prometheus_config "$prom"
+  # Another flavour, version or set of jobs: start afresh (2.x cannot read what 3.x wrote), and the
+  # bridge too (one from before may write its targets where this configuration does not read).
+  if ! cmp -s "$STATE/prometheus.yml.new" "$STATE/prometheus.yml"; then
+    if alive "$STATE/prometheus.pid" || alive "$STATE/bridge.pid"; then
+      log "Prometheus configuration changed: restarting it and the bridge (Prometheus $PROM_FLAVOUR, $(readlink -f "$prom"))"
+      stop_pidfile "$STATE/bridge.pid"
+      stop_pidfile "$STATE/prometheus.pid"
+    fi
+    rm -rf "$STATE/prometheus-data"
+    find "$STATE/targets" -name '*.json' -delete
+  fi
+  mv "$STATE/prometheus.yml.new" "$STATE/prometheus.yml"
   if alive "$STATE/prometheus.pid"; then
     log "Prometheus already up on 127.0.0.1:$PROM_PORT"
     return
   fi
-  mkdir -p "$STATE/targets" "$STATE/prometheus-data"
-  cat >"$STATE/prometheus.yml" <<EOF
-global:
-  scrape_interval: 2s
-  evaluation_interval: 2s
-scrape_configs:
-  - job_name: vllm
-    file_sd_configs:
-      - files: ["$STATE/targets/*.json"]
-        refresh_interval: 2s
-EOF
-  prometheus --config.file="$STATE/prometheus.yml" --storage.tsdb.path="$STATE/prometheus-data" \
-    --web.listen-address="127.0.0.1:$PROM_PORT" --storage.tsdb.retention.time=6h \
-    >"$STATE/prometheus.log" 2>&1 &
+  mkdir -p "$STATE/prometheus-data"
+  local flags=(--config.file="$STATE/prometheus.yml" --storage.tsdb.path="$STATE/prometheus-data"
+    --web.listen-address="127.0.0.1:$PROM_PORT")
+  [ "$PROM_FLAVOUR" != 2 ] || flags+=(--storage.tsdb.retention.time="$PROM_RETENTION")
+  "$prom" "${flags[@]}" >"$STATE/prometheus.log" 2>&1 &
   echo $! >"$STATE/prometheus.pid"
   for _ in $(seq 60); do
     curl -sf "http://127.0.0.1:$PROM_PORT/-/ready" >/dev/null && break
     sleep 0.5
   done
   curl -sf "http://127.0.0.1:$PROM_PORT/-/ready" >/dev/null || { tail "$STATE/prometheus.log"; exit 1; }
-  log "Prometheus on http://127.0.0.1:$PROM_PORT"
+  log "Prometheus $("$prom" --version 2>&1 | sed -n 's/^prometheus, version \([^ ]*\).*/\1/p') on http://127.0.0.1:$PROM_PORT"
+}
+
+stop_pidfile() { # as cluster-down.sh stops it: the process group where it has one
+  [ -f "$1" ] || return 0
+  local pid
+  pid="$(cat "$1")"
+  if kill -0 "$pid" 2>/dev/null; then
+    kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
+    for _ in $(seq 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
+    kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
+  fi
+  rm -f "$1"
 }
 
 start_bridge() {

@@ -5,6 +5,11 @@ label, the bridge starts one local engine (the simulator or the real vLLM CPU en
 pod's own `vllm serve` arguments and environment, on a free loopback port, and writes a Prometheus
 file_sd target with the labels a PodMonitor would produce. When the pod goes, so does its engine.
 
+Targets are scraped at the interval the pod's PodMonitor would use: the owning
+SpeculativeDeployment's spec.rollout.metrics.scrapeInterval (15s by default). The lab's Prometheus
+has one job per interval in SCRAPE_INTERVALS, reading targets/<interval>/*.json; the bridge writes
+each target into the directory of its interval (hack/cluster-up.sh reads SCRAPE_INTERVALS from here).
+
 It also routes `/svc/<namespace>/<service>/<path>` to the Ready engines of the pods a Service
 selects, round robin, which reproduces Service traffic: weight follows the replica counts.
 
@@ -36,6 +41,7 @@ import aiohttp
 from aiohttp import web
 from kubernetes import client, config
 
+from specgate.api import GROUP, PLURAL, VERSION, parse_duration
 from specgate.lab.engines import benchmark_command, engine_command
 from specgate.render import LABEL_BENCHMARK, LABEL_DEPLOYMENT, LABEL_ENGINE, LABEL_METHOD, LABEL_TRACK
 
@@ -45,6 +51,10 @@ TARGET_LABELS = {
     LABEL_TRACK: "specgate_dev_track",
     LABEL_METHOD: "specgate_dev_method",
 }
+# The scrape intervals the lab's Prometheus has a job for (one file_sd directory each), and the one
+# a pod gets without a SpeculativeDeployment saying otherwise (the field's default).
+SCRAPE_INTERVALS = ("2s", "15s", "30s", "60s")
+DEFAULT_SCRAPE_INTERVAL = "15s"
 POLL_SECONDS = 1.0
 RESTART_BACKOFF_SECONDS = 5.0
 LOG_TAIL_BYTES = 2048  # terminationMessagePolicy FallbackToLogsOnError: the log's tail on failure
@@ -65,6 +75,8 @@ class Engine:
     argv: list[str]
     env: dict[str, str]
     log_path: Path
+    scrape_interval: str = DEFAULT_SCRAPE_INTERVAL  # a SCRAPE_INTERVALS entry: the target's directory
+    requested_interval: str | None = None  # the owner's scrapeInterval as last seen
     process: subprocess.Popen[bytes] | None = None
     ready: bool = False
     restarts: int = 0
@@ -123,6 +135,7 @@ class BenchmarkPod:
 @dataclass
 class Bridge:
     core: client.CoreV1Api
+    custom: client.CustomObjectsApi
     state_dir: Path
     default_engine: str
     router_url: str
@@ -135,13 +148,18 @@ class Bridge:
     def targets_dir(self) -> Path:
         return self.state_dir / "targets"
 
+    def target_path(self, engine: Engine) -> Path:
+        return self.targets_dir / engine.scrape_interval / f"{engine.key}.json"
+
     # --- reconcile pods into engines ---
 
     async def run(self) -> None:
         self.targets_dir.mkdir(parents=True, exist_ok=True)
         (self.state_dir / "engines").mkdir(parents=True, exist_ok=True)
-        for stale in self.targets_dir.glob("*.json"):
+        for stale in self.targets_dir.rglob("*.json"):
             stale.unlink()
+        for interval in SCRAPE_INTERVALS:
+            (self.targets_dir / interval).mkdir(exist_ok=True)
         async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=1)) as session:
             while True:
                 try:
@@ -159,9 +177,10 @@ class Bridge:
         for uid in list(self.engines):
             if uid not in running:
                 self._remove(self.engines.pop(uid))
+        intervals = await self._scrape_intervals() if running else {}
         for uid, pod in running.items():
-            if uid not in self.engines:
-                self._add(pod)
+            engine = self.engines.get(uid) or self._add(pod)
+            self._place_target(engine, intervals.get((engine.namespace, engine.labels.get(LABEL_DEPLOYMENT))))
         await asyncio.gather(*(self._check(e, session) for e in self.engines.values()))
         for uid, engine in self.engines.items():
             await self._sync_pod_status(running[uid], engine)
@@ -241,7 +260,52 @@ class Bridge:
         run.reported = True
         log.info("benchmark %s/%s exited with %s", run.namespace, run.pod, code)
 
-    def _add(self, pod: Any) -> None:
+    # --- scrape intervals ---
+
+    async def _scrape_intervals(self) -> dict[tuple[str, str | None], str | None]:
+        """Each SpeculativeDeployment's spec.rollout.metrics.scrapeInterval (None where unset), by
+        namespace and name."""
+        try:
+            found: Any = await asyncio.to_thread(
+                self.custom.list_cluster_custom_object, GROUP, VERSION, PLURAL
+            )
+        except client.ApiException as exc:
+            if exc.status != 404:  # 404: the CRD is not installed, so no pod has an owner
+                raise
+            return {}
+        intervals: dict[tuple[str, str | None], str | None] = {}
+        for item in found.get("items", []):
+            meta, spec = item.get("metadata", {}), item.get("spec") or {}
+            metrics = (spec.get("rollout") or {}).get("metrics") or {}
+            intervals[(meta.get("namespace", ""), meta.get("name"))] = metrics.get("scrapeInterval")
+        return intervals
+
+    def _place_target(self, engine: Engine, requested: str | None) -> None:
+        """Write the engine's target into the directory of its owner's scrape interval, moving it when
+        that interval changed (a PodMonitor's new interval applies to running pods too)."""
+        interval = scrape_interval_dir(requested)
+        if requested != engine.requested_interval and interval is None:
+            log.warning(
+                "%s/%s: scrapeInterval %r is not one the lab's Prometheus scrapes at (%s); using %s",
+                engine.namespace,
+                engine.pod,
+                requested,
+                ", ".join(SCRAPE_INTERVALS),
+                DEFAULT_SCRAPE_INTERVAL,
+            )
+        engine.requested_interval = requested
+        interval = interval or DEFAULT_SCRAPE_INTERVAL
+        path = self.target_path(engine)
+        if interval == engine.scrape_interval and path.exists():
+            return
+        with contextlib.suppress(FileNotFoundError):
+            path.unlink()
+        if interval != engine.scrape_interval:
+            log.info("%s/%s scraped every %s", engine.namespace, engine.pod, interval)
+        engine.scrape_interval = interval
+        _write_json(self.target_path(engine), engine.target())
+
+    def _add(self, pod: Any) -> Engine:
         container = pod.spec.containers[0]
         annotations = pod.metadata.annotations or {}
         kind = annotations.get(ENGINE_ANNOTATION, self.default_engine)
@@ -260,11 +324,11 @@ class Bridge:
         )
         engine.start()
         self.engines[engine.uid] = engine
-        _write_json(self.targets_dir / f"{engine.key}.json", engine.target())
+        return engine
 
     def _remove(self, engine: Engine) -> None:
         with contextlib.suppress(FileNotFoundError):
-            (self.targets_dir / f"{engine.key}.json").unlink()
+            self.target_path(engine).unlink()
         engine.stop()
         log.info("stopped %s/%s", engine.namespace, engine.pod)
 
@@ -328,6 +392,7 @@ class Bridge:
                 "pid": e.process.pid if e.process else None,
                 "ready": e.ready,
                 "restarts": e.restarts,
+                "scrapeInterval": e.scrape_interval,
                 "labels": e.labels,
                 "log": str(e.log_path),
             }
@@ -353,6 +418,18 @@ class Bridge:
             return None
         counter = self._round_robin.setdefault((namespace, service), itertools.count())
         return ready[next(counter) % len(ready)]
+
+
+def scrape_interval_dir(requested: str | None) -> str | None:
+    """The SCRAPE_INTERVALS entry equal to a scrapeInterval ("1m" is "60s"); the default for None;
+    None for an interval the lab does not scrape at, or not a duration."""
+    if requested is None:
+        return DEFAULT_SCRAPE_INTERVAL
+    try:
+        seconds = parse_duration(requested)
+    except (TypeError, ValueError):
+        return None
+    return next((i for i in SCRAPE_INTERVALS if parse_duration(i) == seconds), None)
 
 
 def _stop(proc: subprocess.Popen[bytes]) -> None:
@@ -385,6 +462,7 @@ def _free_port() -> int:
 
 
 def _write_json(path: Path, data: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_suffix(".tmp")
     tmp.write_text(json.dumps(data, indent=1))
     tmp.replace(path)  # atomic: Prometheus never reads half a file
@@ -457,6 +535,7 @@ def main() -> None:
     config.load_kube_config(config_file=args.kubeconfig)  # type: ignore[no-untyped-call]
     bridge = Bridge(
         core=client.CoreV1Api(),
+        custom=client.CustomObjectsApi(),
         state_dir=args.state_dir,
         default_engine=args.default_engine,
         router_url=f"http://127.0.0.1:{args.port}",
