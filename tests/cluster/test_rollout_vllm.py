@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from tests.cluster.conftest import CACHE
+from tests.cluster.figures import report
 from tests.cluster.rollouts import fast_rollout, run_rollout
 from tests.conftest import load_sample
 
@@ -138,7 +139,18 @@ def check_measured_like_the_engine(
     first, last = engine.at(times[0]), engine.at(times[-1])
     drafted = last["draft_tokens"] - first["draft_tokens"]
     assert drafted > 0
-    assert canary["alpha"] == pytest.approx((last["accepted"] - first["accepted"]) / drafted, abs=0.01)
+    engine_alpha = (last["accepted"] - first["accepted"]) / drafted
+    report(
+        window=f"{canary['windowStart']}..{canary['windowEnd']}",
+        scrape_s=canary["scrapeIntervalSeconds"],
+        window_s=canary["acceptanceWindowSeconds"],
+        alpha=canary["alpha"],
+        engine_alpha=round(engine_alpha, 4),
+        drafts=canary["drafts"],
+        engine_drafts=last["drafts"] - first["drafts"],
+        scrapes=len(times),
+    )
+    assert canary["alpha"] == pytest.approx(engine_alpha, abs=0.01)
     assert canary["drafts"] == pytest.approx(last["drafts"] - first["drafts"], rel=0.02)
 
 
@@ -159,6 +171,9 @@ def test_a_15_s_scrape_on_prometheus_3_promotes_within_the_window_with_the_engin
         body = production_rollout("noisy15", NOISY_DRAFT, scrape="15s", analysis="60s")
         status = run_rollout(body=body, timeout=900, concurrency=2, **lab).status
     assert status["phase"] == "Promoted", status.get("message")
+    report(
+        test="promote_at_15s_scrape", verdict_after_s=verdict_seconds(status, warmup=10), bound_s=60 + 2 * 15
+    )
     assert 60 <= verdict_seconds(status, warmup=10) <= 60 + 2 * 15 + RECONCILE_SECONDS
     assert status["canary"]["scrapeIntervalSeconds"] == pytest.approx(15, abs=1)
     assert status["canary"]["acceptanceWindowSeconds"] == pytest.approx(15, abs=1)
@@ -175,6 +190,9 @@ def test_a_30_s_scrape_rolls_back_a_perfect_draft_that_slows_streaming(lab: dict
         del body["spec"]["rollout"]["gates"]["maxP99PerTokenRegression"]
         status = run_rollout(body=body, timeout=900, concurrency=2, **lab).status
     assert (status["phase"], status["reason"]) == ("RolledBack", "LatencyRegression"), status.get("message")
+    report(
+        test="stall_at_30s_scrape", verdict_after_s=verdict_seconds(status, warmup=10), bound_s=90 + 2 * 30
+    )
     assert verdict_seconds(status, warmup=10) <= 90 + 2 * 30 + RECONCILE_SECONDS
     assert status["canary"]["p99ItlMs"] > 1.5 * status["baseline"]["p99ItlMs"]
     assert status["canary"]["acceptanceWindowSeconds"] == pytest.approx(30, abs=1)
