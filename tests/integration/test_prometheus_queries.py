@@ -173,7 +173,9 @@ def test_figures_through_prometheus_equal_the_engines_own_at_15_30_and_60_s(
             c1[f"vllm:inter_token_latency_seconds_{part}"] - c0[f"vllm:inter_token_latency_seconds_{part}"]
             for part in ("sum", "count")
         )
-        assert metrics.mean_itl_ms == pytest.approx(1000 * itl_sum / itl_count, rel=1e-6), where
+        assert metrics.mean_itl_ms == pytest.approx(1000 * itl_sum / itl_count, abs=0.001), (
+            where
+        )  # ms, 3 decimals
         assert metrics.load is not None and metrics.load.pods == 1, where
         assert metrics.window_start == begin
 
