@@ -8,6 +8,8 @@ set -euo pipefail
 
 HERE="$(cd "$(dirname "$0")" && pwd)"
 ROOT="$(dirname "$HERE")"
+# shellcheck source=hack/lib.sh
+. "$HERE/lib.sh"
 CACHE="${SPECGATE_CACHE:-$HOME/.cache/specgate}"
 STATE="$CACHE/cluster"
 BIN="$CACHE/bin"
@@ -200,18 +202,6 @@ start_prometheus() {
   done
   curl -sf "http://127.0.0.1:$PROM_PORT/-/ready" >/dev/null || { tail "$STATE/prometheus.log"; exit 1; }
   log "Prometheus $("$prom" --version 2>&1 | sed -n 's/^prometheus, version \([^ ]*\).*/\1/p') on http://127.0.0.1:$PROM_PORT"
-}
-
-stop_pidfile() { # as cluster-down.sh stops it: the process group where it has one
-  [ -f "$1" ] || return 0
-  local pid
-  pid="$(cat "$1")"
-  if kill -0 "$pid" 2>/dev/null; then
-    kill -TERM -- "-$pid" 2>/dev/null || kill -TERM "$pid" 2>/dev/null || true
-    for _ in $(seq 60); do kill -0 "$pid" 2>/dev/null || break; sleep 0.25; done
-    kill -KILL -- "-$pid" 2>/dev/null || kill -KILL "$pid" 2>/dev/null || true
-  fi
-  rm -f "$1"
 }
 
 start_bridge() {

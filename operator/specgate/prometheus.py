@@ -101,7 +101,7 @@ class Series:
 
     def increases(self, since: float, leave_out: Sequence[Window]) -> list[Increase]:
         """Differences of consecutive scrapes from `since` on, none overlapping a span left out."""
-        spans = [(w.start.timestamp(), w.end.timestamp()) for w in leave_out]
+        spans = _spans(leave_out)
         out = []
         for (t0, v0), (t1, v1) in zip(self.points, self.points[1:], strict=False):
             if t0 < since or any(t0 < end and t1 > begin for begin, end in spans):
@@ -112,9 +112,18 @@ class Series:
 
     def mean(self, since: float, leave_out: Sequence[Window]) -> float | None:
         """Mean of a gauge's samples from `since` on, outside the spans left out."""
-        spans = [(w.start.timestamp(), w.end.timestamp()) for w in leave_out]
+        spans = _spans(leave_out)
         kept = [v for t, v in self.points if t >= since and math.isfinite(v) and not _inside(t, spans)]
         return statistics.fmean(kept) if kept else None
+
+
+def _spans(leave_out: Sequence[Window]) -> list[tuple[float, float]]:
+    return [(w.start.timestamp(), w.end.timestamp()) for w in leave_out]
+
+
+def _total(series: Iterable[Series], since: float, leave_out: Sequence[Window]) -> float:
+    """The summed increases of the series from `since` on, outside the spans left out."""
+    return sum(i.value for s in series for i in s.increases(since, leave_out))
 
 
 def _inside(t: float, spans: Iterable[tuple[float, float]]) -> bool:
@@ -166,8 +175,7 @@ class PrometheusClient:
             raise MetricsUnavailable(f"malformed Prometheus response: {exc!r}") from exc
         since = window.start.timestamp()
         drafts, draft_tokens, accepted, finished = (
-            sum(i.value for series in families.get(name, ()) for i in series.increases(since, ()))
-            for name in (DRAFTS, DRAFT_TOKENS, ACCEPTED, SUCCEEDED)
+            _total(families.get(name, ()), since, ()) for name in (DRAFTS, DRAFT_TOKENS, ACCEPTED, SUCCEEDED)
         )
         acceptance = AcceptanceWindow(drafts, draft_tokens, accepted) if drafts > 0 else None
         return acceptance, finished if families.get(SUCCEEDED) else None
@@ -254,9 +262,7 @@ def acceptance_windows(
     windows = tuple(AcceptanceWindow(*bins[k]) for k in sorted(bins))
     by_position: dict[str, float] = defaultdict(float)
     for series in families.get(ACCEPTED_PER_POS, []):
-        by_position[series.labels.get("position", "0")] += sum(
-            i.value for i in series.increases(since, leave_out)
-        )
+        by_position[series.labels.get("position", "0")] += _total([series], since, leave_out)
     per_position = tuple(by_position[p] for p in sorted(by_position, key=_position))
     return windows, per_position
 
@@ -268,7 +274,7 @@ def histogram(families: Families, name: str, since: float, leave_out: Sequence[W
         if any(not math.isfinite(v) for t, v in series.points if t >= since):
             return None  # a NaN bucket says nothing of a quantile (and would break the cumulation)
         bound = float(series.labels["le"])
-        counts[bound] += sum(i.value for i in series.increases(since, leave_out))
+        counts[bound] += _total([series], since, leave_out)
     if not counts:
         return None
     bounds = sorted(counts)
@@ -276,10 +282,7 @@ def histogram(families: Families, name: str, since: float, leave_out: Sequence[W
 
 
 def _mean(families: Families, name: str, since: float, leave_out: Sequence[Window]) -> float | None:
-    total, count = (
-        sum(i.value for s in families.get(f"{name}_{part}", []) for i in s.increases(since, leave_out))
-        for part in ("sum", "count")
-    )
+    total, count = (_total(families.get(f"{name}_{part}", []), since, leave_out) for part in ("sum", "count"))
     return total / count if count > 0 else None
 
 

@@ -9,15 +9,15 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import subprocess
 import time
-import urllib.request
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
+
+from specgate.lab.calibrate import answers_ok, free_port
 
 CACHE = Path(os.environ.get("SPECGATE_CACHE") or Path.home() / ".cache" / "specgate")
 BINARIES = {
@@ -63,21 +63,6 @@ def _duration(seconds: float) -> str:
     return f"{seconds:.0f}s" if float(seconds).is_integer() else f"{round(seconds * 1000)}ms"
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
-
-
-def _ready(url: str) -> bool:
-    try:
-        with urllib.request.urlopen(f"{url}/-/ready", timeout=2) as resp:
-            return bool(resp.status == 200)
-    except OSError:
-        return False
-
-
 @contextmanager
 def prometheus_server(
     tmp_path: Path, scrape_interval_s: float, flavour: str = "3"
@@ -97,7 +82,7 @@ def prometheus_server(
         f"    file_sd_configs:\n      - files: [{json.dumps(str(targets / '*.json'))}]\n"
         "        refresh_interval: 1s\n"
     )
-    port = _free_port()
+    port = free_port()
     url = f"http://127.0.0.1:{port}"
     log_path = tmp_path / "prometheus.log"
     argv = [
@@ -110,7 +95,7 @@ def prometheus_server(
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.monotonic() + READY_TIMEOUT_S
-        while not _ready(url):
+        while not answers_ok(f"{url}/-/ready"):
             if proc.poll() is not None or time.monotonic() > deadline:
                 tail = log_path.read_text(errors="replace")[-2000:]
                 how = f"exited with {proc.returncode}" if proc.poll() is not None else "not ready in time"

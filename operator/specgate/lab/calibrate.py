@@ -63,12 +63,17 @@ def real_engine(serve_args: list[str], log: Path, startup_timeout: float = 600) 
             proc.kill()
 
 
-def _healthy(url: str) -> bool:
+def answers_ok(url: str) -> bool:
+    """The URL answers 200 within 2 s (a health or readiness endpoint)."""
     try:
-        with urllib.request.urlopen(f"{url}/health", timeout=2) as resp:
+        with urllib.request.urlopen(url, timeout=2) as resp:
             return bool(resp.status == 200)
     except OSError:
         return False
+
+
+def _healthy(url: str) -> bool:
+    return answers_ok(f"{url}/health")
 
 
 def complete(url: str, model: str, prompt: str, max_tokens: int = MAX_TOKENS) -> None:
