@@ -49,7 +49,11 @@ def test_fifty_rollouts_at_once_reach_their_verdicts(lab: dict[str, Any]) -> Non
     ):
         for i, name in enumerate(names):
             env = {"SPECGATE_SIM_ALPHA": str(alphas[name]), "SPECGATE_SIM_SEED": str(i)}
-            body = sim_rollout(name, env, maxAnalysisDuration="8m", progressDeadline="8m")
+            # The verdicts here are about alpha. The simulated step stall (+10 %) falls inside vLLM's
+            # 25-50 ms bucket, where telling it from the default 50 % takes more steps than 50
+            # objects' share of two cores serves in 8 min (the latency gates have their own tests).
+            gates = {"maxP99ItlRegression": 1.0}
+            body = sim_rollout(name, env, maxAnalysisDuration="8m", progressDeadline="8m", gates=gates)
             pin_to_node(body, node, taint=namespace)
             create_sd(api_client, namespace, body)
         started = time.monotonic()
@@ -58,9 +62,10 @@ def test_fifty_rollouts_at_once_reach_their_verdicts(lab: dict[str, Any]) -> Non
         took = time.monotonic() - started
 
     verdicts = {o["metadata"]["name"]: (o["status"]["phase"], o["status"].get("reason")) for o in objects}
+    messages = {o["metadata"]["name"]: o["status"].get("message") for o in objects}
     # A promoted object's reason tells how it is guarded since; a rolled-back one's why.
     expected = {name: "Promoted" if alpha == GOOD_ALPHA else "RolledBack" for name, alpha in alphas.items()}
-    wrong = {name: verdicts[name] for name in names if verdicts[name][0] != expected[name]}
+    wrong = {name: (*verdicts[name], messages[name]) for name in names if verdicts[name][0] != expected[name]}
     false_promotions = sum(1 for n in names if verdicts[n][0] == "Promoted" and alphas[n] == BAD_ALPHA)
     orphans = orphaned_pods(api_client, namespace)
     report(
@@ -72,7 +77,7 @@ def test_fifty_rollouts_at_once_reach_their_verdicts(lab: dict[str, Any]) -> Non
         seconds_to_all_settled=round(took),
     )
     assert len(objects) == ROLLOUTS
-    assert wrong == {}, f"wrong verdicts: {wrong}\n{operator.log_text()[-3000:]}"
+    assert wrong == {}, f"wrong verdicts: {wrong}"
     assert all(
         reason == "AcceptanceBelowGate" for phase, reason in verdicts.values() if phase == "RolledBack"
     )
