@@ -256,7 +256,18 @@ class MetricsSource(Model):
 class Guard(Model):
     enabled: bool = Field(True, description="Keep measuring alpha after promotion and roll back on drift.")
     window: Duration = duration(
-        "5m", "How far back the guard measures alpha after promotion (at least 1m is used)."
+        "30m",
+        "How far back the guard looks after promotion (at least 1m is used): its change detector runs "
+        "over the acceptance windows of this span and estimates their spread from them, so it must be "
+        "long beside the traffic's slow swings.",
+    )
+    false_alarms_per_month: float = Field(
+        0.1,
+        gt=0,
+        description="The guard's budget of false alarms: how often, per 30 days, it may roll back a "
+        "canary whose alpha holds at minAcceptanceRate + indifference. A drop to minAcceptanceRate - "
+        "indifference is caught sooner the larger this is (the CUSUM threshold is log of the windows "
+        "between false alarms).",
     )
     on_metrics_unavailable: GuardAction = Field(
         GuardAction.WARN,
@@ -816,6 +827,20 @@ class BenchmarkStatus(StatusModel):
     )
 
 
+class GuardStatus(StatusModel):
+    """The guard's change detector at its latest look (Promoted)."""
+
+    statistic: float = Field(
+        description="CUSUM of the log likelihood ratio of alpha at minAcceptanceRate - indifference "
+        "against minAcceptanceRate + indifference over the guard's windows: 0 while alpha holds."
+    )
+    threshold: float = Field(description="The guard rolls back when the statistic reaches this.")
+    alpha: float | None = Field(None, description="Alpha over the guard's windows.")
+    windows: int = Field(0, description="Acceptance windows with drafts the statistic ran over.")
+    window_seconds: float | None = Field(None, description="Length of each acceptance window.")
+    checked_at: str | None = Field(None, description="When the guard last looked (RFC 3339).")
+
+
 class SpeculativeDeploymentStatus(StatusModel):
     phase: Phase = Field(Phase.PENDING, description="Where the rollout is.")
     observed_generation: int | None = Field(None, description="Generation this status describes.")
@@ -853,6 +878,7 @@ class SpeculativeDeploymentStatus(StatusModel):
     benchmark: BenchmarkStatus | None = Field(
         None, description="Benchmark results (spec.rollout.measurement benchmark or both)."
     )
+    guard: GuardStatus | None = Field(None, description="The guard's change detector (Promoted).")
     verdict: str | None = Field(None, description="Pass, Fail, InsufficientData or MetricsUnavailable.")
     recommendation: Recommendation | None = Field(None, description="Draft-length recommendation.")
     conditions: list[Condition] = Field(default_factory=list, description="Available/Progressing/Degraded.")

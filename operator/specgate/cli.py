@@ -77,6 +77,12 @@ def render_timeline(name: str, status: SpeculativeDeploymentStatus) -> str:
     figures("baseline", status.baseline)
     figures("canary", status.canary)
     lines += _benchmark_lines(status.benchmark)
+    if status.guard:
+        g = status.guard
+        lines.append(
+            f"  guard    CUSUM {g.statistic:.1f} of {g.threshold:.1f} (trips there) over {g.windows} "
+            f"windows of {_num(g.window_seconds)}s, alpha={_num(g.alpha)}, at {g.checked_at}"
+        )
     if status.verdict:
         lines.append(f"  verdict  {status.verdict}: {status.message}")
     if status.recommendation:

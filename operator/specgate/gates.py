@@ -32,6 +32,22 @@ Status also reports an interval for alpha: a normal-mixture confidence sequence 
 et al. 2021) on the residual sum with the same spread, always valid at level 1 - e. It describes
 the estimate; the verdict is the SPRT's and may come before the interval clears the gate.
 
+Guard. After promotion the question changes: not "is alpha above the gate?" asked again and again
+(a test repeated at every reconcile, forever, is sure to fail a good canary some day), but "has
+alpha dropped?", with false alarms as a budget per unit of time. The guard is Page's CUSUM of the
+same windows' log likelihood ratios, now of alpha = gate - delta against alpha = gate + delta:
+
+    S_i = max(0, S_(i-1) + 2 * delta * (gate * n_i - a_i) / s^2),   trip when S_i >= h.
+
+For log likelihood ratios Lorden's bound gives an in-control average run length of at least e^h
+windows, so h = log(windows in the time between false alarms) sets the budget
+(falseAlarmsPerMonth); it holds while s^2 is at least the true spread (then e^S is a
+supermartingale at alpha = gate + delta), so s^2 is taken conservatively again, over the older two
+thirds of the guard's history (a recent drop must not inflate the spread that should reveal it),
+with an autocorrelation horizon that follows the data (`spread_with_horizon`): traffic mixes drift
+over minutes, and a spread that ignores that drift reads every slow swing as a change. The CUSUM runs over the windows of that history (window-limited), so it needs no state across
+reconciles and restarts as any look does.
+
 Latency. Quantiles come from histogram buckets and are interpolated inside a bucket as
 histogram_quantile does. Each track's quantile is bracketed by interpolating at the ranks
 p -/+ z*se (se of a quantile's rank over n samples), so a wide bucket widens the bracket. The canary
@@ -50,7 +66,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import StrEnum
 from statistics import NormalDist
 
@@ -60,6 +76,13 @@ from statistics import NormalDist
 MIN_WINDOWS = 3
 SPREAD_ERROR_SHARE = 0.25  # the spread's upper bound is exceeded with probability error_rate * this
 HAC_LAGS = 3  # windows of autocorrelation allowed for (45 s of a long request)
+# Acceptance is judged per window of at least this many seconds: windows, not single tokens, are
+# the units the statistics count (tokens within a request are correlated).
+MIN_ACCEPTANCE_WINDOW_SECONDS = 15.0
+MONTH_SECONDS = 30 * 24 * 3600
+# The guard estimates its spread from its own history: below this many windows it does not judge.
+MIN_GUARD_WINDOWS = 8
+MAX_AUTOCORRELATION = 0.98  # a lag-1 correlation above this is a trend, not noise: the horizon is capped
 TIGHTEST_AT_WINDOWS = 8.0  # m0 (smaller m0 decides sooner but breaks coverage: see test_gates)
 
 
@@ -77,6 +100,7 @@ class AcceptanceWindow:
     drafts: float
     draft_tokens: float
     accepted_tokens: float
+    end: float | None = field(default=None, compare=False)  # unix seconds, where Prometheus binned it
 
     def usable(self) -> bool:
         values = (self.drafts, self.draft_tokens, self.accepted_tokens)
@@ -123,9 +147,15 @@ def long_run_variance(residuals: Sequence[float], max_lag: int = HAC_LAGS) -> fl
     if m < 2:
         return 0.0
     lags = min(max_lag, m - 1)
-    gamma = [sum(residuals[i] * residuals[i + lag] for i in range(m - lag)) / m for lag in range(lags + 1)]
+    gamma = _autocovariances(residuals, lags)
     variance = gamma[0] + 2 * sum((1 - lag / (lags + 1)) * gamma[lag] for lag in range(1, lags + 1))
     return max(variance, gamma[0]) * m / (m - 1)
+
+
+def _autocovariances(residuals: Sequence[float], lags: int) -> list[float]:
+    """gamma_0 .. gamma_lags of residuals around zero (their own mean is already out of them)."""
+    m = len(residuals)
+    return [sum(residuals[i] * residuals[i + lag] for i in range(m - lag)) / m for lag in range(lags + 1)]
 
 
 def variance_upper_bound(variance: float, dof: int, exceeded: float) -> float:
@@ -150,6 +180,25 @@ def residual_variance(windows: Sequence[AcceptanceWindow], error_rate: float) ->
     spread = variance_upper_bound(long_run_variance(residuals), m - 1, error_rate * SPREAD_ERROR_SHARE)
     binomial = (a + 1) / (n + 2) * (n - a + 1) / (n + 2)  # p * (1 - p), no cancellation at p ~ 1
     return max(spread * m / n, binomial)
+
+
+def spread_with_horizon(residuals: Sequence[float]) -> tuple[float, int]:
+    """(long-run variance per window, its degrees of freedom) with the Bartlett bandwidth chosen from
+    the data (Andrews 1991, AR(1) plug-in): a residual series that drifts slowly gets a long
+    horizon, white noise a short one. The estimate's degrees of freedom shrink as the horizon
+    grows (Bartlett: about 1.5 m / bandwidth), so the chi-square bound widens to match."""
+    m = len(residuals)
+    if m < 3:
+        return 0.0, 1
+    gamma0, gamma1 = _autocovariances(residuals, 1)
+    rho = min(max(gamma1 / gamma0, 0.0), MAX_AUTOCORRELATION) if gamma0 > 0 else 0.0
+    plug_in = 4 * rho**2 / ((1 - rho) ** 2 * (1 + rho) ** 2)
+    bandwidth = min(max(1.1447 * (plug_in * m) ** (1 / 3), 1.0), m / 2)
+    lags = min(math.ceil(bandwidth) - 1, m - 1)
+    gamma = _autocovariances(residuals, lags)
+    variance = gamma[0] + 2 * sum((1 - lag / bandwidth) * gamma[lag] for lag in range(1, lags + 1))
+    dof = max(1, min(m - 1, round(1.5 * m / bandwidth)))
+    return max(variance, gamma[0]) * m / (m - 1), dof
 
 
 def acceptance_interval(
@@ -226,6 +275,74 @@ def acceptance_gate(
         drafts,
         f"{figures} within ({fail_at:.1f}, {pass_at:.1f}) {zone}",
     )
+
+
+# --- guard ---
+
+
+@dataclass(frozen=True)
+class GuardResult:
+    tripped: bool
+    statistic: float  # the CUSUM now
+    threshold: float  # it trips at this
+    alpha: float | None  # over the windows it saw
+    windows: int
+    message: str
+
+
+def guard_threshold(false_alarms_per_month: float, window_seconds: float) -> float:
+    """h = log(windows between false alarms): Lorden's bound E[run length] >= e^h."""
+    windows_between_alarms = MONTH_SECONDS / (false_alarms_per_month * window_seconds)
+    return math.log(max(windows_between_alarms, 1.0))
+
+
+def acceptance_guard(
+    windows: Sequence[AcceptanceWindow],
+    gate: float,
+    *,
+    indifference: float,
+    error_rate: float,
+    false_alarms_per_month: float,
+    window_seconds: float,
+) -> GuardResult:
+    """Page's CUSUM over the guard's windows (module docstring): tripped when alpha has dropped from
+    gate + indifference to gate - indifference, with false alarms at most `false_alarms_per_month`
+    while alpha stays at gate + indifference or above."""
+    # A window without drafts stays in: the windows are a time series (quiet minutes are part of
+    # the traffic's swings), and its residual and its step of the CUSUM are 0.
+    usable = [w for w in windows if w.usable()]
+    h = guard_threshold(false_alarms_per_month, window_seconds)
+    n = sum(w.draft_tokens for w in usable)
+    alpha = sum(w.accepted_tokens for w in usable) / n if n > 0 else None
+    reference = usable[: max(MIN_GUARD_WINDOWS, len(usable) * 2 // 3)]
+    if alpha is None or len(usable) < MIN_GUARD_WINDOWS or sum(w.draft_tokens for w in reference) <= 0:
+        message = f"{len(usable)} windows, {n:.0f} draft tokens: the guard judges from {MIN_GUARD_WINDOWS} windows with drafts"
+        return GuardResult(False, 0.0, h, alpha, len(usable), message)
+    s2 = guard_spread(reference, error_rate)
+    statistic = 0.0
+    for w in usable:
+        statistic = max(0.0, statistic + 2 * indifference * (gate * w.draft_tokens - w.accepted_tokens) / s2)
+    message = (
+        f"alpha {alpha:.3f} over {len(usable)} windows of {window_seconds:g}s; CUSUM {statistic:.1f}, "
+        f"trips at {h:.1f} ({false_alarms_per_month:g} false alarms per month at alpha "
+        f"{gate + indifference:g}, a drop to {gate - indifference:g} is caught)"
+    )
+    return GuardResult(statistic >= h, statistic, h, alpha, len(usable), message)
+
+
+def guard_spread(windows: Sequence[AcceptanceWindow], error_rate: float) -> float:
+    """s^2 per draft token for the guard: the long-run spread with a data-driven horizon, raised to
+    its chi-square upper bound, never below the binomial variance of independent tokens. Taken over
+    the older part of the history: a drop in the recent windows would otherwise read as slow drift
+    and hide itself (by the time it reaches the older part the guard has long tripped)."""
+    n = sum(w.draft_tokens for w in windows)
+    alpha = sum(w.accepted_tokens for w in windows) / n
+    residuals = [w.accepted_tokens - alpha * w.draft_tokens for w in windows]
+    variance, dof = spread_with_horizon(residuals)
+    spread = variance_upper_bound(variance, dof, error_rate * SPREAD_ERROR_SHARE)
+    a = alpha * n
+    binomial = (a + 1) / (n + 2) * (n - a + 1) / (n + 2)
+    return max(spread * len(windows) / n, binomial)
 
 
 # --- latency ---

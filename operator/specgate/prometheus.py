@@ -31,7 +31,13 @@ from prometheus_api_client import PrometheusConnect
 from prometheus_api_client.exceptions import PrometheusApiClientException
 
 from specgate.api import MetricsSource, is_http_url
-from specgate.gates import AcceptanceWindow, Histogram, Load, histogram_quantile
+from specgate.gates import (
+    MIN_ACCEPTANCE_WINDOW_SECONDS,
+    AcceptanceWindow,
+    Histogram,
+    Load,
+    histogram_quantile,
+)
 from specgate.rollout import TrackMetrics, Window
 
 # vLLM >= 0.10.2 names inter-token latency inter_token_latency_seconds; older versions (removed by
@@ -51,10 +57,6 @@ FAMILIES = (
     DRAFTS, DRAFT_TOKENS, ACCEPTED, ACCEPTED_PER_POS, GENERATED, SUCCEEDED, RUNNING,
     *(f"{h}_{part}" for h in HISTOGRAMS for part in ("bucket", "sum", "count")),
 )  # fmt: skip
-
-# Acceptance is judged per window of at least this many seconds: windows, not single tokens, are
-# the independent units the gate's statistics count (tokens within a request are correlated).
-MIN_ACCEPTANCE_WINDOW_SECONDS = 15.0
 
 
 class MetricsUnavailable(Exception):
@@ -259,7 +261,10 @@ def acceptance_windows(
         for series in families.get(name, []):
             for inc in series.increases(since, leave_out):
                 bins[math.ceil((inc.end - since) / step) - 1][column] += inc.value
-    windows = tuple(AcceptanceWindow(*bins[k]) for k in sorted(bins))
+    windows = tuple(
+        AcceptanceWindow(drafts, tokens, accepted, end=since + (k + 1) * step)
+        for k, (drafts, tokens, accepted) in sorted(bins.items())
+    )
     by_position: dict[str, float] = defaultdict(float)
     for series in families.get(ACCEPTED_PER_POS, []):
         by_position[series.labels.get("position", "0")] += _total([series], since, leave_out)

@@ -17,6 +17,7 @@ from specgate.api import (
     BenchmarkRun,
     BenchmarkStatus,
     GuardAction,
+    GuardStatus,
     HistoryEntry,
     Measurement,
     Phase,
@@ -30,9 +31,6 @@ from specgate.api import (
 from specgate.gates import AcceptanceWindow, Histogram, Load, Verdict
 
 HISTORY_LIMIT = 30
-# The acceptance gate needs a few windows (each at least a scrape interval) before it can say
-# anything; a shorter guard window would never trip, so the guard looks back at least this many.
-MIN_GUARD_WINDOWS = 4
 MIN_GUARD_WINDOW = timedelta(seconds=60)
 # The canary's alpha over its benchmark Job comes from Prometheus, which sees the last counters only
 # at the scrapes after the Job: wait for two of them.
@@ -226,20 +224,32 @@ def measurement_window(
     if status.phase == Phase.ANALYZING:
         return Window(since, now) if now > since else None
     if status.phase == Phase.PROMOTED and rollout.guard.enabled:
-        span = max(
-            _seconds(rollout.guard.window), MIN_GUARD_WINDOW, MIN_GUARD_WINDOWS * scrape_interval(spec)
-        )
-        return Window(max(since, now - span), now)
+        return _guard_window(spec, since, now)
     return None
+
+
+def _guard_window(spec: SpeculativeDeploymentSpec, promoted: datetime, now: datetime) -> Window | None:
+    """The guard's history: guard.window back from now (at least its minimum of windows), starting
+    on a grid of acceptance windows from the promotion, so that every look bins the same scrapes
+    into the same windows and the change detector sees each window once."""
+    step = acceptance_window(spec)
+    span = max(_seconds(spec.rollout.guard.window), MIN_GUARD_WINDOW, gates.MIN_GUARD_WINDOWS * step)
+    start = promoted + max(0, math.floor((now - span - promoted) / step)) * step
+    return Window(start, now) if now > start else None
 
 
 def scrape_interval(spec: SpeculativeDeploymentSpec) -> timedelta:
     return _seconds(spec.rollout.metrics.scrape_interval)
 
 
+def acceptance_window(spec: SpeculativeDeploymentSpec) -> timedelta:
+    """How long Prometheus's acceptance windows are (unless the samples come sparser than that)."""
+    return max(scrape_interval(spec), timedelta(seconds=gates.MIN_ACCEPTANCE_WINDOW_SECONDS))
+
+
 def benchmark_settle(spec: SpeculativeDeploymentSpec) -> timedelta:
     """How long after a benchmark Job Prometheus has scraped its last counters."""
-    return SETTLE_SCRAPES * max(scrape_interval(spec), timedelta(seconds=15))
+    return SETTLE_SCRAPES * acceptance_window(spec)
 
 
 # --- the decision ---
@@ -360,7 +370,7 @@ def failed(
             "reason": reason,
             "message": message,
             "phase_since": iso(now) if changed else status.phase_since,
-            "resume_phase": status.resume_phase if status.phase == Phase.FAILED else status.phase,
+            "resume_phase": _phase_to_resume(status),
             "observed_generation": generation,
             "history": [*status.history, entry][-HISTORY_LIMIT:] if changed else status.history,
             "conditions": conditions.conditions_for(
@@ -372,6 +382,16 @@ def failed(
     return Decision(
         failed_status, baseline_replicas=0, canary_replicas=None, events=events, touch_children=False
     )
+
+
+def _phase_to_resume(status: SpeculativeDeploymentStatus) -> Phase | None:
+    """Where a Failed object goes once its input is fixed: the phase it failed in, or, under a
+    person's pause, the phase that pause holds (the pause applies again while spec.paused is set)."""
+    if status.phase == Phase.FAILED:
+        return status.resume_phase
+    if status.phase == Phase.PAUSED and status.resume_phase is not None:
+        return status.resume_phase
+    return status.phase
 
 
 def decide(
@@ -472,6 +492,9 @@ def _paused(step: _Step) -> None:
     if step.spec.rollout.paused or resume is None:
         return  # paused by a person, or by an action that waits for spec.rollout.retry
     step.hold = False
+    if resume == Phase.PENDING:  # paused before its rollout began: begin it now
+        _restart(step)
+        return
     step.enter(resume, Reason.RESUMED, f"unpaused; resuming {resume.value}")
     step.status = step.status.model_copy(update={"resume_phase": None})
     _HANDLERS[resume](step)
@@ -724,25 +747,51 @@ def _promoted(step: _Step) -> None:
     metrics = _guard_metrics(step)
     if metrics is None:
         return
-    acceptance = _acceptance_result(spec, metrics)
+    guard = _acceptance_guard(spec, metrics, step.now)
     latency = next((r for r in _latency_results(step, metrics) if r.verdict == Verdict.FAIL), None)
-    guard_window = spec.rollout.guard.window
-    if acceptance.verdict == Verdict.FAIL:
-        _roll_back(
-            step,
-            Reason.GUARD_TRIPPED,
-            f"alpha below the gate over the last {guard_window}: {acceptance.message}",
-        )
+    step.status = step.status.model_copy(update={"guard": _guard_status(guard, metrics, step.now)})
+    if guard.tripped:
+        _roll_back(step, Reason.GUARD_TRIPPED, f"alpha dropped below the gate: {guard.message}")
     elif latency is not None:
+        guard_window = spec.rollout.guard.window
         _roll_back(
             step, Reason.GUARD_TRIPPED, f"latency regressed over the last {guard_window}: {latency.message}"
         )
     else:
+        acceptance = _acceptance_result(spec, metrics)
         if acceptance.estimate is not None:  # until the guard has drafts, the analysis figures stand
             step.status = step.status.model_copy(
                 update={"canary": _canary_measurement(metrics, acceptance, step.now)}
             )
-        step.note(Reason.GUARDING, f"guard: {acceptance.message}")
+        step.note(Reason.GUARDING, f"guard: {guard.message}")
+
+
+def _acceptance_guard(
+    spec: SpeculativeDeploymentSpec, metrics: TrackMetrics, now: datetime
+) -> gates.GuardResult:
+    """The change detector over the guard's complete windows (the one still filling is left for
+    the next look, so that no window is judged twice)."""
+    g, guard = spec.rollout.gates, spec.rollout.guard
+    complete = [w for w in metrics.acceptance if w.end is None or w.end <= now.timestamp()]
+    return gates.acceptance_guard(
+        complete,
+        g.min_acceptance_rate,
+        indifference=g.indifference,
+        error_rate=g.error_rate,
+        false_alarms_per_month=guard.false_alarms_per_month,
+        window_seconds=metrics.acceptance_window_seconds or acceptance_window(spec).total_seconds(),
+    )
+
+
+def _guard_status(guard: gates.GuardResult, metrics: TrackMetrics, now: datetime) -> GuardStatus:
+    return GuardStatus(
+        statistic=round(guard.statistic, 3),
+        threshold=round(guard.threshold, 3),
+        alpha=None if guard.alpha is None else round(guard.alpha, 4),
+        windows=guard.windows,
+        window_seconds=metrics.acceptance_window_seconds,
+        checked_at=iso(now),
+    )
 
 
 def _canary_serves(step: _Step) -> bool:

@@ -93,7 +93,7 @@ def test_guard_rolls_back_when_alpha_drifts_after_promotion_keeping_every_replic
     status = run.status
     assert "Promoted" in run.phases, run.phases
     assert (status["phase"], status["reason"]) == ("RolledBack", "GuardTripped"), status.get("message")
-    assert "alpha below the gate" in status["message"]
+    assert "alpha dropped below the gate" in status["message"]
     assert canary_replicas(lab["api_client"], lab["namespace"], "drift") == 0
     baseline = client.AppsV1Api(lab["api_client"]).read_namespaced_deployment(
         "drift-baseline", lab["namespace"]

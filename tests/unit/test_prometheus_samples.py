@@ -3,13 +3,16 @@ returns them: one point per scrape, counters that only grow except when an engin
 
 from __future__ import annotations
 
+import math
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
-from specgate import prometheus
+from specgate import api, prometheus
 from specgate.gates import AcceptanceWindow
-from specgate.prometheus import ACCEPTED, DRAFT_TOKENS, DRAFTS, Series
+from specgate.prometheus import ACCEPTED, DRAFT_TOKENS, DRAFTS, Selector, Series
 from specgate.rollout import Window
 
 T0 = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
@@ -110,3 +113,92 @@ def test_benchmark_requests_do_not_move_the_traffic_alpha() -> None:
         (10 * 585 * 0.6 + 40 * 180 * 0.95) / (10 * 585 + 40 * 180)
     )
     assert len(clean.acceptance) < len(mixed.acceptance)
+
+
+# --- the ITL histogram's older name and custom target labels ---
+
+OLD_ITL = "vllm:time_per_output_token_seconds"  # vLLM before 0.10.2 (removed by 0.13)
+NEW_ITL = "vllm:inter_token_latency_seconds"
+
+
+def itl_series(name: str, per_scrape: tuple[float, float], minutes: float = 2) -> dict[str, list[Series]]:
+    """One pod's ITL histogram scraped every 15 s from T0: per scrape, per_scrape[0] samples at most
+    25 ms and per_scrape[1] between 25 and 50 ms, 1.2 s of ITL in all (40 samples, 30 ms mean)."""
+    fast, slow = per_scrape
+    stamps = [T0.timestamp() + 15 * i for i in range(int(minutes * 4) + 1)]
+    cumulative = {"0.025": fast, "0.05": fast + slow, "+Inf": fast + slow}
+    pod = {"instance": "a:8000"}
+    return {
+        f"{name}_bucket": [
+            Series({**pod, "le": le}, tuple((t, per * i) for i, t in enumerate(stamps)))
+            for le, per in cumulative.items()
+        ],
+        f"{name}_sum": [Series(pod, tuple((t, 1.2 * i) for i, t in enumerate(stamps)))],
+        f"{name}_count": [Series(pod, tuple((t, (fast + slow) * i) for i, t in enumerate(stamps)))],
+    }
+
+
+def test_the_older_itl_name_is_read_when_the_newer_is_absent() -> None:
+    """A vLLM older than 0.10.2 exports only time_per_output_token_seconds: 8 scrape increases of
+    (10, 30) samples give buckets (80, 320, 320) and a 30 ms mean."""
+    window = Window(T0, T0 + timedelta(minutes=2))
+    metrics = prometheus._track_metrics(itl_series(OLD_ITL, (10, 30)), window, 15.0, ())
+    assert metrics.itl is not None
+    assert (metrics.itl.bounds, metrics.itl.counts) == ((0.025, 0.05, math.inf), (80.0, 320.0, 320.0))
+    assert metrics.mean_itl_ms == pytest.approx(30.0)
+
+
+def test_the_newer_itl_name_wins_when_both_are_exported() -> None:
+    families = {**itl_series(OLD_ITL, (10, 30)), **itl_series(NEW_ITL, (30, 10))}
+    metrics = prometheus._track_metrics(families, Window(T0, T0 + timedelta(minutes=2)), 15.0, ())
+    assert metrics.itl is not None and metrics.itl.counts == (240.0, 320.0, 320.0)
+
+
+CUSTOM_LABELS = {"namespaceLabel": "kubernetes_namespace", "deploymentLabel": "app", "trackLabel": "role"}
+
+
+def custom_selector() -> Selector:
+    source = api.MetricsSource.model_validate(CUSTOM_LABELS)
+    return Selector("ml", "llama", "canary", source)
+
+
+def test_custom_target_labels_name_the_matchers() -> None:
+    assert custom_selector().matchers() == 'kubernetes_namespace="ml",app="llama",role="canary"'
+
+
+@dataclass
+class FakeConnection:
+    """PrometheusConnect's custom_query: records the query, answers with raw JSON-shaped series."""
+
+    result: list[dict[str, Any]]
+    queries: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+
+    def custom_query(self, query: str, params: dict[str, Any]) -> list[dict[str, Any]]:
+        self.queries.append((query, params))
+        return self.result
+
+
+def as_json(families: dict[str, list[Series]], labels: dict[str, str]) -> list[dict[str, Any]]:
+    """The series as Prometheus's API returns them: __name__ among the labels, values as strings."""
+    return [
+        {"metric": {"__name__": name, **labels, **s.labels}, "values": [[t, str(v)] for t, v in s.points]}
+        for name, series in families.items()
+        for s in series
+    ]
+
+
+def test_a_track_is_queried_and_read_by_custom_target_labels(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The range query selects the track by the configured label names (none of the defaults), over
+    the 2 min window plus two 15 s scrapes, at the window's end; the older ITL name in the answer is
+    read as the ITL."""
+    labels = {"kubernetes_namespace": "ml", "app": "llama", "role": "canary"}
+    connection = FakeConnection(as_json(itl_series(OLD_ITL, (10, 30)), labels))
+    client = prometheus.PrometheusClient("http://prometheus:9090")
+    monkeypatch.setattr(client, "_connection", connection)
+    end = T0 + timedelta(minutes=2)
+    metrics = client.track_metrics(custom_selector(), Window(T0, end), 15.0)
+    [(query, params)] = connection.queries
+    assert query.endswith(',kubernetes_namespace="ml",app="llama",role="canary"}[150s]'), query
+    assert "specgate_dev" not in query and params == {"time": end.timestamp()}
+    assert metrics is not None and metrics.itl is not None
+    assert metrics.itl.counts == (80.0, 320.0, 320.0)

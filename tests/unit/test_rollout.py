@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 import random
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 
-from specgate import api, rollout
+from specgate import api, render, rollout
 from specgate.api import Phase
 from specgate.gates import AcceptanceWindow, Histogram, Load
 from specgate.rollout import Decision, Observation, Reason, TrackMetrics, TrackState
@@ -98,6 +99,10 @@ class Run:
     def phase(self) -> Phase:
         return self.status.phase
 
+    def expect(self, phase: Phase) -> None:
+        """Assert the phase (a method, so that mypy does not narrow run.phase across steps)."""
+        assert self.phase == phase, self.status.message
+
     def to_canary(self) -> None:
         self.step(baseline=ready(2))
         self.step(baseline=ready(2))  # Ready seen: warm-up starts
@@ -121,7 +126,7 @@ class Run:
         )
         assert self.phase == Phase.PROMOTING, self.status.message
         self.step(baseline=ready(1), canary=ready(2))
-        assert self.phase == Phase.PROMOTED
+        self.expect(Phase.PROMOTED)
 
 
 def test_a_new_object_starts_its_baseline() -> None:
@@ -146,7 +151,7 @@ def test_baseline_waits_for_ready_then_warms_up_then_measures() -> None:
     assert run.phase == Phase.BASELINE  # warm-up (30 s) + window (60 s) not over yet
     measured = replace(metrics(), mean_itl_ms=41.5, window_start=run.now - timedelta(seconds=25))
     d = run.step(after=35, baseline=ready(2), baseline_metrics=measured)
-    assert run.phase == Phase.CANARY
+    run.expect(Phase.CANARY)
     # The canary starts on the spare GPU; the baseline shrinks to 1 only once the canary is Ready.
     assert (d.baseline_replicas, d.canary_replicas) == (2, 1)
     assert run.status.baseline is not None and run.status.baseline.p99_itl_ms == pytest.approx(
@@ -222,7 +227,8 @@ def test_good_canary_is_promoted_after_a_full_window() -> None:
     d = run.step(
         after=50, baseline=ready(1), canary=ready(1), baseline_metrics=metrics(), canary_metrics=metrics(0.8)
     )
-    assert run.phase == Phase.PROMOTING and d.canary_replicas == 2
+    run.expect(Phase.PROMOTING)
+    assert d.canary_replicas == 2
     canary = run.status.canary
     assert canary is not None and canary.alpha == pytest.approx(0.8, abs=0.01)
     assert canary.mean_acceptance_length == pytest.approx(1 + 0.8 * 4, abs=0.01)
@@ -459,7 +465,8 @@ def test_retry_reruns_only_an_ended_rollout() -> None:
     run.to_analyzing()
     edit(run, retry=1)
     d = run.step(baseline=ready(1), canary=ready(1))
-    assert run.phase == Phase.ANALYZING and Reason.RETRY_IGNORED in [e.reason for e in d.events]
+    run.expect(Phase.ANALYZING)
+    assert Reason.RETRY_IGNORED in [e.reason for e in d.events]
     run.step(
         after=20, baseline=ready(1), canary=ready(1), baseline_metrics=metrics(), canary_metrics=metrics(0.3)
     )
@@ -554,68 +561,130 @@ def test_history_and_conditions_keep_transition_times() -> None:
     assert [h.phase for h in run.status.history] == [Phase.BASELINE, Phase.CANARY]
 
 
+TEMPLATE = render.template_hash(make_spec())  # what the pods run in every row of TABLE
+EDITED = 2  # the generation after one spec edit: the API server bumps it on every change of spec
+
+
 def at(phase: Phase, **fields: Any) -> api.SpeculativeDeploymentStatus:
-    """A status in phase, entered a minute before T0, for generation 1."""
-    since = rollout.iso(T0 - timedelta(seconds=60))
-    return api.SpeculativeDeploymentStatus(phase=phase, phase_since=since, observed_generation=1, **fields)
+    """A status in phase as this operator writes it for generation 1 (the pods' template hash, the
+    retry it saw, the generation its rollout began at), entered a minute before T0."""
+    gated = TEMPLATE if phase in (Phase.PROMOTING, Phase.PROMOTED) else None
+    return api.SpeculativeDeploymentStatus(
+        phase=phase,
+        phase_since=rollout.iso(T0 - timedelta(seconds=60)),
+        observed_generation=1,
+        template_hash=TEMPLATE,
+        passed_template_hash=gated,
+        rollout_generation=1,
+        observed_retry=0,
+        **fields,
+    )
 
 
 LONG_AGO = rollout.iso(T0 - timedelta(minutes=30))
 HALF_READY = TrackState(exists=True, replicas=2, ready_replicas=1)
 CRASHING = TrackState(exists=True, replicas=1, failure="pod c: CrashLoopBackOff")
 GOOD = {"baseline_metrics": metrics(), "canary_metrics": metrics(0.8)}
+PAUSE = {"paused": True}
+# The children of each pausable phase as a person finds them: what a pause must hold as they are.
+CHILDREN: dict[Phase, dict[str, TrackState]] = {
+    Phase.BASELINE: {"baseline": ready(2)},
+    Phase.CANARY: {"baseline": ready(2), "canary": TrackState(exists=True, replicas=1)},
+    Phase.ANALYZING: {"baseline": ready(1), "canary": ready(1)},
+    Phase.PROMOTING: {"baseline": ready(1), "canary": HALF_READY},
+    Phase.PROMOTED: {"baseline": TrackState(exists=True), "canary": ready(2)},
+}
+# A new object created paused whose Service name was taken, once the other object is gone (no spec
+# change, so the same generation): Failed resumes Pending, the one way a stored status is Pending
+# without beginning a new rollout.
+NAME_FREED = rollout.failed(
+    Reason.NAME_CONFLICT, "Service ns/m is taken", api.SpeculativeDeploymentStatus(), 1, T0
+).status
 
-# (from status, spec overrides, observation fields, expected phase): one row per arrow of TRANSITIONS.
-TABLE: list[tuple[api.SpeculativeDeploymentStatus, dict[str, Any], dict[str, Any], Phase]] = [
-    (at(Phase.PENDING), {}, {}, Phase.BASELINE),
-    (at(Phase.PENDING), {"paused": True}, {}, Phase.PAUSED),
-    (at(Phase.BASELINE, ready_since=LONG_AGO), {}, {"baseline": ready(2), **GOOD}, Phase.CANARY),
-    (
+
+class Row(NamedTuple):
+    """decide() on `status`, the spec with rollout `overrides` at `generation`, observing `fields`."""
+
+    status: api.SpeculativeDeploymentStatus
+    overrides: dict[str, Any]
+    fields: dict[str, Any]
+    expected: Phase
+    generation: int = 1
+    source: Phase | None = None  # the arrow's start, where decide() gets there from status.phase
+
+    def arrow(self) -> tuple[Phase, Phase]:
+        return (self.source or self.status.phase, self.expected)
+
+
+# One row per arrow of TRANSITIONS that production reaches; every spec edit bumps the generation.
+TABLE: list[Row] = [
+    Row(api.SpeculativeDeploymentStatus(), {}, {}, Phase.BASELINE),  # a new object: no status yet
+    Row(NAME_FREED, PAUSE, {}, Phase.PAUSED, source=Phase.PENDING),
+    Row(at(Phase.BASELINE, ready_since=LONG_AGO), {}, {"baseline": ready(2), **GOOD}, Phase.CANARY),
+    Row(
         at(Phase.BASELINE, ready_since=LONG_AGO, metrics_unavailable_since=LONG_AGO),
         {},
         {"baseline": ready(2), "metrics_error": "down"},
         Phase.ROLLED_BACK,
     ),
-    (at(Phase.BASELINE), {"paused": True}, {}, Phase.PAUSED),
-    (at(Phase.CANARY), {}, {"baseline": ready(1), "canary": ready(1)}, Phase.ANALYZING),
-    (at(Phase.CANARY), {}, {"baseline": HALF_READY, "canary": CRASHING}, Phase.ROLLING_BACK),
-    (at(Phase.CANARY), {"paused": True}, {}, Phase.PAUSED),
-    (at(Phase.ANALYZING), {}, {"baseline": ready(1), "canary": ready(1), **GOOD}, Phase.PROMOTING),
-    (
+    Row(at(Phase.CANARY), {}, {"baseline": ready(1), "canary": ready(1)}, Phase.ANALYZING),
+    Row(at(Phase.CANARY), {}, {"baseline": HALF_READY, "canary": CRASHING}, Phase.ROLLING_BACK),
+    Row(at(Phase.ANALYZING), {}, {"baseline": ready(1), "canary": ready(1), **GOOD}, Phase.PROMOTING),
+    Row(
         at(Phase.ANALYZING),
         {},
         {"baseline": HALF_READY, "canary": ready(1), "canary_metrics": metrics(0.2)},
         Phase.ROLLING_BACK,
     ),
-    (at(Phase.ANALYZING), {"paused": True}, {}, Phase.PAUSED),
-    (at(Phase.PROMOTING), {}, {"baseline": ready(1), "canary": ready(2)}, Phase.PROMOTED),
-    (at(Phase.PROMOTING), {}, {"baseline": HALF_READY, "canary": CRASHING}, Phase.ROLLING_BACK),
-    (at(Phase.PROMOTING), {"paused": True}, {}, Phase.PAUSED),
-    (at(Phase.PROMOTED), {}, {"canary": ready(2), "canary_metrics": metrics(0.2)}, Phase.ROLLING_BACK),
-    (at(Phase.PROMOTED), {"paused": True}, {"canary": ready(2)}, Phase.PAUSED),
-    (at(Phase.ROLLING_BACK), {}, {"baseline": ready(2)}, Phase.ROLLED_BACK),
-    *[
-        (at(Phase.PAUSED, resume_phase=target), {}, {}, target)
-        for target in rollout.TRANSITIONS[Phase.PAUSED]
-    ],
+    Row(at(Phase.PROMOTING), {}, {"baseline": ready(1), "canary": ready(2)}, Phase.PROMOTED),
+    Row(at(Phase.PROMOTING), {}, {"baseline": HALF_READY, "canary": CRASHING}, Phase.ROLLING_BACK),
+    Row(at(Phase.PROMOTED), {}, {"canary": ready(2), "canary_metrics": metrics(0.2)}, Phase.ROLLING_BACK),
+    Row(at(Phase.ROLLING_BACK), {}, {"baseline": ready(2)}, Phase.ROLLED_BACK),
+    *[Row(at(phase), PAUSE, children, Phase.PAUSED, EDITED) for phase, children in CHILDREN.items()],
+    *[Row(at(Phase.PAUSED, resume_phase=p), {}, CHILDREN[p], p, EDITED) for p in CHILDREN],
 ]
+# Arrows no input reaches, and why (decide() still never takes an arrow outside TRANSITIONS).
+UNREACHABLE = {
+    # A pause records the phase it holds in resumePhase, and RollingBack is never paused (UNPAUSABLE);
+    # a Failed spec that resumes RollingBack resumes it directly, not through Paused.
+    (Phase.PAUSED, Phase.ROLLING_BACK): "no pause holds a rollback",
+}
 
 
-@pytest.mark.parametrize(("status", "overrides", "fields", "expected"), TABLE)
-def test_transition(
-    status: api.SpeculativeDeploymentStatus,
-    overrides: dict[str, Any],
-    fields: dict[str, Any],
-    expected: Phase,
-) -> None:
-    decision = rollout.decide(make_spec(**overrides), status, Observation(generation=1, **fields), T0)
-    assert decision.status.phase == expected, decision.status.message
-    assert decision.status.history[-1].phase == expected
+def arrows_taken(
+    before: api.SpeculativeDeploymentStatus, after: api.SpeculativeDeploymentStatus
+) -> list[tuple[Phase, Phase]]:
+    """The phase changes of one decision, from its history (a resumed phase has an entry too)."""
+    phases = [before.phase, *(h.phase for h in after.history[len(before.history) :])]
+    return list(itertools.pairwise(phases))
 
 
-def test_the_table_covers_every_arrow() -> None:
+def assert_held(decision: Decision, observation: Observation) -> None:
+    """Every existing Deployment keeps its replicas and its pods' template."""
+    assert decision.keep_template == {"baseline", "canary"}
+    if observation.baseline.exists:
+        assert decision.baseline_replicas == observation.baseline.replicas
+    if observation.canary.exists:
+        assert decision.canary_replicas == observation.canary.replicas
+
+
+@pytest.mark.parametrize("row", TABLE, ids=lambda row: "->".join(p.value for p in row.arrow()))
+def test_transition(row: Row) -> None:
+    """decide() takes the row's arrow; a pause remembers the phase it holds and changes no pod."""
+    observation = Observation(generation=row.generation, **row.fields)
+    decision = rollout.decide(make_spec(**row.overrides), row.status, observation, T0)
+    assert decision.status.phase == row.expected, decision.status.message
+    assert row.arrow() in arrows_taken(row.status, decision.status)
+    assert decision.status.observed_generation == row.generation
+    if row.expected == Phase.PAUSED:
+        assert decision.status.resume_phase == row.arrow()[0]
+        assert_held(decision, observation)
+
+
+def test_the_table_covers_every_reachable_arrow() -> None:
     arrows = {(a, b) for a, targets in rollout.TRANSITIONS.items() for b in targets}
-    assert {(status.phase, expected) for status, _, _, expected in TABLE} == arrows
+    covered = {row.arrow() for row in TABLE}
+    assert covered.isdisjoint(UNREACHABLE) and covered | UNREACHABLE.keys() == arrows
 
 
 def test_settled_phases_stay_put() -> None:

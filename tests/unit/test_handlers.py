@@ -1,0 +1,201 @@
+"""handlers.py's wiring (observe -> decide -> apply, and the status patch), with specgate.kube and
+the Prometheus client faked at their module seam: the calls the handler makes, in its order."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+import kopf
+import pytest
+from tests.unit.test_rollout import T0, Run, make_spec, metrics, ready
+
+from specgate import api, handlers, kube
+from specgate.api import Phase
+from specgate.prometheus import MetricsUnavailable, Selector
+from specgate.render import Manifest, Owner
+from specgate.rollout import Decision, Reason, TrackMetrics, TrackState, Window
+
+OWNER = Owner(name="llama", namespace="ml", uid="u-1")
+PROMETHEUS = "http://prometheus.monitoring:9090"
+JOBS = frozenset({"llama-bench-baseline-1", "llama-bench-canary-1"})  # the rollout of generation 1
+
+
+@dataclass
+class FakeKube:
+    """The functions handlers.py calls on specgate.kube: reads answer from `tracks` (by Deployment
+    name) and `taken`; writes are recorded in `calls`."""
+
+    tracks: dict[str, TrackState] = field(default_factory=dict)
+    taken: list[str] = field(default_factory=list)
+    calls: list[tuple[Any, ...]] = field(default_factory=list)
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> FakeKube:
+        for name in ("track_state", "foreign_children", "apply", "scale_deployment", "delete_benchmark_jobs"):
+            monkeypatch.setattr(kube, name, getattr(self, name))
+        return self
+
+    def track_state(self, namespace: str, name: str, selector: dict[str, str]) -> TrackState:
+        return self.tracks.get(name, TrackState())
+
+    def foreign_children(self, manifests: list[Manifest], owner_uid: str) -> list[str]:
+        return list(self.taken)
+
+    def apply(self, manifest: Manifest) -> None:
+        replicas = manifest["spec"].get("replicas")
+        self.calls.append(("apply", manifest["kind"], manifest["metadata"]["name"], replicas))
+
+    def scale_deployment(self, namespace: str, name: str, replicas: int) -> None:
+        self.calls.append(("scale", name, replicas))
+
+    def delete_benchmark_jobs(self, owner: Owner, keep: set[str]) -> None:
+        self.calls.append(("delete jobs but", frozenset(keep)))
+
+
+@dataclass
+class FakePrometheus:
+    """Stands in for the PrometheusClient class: answers track_metrics by track (an exception is
+    raised) and records each query's URL, matchers, window and scrape interval."""
+
+    answers: dict[str, TrackMetrics | Exception] = field(default_factory=dict)
+    queries: list[tuple[str, str, Window, float]] = field(default_factory=list)
+    url: str = ""
+
+    def install(self, monkeypatch: pytest.MonkeyPatch) -> FakePrometheus:
+        monkeypatch.setattr(handlers, "PrometheusClient", self)
+        return self
+
+    def __call__(self, url: str) -> FakePrometheus:
+        self.url = url
+        return self
+
+    def track_metrics(
+        self, sel: Selector, window: Window, scrape_interval: float, leave_out: Sequence[Window] = ()
+    ) -> TrackMetrics | None:
+        self.queries.append((self.url, sel.matchers(), window, scrape_interval))
+        answer = self.answers[sel.track]
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+
+def reconcile_step(run: Run, after: float) -> Decision:
+    """handlers.step on the run's spec and status, `after` seconds after its last step."""
+    raw = run.spec.model_dump(by_alias=True, mode="json")
+    return handlers.step(raw, run.status, OWNER, run.generation, run.now + timedelta(seconds=after))
+
+
+def rolling_back() -> Run:
+    """A promoted rollout whose canary crash-loops: RollingBack, the baseline grown to 1 pod."""
+    run = Run()
+    run.to_promoted()
+    crash = TrackState(exists=True, replicas=2, ready_replicas=2, failure="pod c-2: CrashLoopBackOff")
+    d = run.step(baseline=TrackState(exists=True), canary=crash)
+    assert (run.phase, d.baseline_replicas, d.canary_replicas) == (Phase.ROLLING_BACK, 1, 2)
+    return run
+
+
+def test_a_rollback_shrinks_the_canary_before_it_grows_the_baseline(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Baseline 1 -> 2 and canary 2 -> 1 in one step: the shrinking canary first (only scaled: its
+    pods keep their template), then the baseline's manifest, the Service, and old benchmark Jobs."""
+    fake = FakeKube({"llama-baseline": ready(1), "llama-canary": ready(2)}).install(monkeypatch)
+    prometheus = FakePrometheus().install(monkeypatch)
+    decision = reconcile_step(rolling_back(), after=10)
+    assert fake.calls == [
+        ("scale", "llama-canary", 1),
+        ("apply", "Deployment", "llama-baseline", 2),
+        ("apply", "Service", "llama", None),
+        ("delete jobs but", JOBS),
+    ]
+    assert decision.status.phase == Phase.ROLLING_BACK and prometheus.queries == []
+
+
+def analyzing() -> Run:
+    """A canary 70 s into its analysis (warm-up over at T0 + 155 s), Prometheus in the spec."""
+    run = Run(make_spec(metrics={"prometheusUrl": PROMETHEUS}))
+    run.to_analyzing()
+    assert run.now == T0 + timedelta(seconds=155)
+    return run
+
+
+def test_an_analysis_reads_both_tracks_over_the_analysis_window(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Prometheus is asked for each track by its target labels over [warm-up end, now], and its
+    figures decide: a passing canary is promoted, growing first (the baseline keeps its pod)."""
+    fake = FakeKube({"llama-baseline": ready(1), "llama-canary": ready(1)}).install(monkeypatch)
+    answers: dict[str, TrackMetrics | Exception] = {"baseline": metrics(), "canary": metrics(0.8)}
+    prometheus = FakePrometheus(answers).install(monkeypatch)
+    decision = reconcile_step(analyzing(), after=70)
+    window = Window(T0 + timedelta(seconds=155), T0 + timedelta(seconds=225))
+    labels = 'namespace="ml",specgate_dev_deployment="llama",specgate_dev_track='
+    assert prometheus.queries == [
+        (PROMETHEUS, labels + '"baseline"', window, 15.0),
+        (PROMETHEUS, labels + '"canary"', window, 15.0),
+    ]
+    assert (decision.status.phase, decision.status.verdict) == (Phase.PROMOTING, "Pass")
+    assert fake.calls == [
+        ("apply", "Deployment", "llama-baseline", 1),
+        ("apply", "Deployment", "llama-canary", 2),
+        ("apply", "Service", "llama", None),
+        ("delete jobs but", JOBS),
+    ]
+
+
+def test_prometheus_down_is_metrics_unavailable_not_a_crash(monkeypatch: pytest.MonkeyPatch) -> None:
+    FakeKube({"llama-baseline": ready(1), "llama-canary": ready(1)}).install(monkeypatch)
+    down = MetricsUnavailable("Prometheus query failed: connection refused")
+    FakePrometheus({"baseline": down, "canary": down}).install(monkeypatch)
+    decision = reconcile_step(analyzing(), after=70)
+    status = decision.status
+    assert (status.phase, status.reason, status.verdict) == (
+        Phase.ANALYZING,
+        Reason.METRICS_UNAVAILABLE,
+        "MetricsUnavailable",
+    )
+    assert "connection refused" in (status.message or "")
+
+
+def test_a_name_conflict_touches_no_child_and_asks_prometheus_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    taken = "Service ml/llama (not created by this SpeculativeDeployment)"
+    fake = FakeKube(taken=[taken]).install(monkeypatch)
+    prometheus = FakePrometheus().install(monkeypatch)
+    decision = reconcile_step(analyzing(), after=70)
+    assert (decision.status.phase, decision.status.reason) == (Phase.FAILED, Reason.NAME_CONFLICT)
+    assert taken in (decision.status.message or "")
+    assert (fake.calls, prometheus.queries) == ([], [])
+
+
+STORED = api.SpeculativeDeploymentStatus(
+    phase=Phase.ANALYZING,
+    observed_generation=1,
+    verdict="MetricsUnavailable",
+    metrics_unavailable_since="2026-11-22T12:00:00Z",
+)
+
+
+def stored_object(status: api.SpeculativeDeploymentStatus) -> kopf.Body:
+    """The object as the API server holds it: a merge patch's nulls are absent, not null."""
+    return kopf.Body({"status": status.model_dump(by_alias=True, mode="json", exclude_none=True)})
+
+
+def test_write_status_deletes_the_fields_the_new_status_clears() -> None:
+    """Metrics back: verdict and metricsUnavailableSince go to None, which the merge patch must
+    carry as null (left out, the API server would keep the old values)."""
+    patch = kopf.Patch(body=stored_object(STORED))
+    new = STORED.model_copy(update={"verdict": None, "metrics_unavailable_since": None})
+    handlers.write_status(patch, STORED, new)
+    cleared = {key: patch["status"].get(key, "left out") for key in ("verdict", "metricsUnavailableSince")}
+    assert cleared == {"verdict": None, "metricsUnavailableSince": None}
+    assert sorted(patch.as_json_patch(), key=lambda op: str(op["path"])) == [
+        {"op": "remove", "path": "/status/metricsUnavailableSince"},
+        {"op": "remove", "path": "/status/verdict"},
+    ]
+
+
+def test_write_status_leaves_an_unchanged_status_alone() -> None:
+    patch = kopf.Patch(body=stored_object(STORED))
+    handlers.write_status(patch, STORED, STORED.model_copy())
+    assert dict(patch) == {}

@@ -1,0 +1,254 @@
+"""The README and the runbooks name only what exists: make targets, spec fields, Helm values, files.
+
+A newcomer copies what the README says. These checks read README.md and runbooks/*.md and hold
+every name they use against its source: `make X` against the Makefile and hack/*.mk, field paths
+against the CRD schema generated from api.py (and the chart's values for Helm settings), links and
+paths against the repository, the `kubectl get sd` header against the CRD's printer columns.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from tests.conftest import ROOT
+
+from specgate import api, crd
+
+README = ROOT / "README.md"
+RUNBOOKS = ROOT / "runbooks"
+DOCS = [README, *sorted(RUNBOOKS.glob("*.md"))]
+Node = dict[str, Any]
+
+
+def code_spans(text: str) -> list[str]:
+    """The inline code spans and the fenced code blocks of a Markdown text."""
+    fenced = re.findall(r"^```[^\n]*\n(.*?)^```", text, flags=re.S | re.M)
+    prose = re.sub(r"^```[^\n]*\n.*?^```", "", text, flags=re.S | re.M)
+    return fenced + re.findall(r"`([^`\n]+)`", prose)
+
+
+def fenced_blocks(text: str, language: str) -> list[str]:
+    return re.findall(rf"^```{language}\n(.*?)^```", text, flags=re.S | re.M)
+
+
+# --- make targets ---
+
+
+def make_targets() -> set[str]:
+    targets: set[str] = set()
+    for path in [ROOT / "Makefile", *sorted((ROOT / "hack").glob("*.mk"))]:
+        for line in path.read_text().splitlines():
+            match = re.match(r"^([A-Za-z0-9_.-]+)\s*:(?!=)", line)
+            if match and not match.group(1).startswith("."):
+                targets.add(match.group(1))
+    return targets
+
+
+def make_invocations(text: str) -> set[str]:
+    """Targets of `make [VAR=value ...] target` in the code of a text (`make help`, `make demo KEEP=1`)."""
+    found: set[str] = set()
+    for code in code_spans(text):
+        for match in re.finditer(r"(?:^|[\s;&|(])make\s+((?:[A-Z_]+=\S*\s+)*)([a-z][a-z0-9_-]*)", code):
+            found.add(match.group(2))
+    return found
+
+
+def test_every_make_target_named_exists() -> None:
+    named = set().union(*(make_invocations(doc.read_text()) for doc in DOCS))
+    assert {"demo", "test", "cluster-up"} <= named, "the README's own make commands were not found"
+    assert named - make_targets() == set()
+
+
+# --- field paths ---
+
+
+def spec_schema() -> Node:
+    node: Node = crd.crd()["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    return node
+
+
+def nodes(schema: Node) -> Iterator[Node]:
+    yield schema
+    for sub in schema.get("properties", {}).values():
+        yield from nodes(sub)
+    if isinstance(schema.get("items"), dict):
+        yield from nodes(schema["items"])
+
+
+def resolve(schema: Node, parts: list[str]) -> bool:
+    node = schema
+    for part in parts:
+        while "items" in node and "properties" not in node:  # a list: its items' fields
+            node = node["items"]
+        properties = node.get("properties", {})
+        if part not in properties:
+            return False
+        node = properties[part]
+    return True
+
+
+def helm_values() -> Node:
+    values: Node = yaml.safe_load((ROOT / "charts" / "specgate" / "values.yaml").read_text())
+    return values
+
+
+def resolve_values(values: Any, parts: list[str]) -> bool:
+    for part in parts:
+        if not isinstance(values, dict) or part not in values:
+            return False
+        values = values[part]
+    return True
+
+
+FIELD_PATH = re.compile(r"^[a-z][A-Za-z0-9]*(?:\.[a-z][A-Za-z0-9]*)+(?:\.\*)?$")
+
+
+def field_paths(text: str) -> set[str]:
+    """Dotted camelCase names in code spans: `spec.rollout.gates.minDrafts`, `metrics.scrapeInterval`."""
+    found: set[str] = set()
+    for code in code_spans(text):
+        for token in re.split(r"[\s,;()'\"=:{}\[\]]+", code.strip()):
+            token = token.rstrip(".")
+            if FIELD_PATH.match(token):
+                found.add(token.removesuffix(".*"))
+    return found
+
+
+def field_problem(path: str, root: Node, values: Node) -> str | None:
+    """Why path names nothing, or None. spec./status. paths must resolve from the object's root;
+    other paths whose first name is a field or a Helm value must resolve somewhere below it."""
+    parts = path.split(".")
+    properties = root["properties"]
+    if parts[0] in ("spec", "status"):
+        return None if resolve(root, parts) else f"{path}: not in the CRD schema"
+    known_names = {name for node in nodes(root) for name in node.get("properties", {})}
+    if parts[0] not in known_names and parts[0] not in values:
+        return None  # not a field path: a file name, a Python module, kubectl's `sd.spec`
+    if resolve_values(values, parts):
+        return None
+    for node in nodes(properties["spec"]):
+        if resolve(node, parts):
+            return None
+    for node in nodes(properties["status"]):
+        if resolve(node, parts):
+            return None
+    return f"{path}: neither a spec or status field (relative to any object) nor a Helm value"
+
+
+def test_every_field_path_named_exists_in_the_crd_schema() -> None:
+    root, values = spec_schema(), helm_values()
+    problems = []
+    for doc in DOCS:
+        paths = field_paths(doc.read_text())
+        problems += [f"{doc.name}: {p}" for path in sorted(paths) if (p := field_problem(path, root, values))]
+    assert problems == []
+
+
+def test_the_field_check_sees_the_readme_fields() -> None:
+    """The README's field names are found, and one misspelled is caught (the check is not vacuous)."""
+    paths = field_paths(README.read_text())
+    assert {"rollout.metrics.scrapeInterval", "rollout.gates.minAcceptanceRate", "guard.window"} <= paths
+    root, values = spec_schema(), helm_values()
+    assert field_problem("rollout.metrics.scrapeInterval", root, values) is None
+    assert field_problem("rollout.metrics.scrapeIntervall", root, values) is not None
+    assert field_problem("gates.maxP99PerTokenRegresion", root, values) is not None
+    assert field_problem("spec.rollout.gates.minDraft", root, values) is not None
+    assert field_problem("metrics.prometheusRule.enabled", root, values) is None  # a Helm value
+
+
+def table_fields(text: str) -> set[str]:
+    """The names in the first column of the README's field table (`promptLookupMin/Max` is two)."""
+    section = text.split("## A SpeculativeDeployment", 1)[1].split("\n## ", 1)[0]
+    names: set[str] = set()
+    for row in re.findall(r"^\| (`.*?) \|", section, flags=re.M):
+        for token in re.findall(r"`([^`]+)`", row):
+            left, _, right = token.partition("/")
+            names.add(left.removesuffix(".*"))
+            if right:
+                names.add(re.sub(r"[A-Z][a-z0-9]*$", right, left))
+    return names
+
+
+def test_every_name_in_the_field_table_is_a_spec_field() -> None:
+    spec = spec_schema()["properties"]["spec"]
+    known = {name for node in nodes(spec) for name in node.get("properties", {})}
+    names = table_fields(README.read_text())
+    assert {"canaryReplicas", "promptLookupMax", "maxP99ItlRegression"} <= names
+    unknown = [n for n in sorted(names) if not all(part in known for part in n.split("."))]
+    assert unknown == []
+
+
+def test_the_readme_yaml_is_a_valid_spec() -> None:
+    """The SpeculativeDeployment and the benchmark snippet parse with the operator's own models
+    (which refuse unknown fields)."""
+    checked = 0
+    for block in fenced_blocks(README.read_text(), "yaml"):
+        doc = yaml.safe_load(block)
+        if isinstance(doc, dict) and doc.get("kind") == api.KIND:
+            api.parse_spec(doc["spec"])
+            checked += 1
+        elif isinstance(doc, dict) and set(doc) == {"rollout"}:
+            api.RolloutSpec.model_validate(doc["rollout"])
+            checked += 1
+    assert checked >= 2
+
+
+def test_helm_settings_are_chart_values() -> None:
+    values = helm_values()
+    settings = set(re.findall(r"--set\s+([A-Za-z][\w.]*)=", README.read_text()))
+    assert "metrics.prometheusRule.enabled" in settings
+    # kube-prometheus-stack's settings are that chart's, not ours
+    ours = {s for s in settings if not s.startswith("prometheus.prometheusSpec.")}
+    assert [s for s in sorted(ours) if not resolve_values(values, s.split("."))] == []
+
+
+# --- links and paths ---
+
+
+def links(text: str) -> list[str]:
+    return [t for t in re.findall(r"\]\(([^)\s]+)\)", text) if not t.startswith(("http", "#"))]
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
+def test_every_linked_file_exists(doc: Path) -> None:
+    missing = [t for t in links(doc.read_text()) if not (doc.parent / t.split("#")[0]).exists()]
+    assert missing == []
+
+
+def test_every_runbook_named_exists() -> None:
+    text = README.read_text()
+    named = set(re.findall(r"runbooks/([\w-]+\.md)", text))
+    assert "metrics-unavailable.md" in named
+    assert [n for n in sorted(named) if not (RUNBOOKS / n).exists()] == []
+    index = (RUNBOOKS / "README.md").read_text()
+    pages = {p.name for p in RUNBOOKS.glob("*.md")} - {"README.md"}
+    assert pages <= set(links(index)), "every runbook is listed in runbooks/README.md"
+
+
+def test_repository_paths_in_code_exist() -> None:
+    """`operator/specgate/gates.py`, `hack/cluster-up.sh`, `integrations/argocd/health.lua`, ..."""
+    tops = {p.name for p in ROOT.iterdir() if p.is_dir() and not p.name.startswith(".")}
+    missing = []
+    for doc in DOCS:
+        for code in code_spans(doc.read_text()):
+            for token in re.findall(r"[\w.-]+(?:/[\w.*-]+)+/?", code):
+                if token.split("/")[0] in tops and "*" not in token and not (ROOT / token).exists():
+                    missing.append(f"{doc.name}: {token}")
+    assert missing == []
+
+
+# --- what kubectl shows ---
+
+
+def test_the_kubectl_get_sample_has_the_crd_columns() -> None:
+    columns = crd.PRINTER_COLUMNS
+    plain = ["NAME", *(c["name"].upper() for c in columns if not c.get("priority"))]
+    wide = ["NAME", *(c["name"].upper() for c in columns)]
+    headers = [line.split() for line in README.read_text().splitlines() if line.startswith("NAME ")]
+    assert plain in headers and wide in headers
+    assert all(h in (plain, wide) for h in headers)
