@@ -35,8 +35,14 @@ def test_noisy_draft_matches_its_calibration(wanted: float, tmp_path: Path) -> N
     config = {"method": "draft_model", "model": draft, "num_speculative_tokens": 4}
     with real_engine(spec_args(config), tmp_path / "noise.log") as url:
         alpha = measured_alpha(url, "tiny")
+    # The calibration's own table moves by up to 0.07 between CPUs and runs (it is 5 greedy prompts,
+    # and 0.02 -> 0.679 sits below 0.03 -> 0.689), so the oracle is the draft's place in the table:
+    # alpha between the calibrated alphas of the next noisier and the next cleaner draft.
     calibration = json.loads(CALIBRATION.read_text())
-    assert alpha == pytest.approx(calibrated, abs=0.05), (
+    table = sorted((float(noise), a) for noise, a in calibration["alpha_by_noise"].items())
+    at = next(i for i, (_, a) in enumerate(table) if a == calibrated)
+    cleaner, noisier = table[max(at - 1, 0)][1], table[min(at + 1, len(table) - 1)][1]
+    assert noisier < alpha < cleaner, (
         f"{draft}: measured {alpha} on {cpu_model()}; calibrated on {calibration['cpu']}: "
         f"{calibration['alpha_by_noise']} (another CPU: re-run python -m specgate.lab.calibrate)"
     )
