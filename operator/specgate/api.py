@@ -836,7 +836,7 @@ class GuardStatus(StatusModel):
     )
     threshold: float = Field(description="The guard rolls back when the statistic reaches this.")
     alpha: float | None = Field(None, description="Alpha over the guard's windows.")
-    windows: int = Field(0, description="Acceptance windows with drafts the statistic ran over.")
+    windows: int = Field(0, description="Acceptance windows the statistic ran over (quiet ones included).")
     window_seconds: float | None = Field(None, description="Length of each acceptance window.")
     checked_at: str | None = Field(None, description="When the guard last looked (RFC 3339).")
 

@@ -45,8 +45,9 @@ windows, so h = log(windows in the time between false alarms) sets the budget
 supermartingale at alpha = gate + delta), so s^2 is taken conservatively again, over the older two
 thirds of the guard's history (a recent drop must not inflate the spread that should reveal it),
 with an autocorrelation horizon that follows the data (`spread_with_horizon`): traffic mixes drift
-over minutes, and a spread that ignores that drift reads every slow swing as a change. The CUSUM runs over the windows of that history (window-limited), so it needs no state across
-reconciles and restarts as any look does.
+over minutes, and a spread that ignores that drift reads every slow swing as a change. The CUSUM
+runs over the windows of that history (window-limited), so it needs no state across reconciles
+and restarts as any look does.
 
 Latency. Quantiles come from histogram buckets and are interpolated inside a bucket as
 histogram_quantile does. Each track's quantile is bracketed by interpolating at the ranks
@@ -65,7 +66,7 @@ shorter tail whatever it runs (see comparable_load).
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from statistics import NormalDist
@@ -172,12 +173,23 @@ def variance_upper_bound(variance: float, dof: int, exceeded: float) -> float:
 def residual_variance(windows: Sequence[AcceptanceWindow], error_rate: float) -> float:
     """s^2: the residuals' variance per draft token (the residual sum over N tokens has variance
     s^2 * N), taken conservatively as the module docstring says. `windows` must hold draft tokens."""
+    return _per_token_variance(windows, error_rate, lambda r: (long_run_variance(r), len(r) - 1))
+
+
+def _per_token_variance(
+    windows: Sequence[AcceptanceWindow],
+    error_rate: float,
+    long_run: Callable[[Sequence[float]], tuple[float, int]],
+) -> float:
+    """The residuals' per-window variance by `long_run` (variance, degrees of freedom), raised to its
+    chi-square upper bound, per draft token, never below the binomial variance of independent tokens."""
     n = sum(w.draft_tokens for w in windows)
     a = sum(w.accepted_tokens for w in windows)
     m = len(windows)
     alpha = a / n
     residuals = [w.accepted_tokens - alpha * w.draft_tokens for w in windows]
-    spread = variance_upper_bound(long_run_variance(residuals), m - 1, error_rate * SPREAD_ERROR_SHARE)
+    variance, dof = long_run(residuals)
+    spread = variance_upper_bound(variance, dof, error_rate * SPREAD_ERROR_SHARE)
     binomial = (a + 1) / (n + 2) * (n - a + 1) / (n + 2)  # p * (1 - p), no cancellation at p ~ 1
     return max(spread * m / n, binomial)
 
@@ -316,7 +328,10 @@ def acceptance_guard(
     alpha = sum(w.accepted_tokens for w in usable) / n if n > 0 else None
     reference = usable[: max(MIN_GUARD_WINDOWS, len(usable) * 2 // 3)]
     if alpha is None or len(usable) < MIN_GUARD_WINDOWS or sum(w.draft_tokens for w in reference) <= 0:
-        message = f"{len(usable)} windows, {n:.0f} draft tokens: the guard judges from {MIN_GUARD_WINDOWS} windows with drafts"
+        message = (
+            f"{len(usable)} windows, {n:.0f} draft tokens: the guard judges from {MIN_GUARD_WINDOWS} "
+            "windows, with drafts in its older part"
+        )
         return GuardResult(False, 0.0, h, alpha, len(usable), message)
     s2 = guard_spread(reference, error_rate)
     statistic = 0.0
@@ -331,18 +346,11 @@ def acceptance_guard(
 
 
 def guard_spread(windows: Sequence[AcceptanceWindow], error_rate: float) -> float:
-    """s^2 per draft token for the guard: the long-run spread with a data-driven horizon, raised to
-    its chi-square upper bound, never below the binomial variance of independent tokens. Taken over
-    the older part of the history: a drop in the recent windows would otherwise read as slow drift
-    and hide itself (by the time it reaches the older part the guard has long tripped)."""
-    n = sum(w.draft_tokens for w in windows)
-    alpha = sum(w.accepted_tokens for w in windows) / n
-    residuals = [w.accepted_tokens - alpha * w.draft_tokens for w in windows]
-    variance, dof = spread_with_horizon(residuals)
-    spread = variance_upper_bound(variance, dof, error_rate * SPREAD_ERROR_SHARE)
-    a = alpha * n
-    binomial = (a + 1) / (n + 2) * (n - a + 1) / (n + 2)
-    return max(spread * len(windows) / n, binomial)
+    """s^2 per draft token for the guard, with a data-driven autocorrelation horizon
+    (`spread_with_horizon`). Taken over the older part of the history: a drop in the recent windows
+    would otherwise read as slow drift and hide itself (by the time it reaches the older part the
+    guard has long tripped)."""
+    return _per_token_variance(windows, error_rate, spread_with_horizon)
 
 
 # --- latency ---
