@@ -1,5 +1,6 @@
 # Benchmarks: ratios measured side by side in one run (not timing assertions).
 .PHONY: bench
-bench: venv ## decision-rule and draft-length benchmarks (a few minutes)
+bench: venv ## decision-rule, guard and draft-length benchmarks (several minutes)
 	$(PY) bench/decisions.py
+	$(PY) bench/guard.py
 	$(PY) bench/draft_length.py

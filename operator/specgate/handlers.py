@@ -83,6 +83,10 @@ def step(
     if conflicts:
         message = f"{'; '.join(conflicts)}: rename this object or remove the other; nothing was changed"
         return rollout.failed(rollout.Reason.NAME_CONFLICT, message, current, generation, now)
+    if spec.rollout.metrics.pod_monitor and not kube.serves_pod_monitors():
+        return rollout.failed(
+            rollout.Reason.POD_MONITOR_CRD_MISSING, NO_POD_MONITOR_CRD, current, generation, now
+        )
     observation = observe(spec, current, owner, generation, now)
     decision = rollout.decide(spec, current, observation, now)
     if decision.touch_children:
@@ -128,6 +132,11 @@ def observe(
     return replace(observation, baseline_metrics=baseline, canary_metrics=canary)
 
 
+NO_POD_MONITOR_CRD = (
+    "spec.rollout.metrics.podMonitor is true but this cluster has no PodMonitor resource "
+    "(monitoring.coreos.com/v1): install the Prometheus Operator's CRDs, or set podMonitor: false "
+    "and have Prometheus scrape the pods another way; nothing was changed"
+)
 NO_PROMETHEUS = "no Prometheus URL: set spec.rollout.metrics.prometheusUrl or run with --prometheus-url"
 
 

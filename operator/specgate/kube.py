@@ -80,6 +80,18 @@ def foreign_children(manifests: list[Manifest], owner_uid: str) -> list[str]:
     return foreign
 
 
+def serves_pod_monitors() -> bool:
+    """Whether the API server serves PodMonitors (the Prometheus Operator's CRDs are installed), by
+    discovery, which every authenticated client may read."""
+    try:
+        found = client.CustomObjectsApi().get_api_resources(MONITORING_GROUP, "v1")
+    except ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise
+    return any(resource.name == "podmonitors" for resource in found.resources)
+
+
 def _owned_key(manifest: Manifest, owner_uid: str) -> tuple[str, str, str, str]:
     meta = manifest["metadata"]
     return manifest["kind"], meta["namespace"], meta["name"], owner_uid

@@ -65,6 +65,7 @@ class Reason:
     NEW_GENERATION = "NewGeneration"
     INVALID_SPEC = "InvalidSpec"
     NAME_CONFLICT = "NameConflict"
+    POD_MONITOR_CRD_MISSING = "PodMonitorCRDMissing"
     RETRY_IGNORED = "RetryIgnored"
     ROLLBACK_STALLED = "RollbackStalled"
     WAITING_FOR_BASELINE = "WaitingForBaseline"

@@ -6,6 +6,7 @@ import os
 import subprocess
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -51,15 +52,22 @@ def api_client(kubeconfig: str) -> client.ApiClient:
     return config.new_client_from_config(config_file=kubeconfig)  # type: ignore[no-untyped-call]
 
 
-@pytest.fixture
-def namespace(api_client: client.ApiClient) -> Iterator[str]:
-    """A fresh namespace per test, deleted afterwards (with everything in it)."""
+@contextmanager
+def fresh_namespace(api_client: client.ApiClient) -> Iterator[str]:
+    """A new namespace, deleted afterwards (with everything in it)."""
     name = f"t-{uuid.uuid4().hex[:8]}"
     core = client.CoreV1Api(api_client)
     core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=name)))
     yield name
     release_finalizers(api_client, name)
     core.delete_namespace(name)
+
+
+@pytest.fixture
+def namespace(api_client: client.ApiClient) -> Iterator[str]:
+    """A fresh namespace per test."""
+    with fresh_namespace(api_client) as name:
+        yield name
 
 
 def release_finalizers(api_client: client.ApiClient, namespace: str) -> None:
@@ -88,13 +96,24 @@ def lab(
     tmp_path: Path,
 ) -> dict[str, Any]:
     """Everything run_rollout needs, for `run_rollout(body=..., **lab)`."""
+    return lab_in(namespace, api_client, kubeconfig, bridge_url, prometheus_url, tmp_path)
+
+
+def lab_in(
+    namespace: str,
+    api_client: client.ApiClient,
+    kubeconfig: str,
+    bridge_url: str,
+    prometheus_url: str,
+    log_dir: Path,
+) -> dict[str, Any]:
     return {
         "api_client": api_client,
         "namespace": namespace,
         "kubeconfig": kubeconfig,
         "bridge_url": bridge_url,
         "prometheus_url": prometheus_url,
-        "log_dir": tmp_path,
+        "log_dir": log_dir,
     }
 
 

@@ -9,6 +9,8 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
 from dataclasses import dataclass, field
+from datetime import datetime
+from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
@@ -205,12 +207,23 @@ def run_rollout(
                 if during is not None:
                     during(obj)
                 if until(obj):
+                    report(rollout=f"{namespace}/{name}", timeline=timeline(obj.get("status", {})))
                     return Rollout(obj, seen, op.log_text())
                 time.sleep(2)
         raise AssertionError(
             f"rollout did not finish in {timeout:.0f}s; phases {seen}; status {obj.get('status')}\n"
             f"operator log tail:\n{op.log_text()[-3000:]}"
         )
+
+
+def timeline(status: dict[str, Any]) -> str:
+    """Seconds spent in each phase, from status.history: where a rollout's test time goes."""
+    entries = [
+        (h["phase"], datetime.fromisoformat(h["time"].replace("Z", "+00:00")))
+        for h in status.get("history", [])
+    ]
+    spans = [f"{phase}:{(later - at).total_seconds():.0f}" for (phase, at), (_, later) in pairwise(entries)]
+    return ",".join([*spans, entries[-1][0]] if entries else spans)
 
 
 def orphaned_pods(api_client: client.ApiClient, namespace: str) -> list[str]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import subprocess
 import uuid
+from contextlib import suppress
 from pathlib import Path
 from typing import Any, cast
 
@@ -148,6 +149,69 @@ def test_a_service_specgate_did_not_create_is_left_untouched_and_named(lab: dict
     assert any(e.reason == "NameConflict" and e.type == "Warning" for e in events)
 
 
-def _status_if(api_client: client.ApiClient, namespace: str, phase: str) -> dict[str, Any] | None:
-    status: dict[str, Any] = get_sd(api_client, namespace, "taken").get("status", {})
+def _status_if(
+    api_client: client.ApiClient, namespace: str, phase: str, name: str = "taken"
+) -> dict[str, Any] | None:
+    status: dict[str, Any] = get_sd(api_client, namespace, name).get("status", {})
     return status if status.get("phase") == phase else None
+
+
+# The least of the Prometheus Operator's PodMonitor CRD the API server needs to serve the resource.
+POD_MONITOR_CRD = {
+    "apiVersion": "apiextensions.k8s.io/v1",
+    "kind": "CustomResourceDefinition",
+    "metadata": {"name": "podmonitors.monitoring.coreos.com"},
+    "spec": {
+        "group": "monitoring.coreos.com",
+        "scope": "Namespaced",
+        "names": {"kind": "PodMonitor", "plural": "podmonitors", "singular": "podmonitor", "listKind": "PodMonitorList"},
+        "versions": [{
+            "name": "v1", "served": True, "storage": True,
+            "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": True}},
+        }],
+    },
+}  # fmt: skip
+
+
+def test_a_pod_monitor_without_the_prometheus_operator_is_a_failed_status_naming_the_field(
+    lab: dict[str, Any],
+) -> None:
+    """podMonitor: true on a cluster without the PodMonitor CRD (the lab has none): phase Failed
+    with the field and the fix, and no child; once the CRD is installed the rollout begins and
+    creates its PodMonitor. (Before, applying the PodMonitor raised and status was never written.)"""
+    api_client, namespace = lab["api_client"], lab["namespace"]
+    extensions = client.ApiextensionsV1Api(api_client)
+    body = tiny("monitored")
+    body["spec"]["podAnnotations"] = {"specgate.dev/lab-engine": "sim"}
+    body["spec"]["rollout"]["metrics"]["podMonitor"] = True
+    create_sd(api_client, namespace, body)
+    operator = lab_operator(lab["kubeconfig"], namespace, lab["prometheus_url"], lab["log_dir"])
+    try:
+        with operator:
+            status = wait_for(lambda: _status_if(api_client, namespace, "Failed", "monitored"), 60, "Failed")
+            assert status["reason"] == "PodMonitorCRDMissing", status
+            assert "spec.rollout.metrics.podMonitor" in status["message"], status["message"]
+            assert client.AppsV1Api(api_client).list_namespaced_deployment(namespace).items == []
+            extensions.create_custom_resource_definition(POD_MONITOR_CRD)
+            wait_for(
+                lambda: _status_if(api_client, namespace, "Baseline", "monitored"), 90, "the rollout to begin"
+            )
+            monitor = wait_for(lambda: _pod_monitor(api_client, namespace, "monitored"), 60, "its PodMonitor")
+            assert monitor["metadata"]["ownerReferences"][0]["name"] == "monitored"
+    finally:
+        with suppress(ApiException):
+            extensions.delete_custom_resource_definition(POD_MONITOR_CRD["metadata"]["name"])
+
+
+def _pod_monitor(api_client: client.ApiClient, namespace: str, name: str) -> dict[str, Any] | None:
+    try:
+        return cast(
+            dict[str, Any],
+            client.CustomObjectsApi(api_client).get_namespaced_custom_object(
+                "monitoring.coreos.com", "v1", namespace, "podmonitors", name
+            ),
+        )
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise

@@ -21,6 +21,7 @@ from tests.conftest import load_sample
 from tests.unit.test_api import RULE_CASES
 
 from specgate import api
+from specgate.lab import demo
 from specgate.lab.crds import install_crd
 
 pytestmark = pytest.mark.cluster
@@ -177,3 +178,34 @@ def test_an_invalid_spec_that_slips_past_the_schema_fails_without_children(
 def _events(api_client: client.ApiClient, namespace: str, reason: str) -> list[Any]:
     events = client.CoreV1Api(api_client).list_namespaced_event(namespace).items
     return [e for e in events if e.reason == reason]
+
+
+def test_a_demo_kept_with_keep_1_can_delete_its_object(
+    api_client: client.ApiClient, namespace: str, kubeconfig: str, prometheus_url: str, tmp_path: Path
+) -> None:
+    """`make demo KEEP=1` stops its operator but keeps the cluster: the object it leaves must still
+    be deletable with kubectl, so the demo takes kopf's finalizer off as its operator stops."""
+    install_crd(api_client)
+    body = load_sample("tiny-cpu.yaml")
+    body["spec"]["podAnnotations"] = {"specgate.dev/lab-engine": "sim"}
+    operator = demo.start_operator(kubeconfig, namespace, prometheus_url, tmp_path / "operator.log")
+    try:
+        create_sd(api_client, namespace, body)
+        wait_for(
+            lambda: get_sd(api_client, namespace, "tiny")["metadata"].get("finalizers"),
+            60,
+            "kopf's finalizer",
+        )
+    finally:
+        demo.stop_operator(operator, api_client, namespace)
+    objects = client.CustomObjectsApi(api_client)
+    objects.delete_namespaced_custom_object(api.GROUP, api.VERSION, namespace, api.PLURAL, "tiny")
+
+    def gone() -> bool:
+        try:
+            get_sd(api_client, namespace, "tiny")
+        except ApiException as exc:
+            return exc.status == 404
+        return False
+
+    wait_for(gone, 30, "the object to be deleted with no operator running")

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import signal
 import subprocess
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client
-from tests.cluster.conftest import CACHE
-from tests.cluster.rollouts import run_rollout, sim_rollout
+from tests.cluster.conftest import CACHE, fresh_namespace, lab_in
+from tests.cluster.rollouts import Rollout, run_rollout, sim_rollout
 from tests.conftest import ROOT
 
 from specgate import api
@@ -58,12 +64,93 @@ def test_good_candidate_is_promoted_while_another_writer_changes_the_object(lab:
     assert "GatesPassed" in reasons(lab["api_client"], lab["namespace"])
 
 
-def test_low_alpha_rolls_back_below_the_gate(lab: dict[str, Any]) -> None:
-    run = run_rollout(body=sim_rollout("lowalpha", {"SPECGATE_SIM_ALPHA": "0.3"}), **lab)
+@pytest.fixture(scope="module")
+def low_alpha(
+    api_client: client.ApiClient,
+    kubeconfig: str,
+    bridge_url: str,
+    prometheus_url: str,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[tuple[dict[str, Any], Rollout]]:
+    """A rollout of a draft at alpha 0.3, rolled back, and its lab: shared by the test of its
+    verdict and the runbook test, which runs its commands on what the rollback left."""
+    with fresh_namespace(api_client) as namespace:
+        lab = lab_in(
+            namespace, api_client, kubeconfig, bridge_url, prometheus_url, tmp_path_factory.mktemp("low")
+        )
+        yield lab, run_rollout(body=sim_rollout("lowalpha", {"SPECGATE_SIM_ALPHA": "0.3"}), **lab)
+
+
+def test_low_alpha_rolls_back_below_the_gate(low_alpha: tuple[dict[str, Any], Rollout]) -> None:
+    lab, run = low_alpha
     status = run.status
     assert (status["phase"], status["reason"]) == ("RolledBack", "AcceptanceBelowGate"), status.get("message")
     assert status["canary"]["alpha"] == pytest.approx(0.3, abs=0.06)
     assert canary_replicas(lab["api_client"], lab["namespace"], "lowalpha") == 0
+
+
+# Runbook commands the lab cannot run, and why.
+LAB_LACKS = {
+    "kubectl get prometheus": "no Prometheus Operator in the lab",
+    "podmonitor": "no Prometheus Operator in the lab",
+    "specgate-system": "no in-cluster operator (the Helm test installs one and runs a rollout)",
+    "logs job/": "a traffic rollout runs no benchmark Job (tests/cluster/test_benchmark.py does)",
+    "kubectl apply --server-side --force-conflicts -f charts/specgate/crds/": "would rewrite the shared CRD",
+}
+
+
+def runbook_snippets(kind: str) -> list[tuple[str, str]]:
+    """(runbook, snippet) for every ```kind block of runbooks/*.md; a bash block gives one snippet
+    per command (continuation lines joined, comments dropped), a promql block one expression."""
+    found = []
+    for page in sorted((ROOT / "runbooks").glob("*.md")):
+        for block in re.findall(rf"```{kind}\n(.*?)```", page.read_text(), re.S):
+            if kind == "promql":
+                found.append((page.name, " ".join(block.split())))
+                continue
+            for command in block.replace("\\\n", " ").splitlines():
+                command = command.split("  #")[0].strip()
+                if command and not command.startswith("#"):
+                    found.append((page.name, command))
+    return found
+
+
+def test_the_runbooks_commands_run_on_a_rolled_back_object(
+    low_alpha: tuple[dict[str, Any], Rollout], kubectl: str
+) -> None:
+    """Every kubectl and specgate command of runbooks/ (but those LAB_LACKS names) runs as written
+    on the rolled-back object, and every PromQL expression evaluates on the lab's Prometheus; the
+    AcceptanceBelowGate page's alpha query gives the simulator's alpha (0.3)."""
+    lab, _ = low_alpha
+    names = {"NS": lab["namespace"], "NAME": "lowalpha", "OBJECT": "lowalpha", "GEN": "1"}
+
+    def filled(text: str) -> str:
+        return re.sub(r"\b(NS|NAME|OBJECT|GEN)\b", lambda m: names[m.group(1)], text)
+
+    ran = 0
+    env = {
+        **os.environ,
+        "KUBECONFIG": lab["kubeconfig"],
+        "PATH": f"{Path(kubectl).parent}:{os.environ['PATH']}",
+    }
+    for page, command in runbook_snippets("bash"):
+        if any(lacking in command for lacking in LAB_LACKS):
+            continue
+        first = filled(command).split(" | ")[0]  # what a pipe's grep or sed keeps is not the point
+        done = subprocess.run(
+            ["bash", "-c", first], cwd=ROOT, env=env, capture_output=True, text=True, timeout=60
+        )
+        allowed = (0, 1) if first.startswith("kubectl diff") else (0,)  # diff exits 1 on a difference
+        assert done.returncode in allowed, f"{page}: {first}\n{done.stderr}"
+        ran += 1
+    assert ran >= 20, ran
+    for page, expression in runbook_snippets("promql"):
+        query = urllib.parse.urlencode({"query": filled(expression)})
+        with urllib.request.urlopen(f"{lab['prometheus_url']}/api/v1/query?{query}", timeout=10) as resp:
+            answer = json.loads(resp.read())
+        assert answer["status"] == "success", f"{page}: {expression}: {answer}"
+        if page == "acceptance-below-gate.md" and "num_draft_tokens_total" in expression:
+            assert float(answer["data"]["result"][0]["value"][1]) == pytest.approx(0.3, abs=0.06)
 
 
 def test_worse_p99_itl_rolls_back_with_latency_regression(lab: dict[str, Any]) -> None:
@@ -81,7 +168,7 @@ def test_guard_rolls_back_when_alpha_drifts_after_promotion_keeping_every_replic
 ) -> None:
     """replicas 4, maxSurge 1: after promotion the baseline is at 0, so the rollback must grow it
     while the canary serves; run_rollout's CapacityMonitor fails the test below 4 Ready pods."""
-    script = "0s:alpha=0.85;130s:alpha=0.15"  # each engine drifts 130 s after it started
+    script = "0s:alpha=0.85;100s:alpha=0.15"  # each engine drifts 100 s after it started
     body = sim_rollout("drift", {"SPECGATE_SIM_SCRIPT": script})
     body["spec"]["replicas"] = 4
     run = run_rollout(

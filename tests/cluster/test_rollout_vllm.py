@@ -165,18 +165,18 @@ def verdict_seconds(status: dict[str, Any], warmup: float) -> float:
 def test_a_15_s_scrape_on_prometheus_3_promotes_within_the_window_with_the_engines_alpha(
     lab: dict[str, Any],
 ) -> None:
-    """A draft at alpha about 0.6 on chat traffic (0.8 on the calibration prompts) against the 0.55
-    gate (the CPU sample's relaxed latency gates): promoted once analysisWindow has passed, no later
-    than two 15 s windows after it. The window is 8 acceptance windows: alpha sits only about 0.08
-    above the gate here, and with 60 s (4 windows) the sequential test needed 6-7 windows on CI's
-    cores, after the window's end plus two."""
+    """A draft at alpha 0.6-0.75 on chat traffic (0.8 on the calibration prompts; CPUs differ)
+    against a 0.40 gate (and the CPU sample's relaxed latency gates): promoted once analysisWindow
+    has passed, no later than two 15 s windows after it. The gate sits 0.2 below the draft so that
+    four windows decide: at the default 0.55 the margin was 0.08 on CI's cores and the sequential
+    test needed 6-7 windows (a 120 s window, and a 120 s baseline, for the same claim)."""
     with EngineCounters(lab["namespace"]).running() as engine:
-        body = production_rollout("noisy15", NOISY_DRAFT, scrape="15s", analysis="120s")
+        body = production_rollout("noisy15", NOISY_DRAFT, scrape="15s", analysis="60s", minAcceptanceRate=0.4)
         status = run_rollout(body=body, timeout=900, concurrency=2, **lab).status
     assert status["phase"] == "Promoted", status.get("message")
     verdict_after = verdict_seconds(status, warmup=10)
-    report(test="promote_at_15s_scrape", verdict_after_s=verdict_after, bound_s=120 + 2 * 15)
-    assert 120 <= verdict_after <= 120 + 2 * 15 + RECONCILE_SECONDS
+    report(test="promote_at_15s_scrape", verdict_after_s=verdict_after, bound_s=60 + 2 * 15)
+    assert 60 <= verdict_after <= 60 + 2 * 15 + RECONCILE_SECONDS
     assert status["canary"]["scrapeIntervalSeconds"] == pytest.approx(15, abs=1)
     assert status["canary"]["acceptanceWindowSeconds"] == pytest.approx(15, abs=1)
     check_measured_like_the_engine(status, engine, lab)

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from specgate.capacity import Budget, Side, step_toward
 
@@ -63,3 +65,33 @@ def test_scaling_up_and_down_in_place() -> None:
     budget = Budget(8, max_surge=1, max_unavailable=0)
     assert step_toward(budget, Side(0, 0), Side(4, 4), (0, 8)) == (0, 8)
     assert step_toward(Budget(2, 1, 0), Side(0, 0), Side(4, 4), (0, 2)) == (0, 2)
+
+
+@given(
+    replicas=st.integers(1, 8),
+    surge=st.integers(0, 2),
+    unavailable=st.integers(0, 2),
+    baseline=st.tuples(st.integers(0, 8), st.integers(0, 8)),
+    canary=st.tuples(st.integers(0, 8), st.integers(0, 8)),
+    target_canary=st.integers(0, 8),
+)
+def test_one_step_from_any_observed_state_keeps_the_floor_or_the_ready_pods_there_are(
+    replicas: int,
+    surge: int,
+    unavailable: int,
+    baseline: tuple[int, int],
+    canary: tuple[int, int],
+    target_canary: int,
+) -> None:
+    """Whatever the cluster shows (both tracks shrinking at once after a scale-down, say), the Ready
+    pods one step keeps are at least replicas - maxUnavailable, or all the Ready pods there were
+    (a shrink removes unready pods first, so a side kept at n pods keeps min(n, ready) Ready ones);
+    and a step that starts pods never asks for more than replicas + maxSurge pods in all."""
+    budget = Budget(replicas, surge, unavailable)
+    base, can = Side(max(baseline), min(baseline)), Side(max(canary), min(canary))
+    target = (max(replicas - target_canary, 0), min(target_canary, replicas))
+    b, c = step_toward(budget, base, can, target)
+    kept_ready = min(b, base.ready) + min(c, can.ready)
+    assert kept_ready >= min(max(replicas - unavailable, 0), base.ready + can.ready)
+    if b > base.replicas or c > can.replicas:
+        assert b + c <= replicas + surge

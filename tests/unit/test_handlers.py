@@ -30,10 +30,18 @@ class FakeKube:
 
     tracks: dict[str, TrackState] = field(default_factory=dict)
     taken: list[str] = field(default_factory=list)
+    pod_monitor_crd: bool = True
     calls: list[tuple[Any, ...]] = field(default_factory=list)
 
     def install(self, monkeypatch: pytest.MonkeyPatch) -> FakeKube:
-        for name in ("track_state", "foreign_children", "apply", "scale_deployment", "delete_benchmark_jobs"):
+        for name in (
+            "track_state",
+            "foreign_children",
+            "serves_pod_monitors",
+            "apply",
+            "scale_deployment",
+            "delete_benchmark_jobs",
+        ):
             monkeypatch.setattr(kube, name, getattr(self, name))
         return self
 
@@ -42,6 +50,9 @@ class FakeKube:
 
     def foreign_children(self, manifests: list[Manifest], owner_uid: str) -> list[str]:
         return list(self.taken)
+
+    def serves_pod_monitors(self) -> bool:
+        return self.pod_monitor_crd
 
     def apply(self, manifest: Manifest) -> None:
         replicas = manifest["spec"].get("replicas")
@@ -166,6 +177,24 @@ def test_a_name_conflict_touches_no_child_and_asks_prometheus_nothing(
     assert (decision.status.phase, decision.status.reason) == (Phase.FAILED, Reason.NAME_CONFLICT)
     assert taken in (decision.status.message or "")
     assert (fake.calls, prometheus.queries) == ([], [])
+
+
+def test_a_pod_monitor_without_its_crd_is_failed_naming_the_field_and_touches_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Applying the PodMonitor would raise 404 after the Deployments were written: refused first,
+    with a status that says why (it used to raise before any status was written)."""
+    run = Run(make_spec(metrics={"prometheusUrl": PROMETHEUS, "podMonitor": True}))
+    fake = FakeKube(pod_monitor_crd=False).install(monkeypatch)
+    prometheus = FakePrometheus().install(monkeypatch)
+    decision = reconcile_step(run, after=0)
+    status = decision.status
+    assert (status.phase, status.reason) == (Phase.FAILED, Reason.POD_MONITOR_CRD_MISSING)
+    assert "spec.rollout.metrics.podMonitor" in (status.message or "")
+    assert (fake.calls, prometheus.queries) == ([], [])
+    fake.pod_monitor_crd = True  # the Prometheus Operator is installed: the rollout begins
+    run.status = status
+    assert reconcile_step(run, after=10).status.phase == Phase.BASELINE
 
 
 STORED = api.SpeculativeDeploymentStatus(

@@ -37,6 +37,7 @@ SCENARIOS = {
 EXPECTED_PHASE = {"default": "Promoted", "low-alpha": "RolledBack"}  # what the story should end in
 SETTLED = {"Promoted", "RolledBack", "Failed"}
 NAMESPACE = "specgate-demo"
+KOPF_FINALIZER = "kopf.zalando.org/KopfFinalizerMarker"  # kopf's default, which `specgate run` keeps
 
 
 def say(text: str) -> None:
@@ -167,6 +168,34 @@ def watch(api_client: client.ApiClient, name: str, timeout: float) -> dict[str, 
     return status
 
 
+def start_operator(
+    kubeconfig: str, namespace: str, prometheus_url: str, log: Path
+) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "specgate.cli", "run", "--namespace", namespace, "--prometheus-url", prometheus_url,
+         "--interval", "3", "--metrics-port", "0"],
+        env={**os.environ, "KUBECONFIG": kubeconfig}, stdout=log.open("wb"), stderr=subprocess.STDOUT,
+    )  # fmt: skip
+
+
+def stop_operator(operator: subprocess.Popen[bytes], api_client: client.ApiClient, namespace: str) -> None:
+    """Stop the demo's operator and take kopf's finalizer off the objects it watched: with no
+    operator left to remove it, `kubectl delete sd` on a cluster kept with KEEP=1 would hang. The
+    children need no finalizer: they go with their owner by garbage collection."""
+    operator.terminate()
+    operator.wait(timeout=30)
+    objects = client.CustomObjectsApi(api_client)
+    listed = objects.list_namespaced_custom_object(api.GROUP, api.VERSION, namespace, api.PLURAL)
+    for item in cast(dict[str, Any], listed)["items"]:
+        finalizers = item["metadata"].get("finalizers") or []
+        if KOPF_FINALIZER in finalizers:
+            kept = [f for f in finalizers if f != KOPF_FINALIZER] or None
+            objects.patch_namespaced_custom_object(
+                api.GROUP, api.VERSION, namespace, api.PLURAL, item["metadata"]["name"],
+                {"metadata": {"finalizers": kept, "resourceVersion": item["metadata"]["resourceVersion"]}},
+            )  # fmt: skip
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -189,11 +218,7 @@ def main() -> None:
         f"scenario {args.scenario}: {SCENARIOS[args.scenario].relative_to(ROOT)} ({body['spec']['speculative']['method']})"
     )
     log = Path(os.environ.get("SPECGATE_CACHE", Path.home() / ".cache" / "specgate")) / "demo-operator.log"
-    operator = subprocess.Popen(
-        [sys.executable, "-m", "specgate.cli", "run", "--namespace", NAMESPACE, "--prometheus-url", args.prometheus_url,
-         "--interval", "3", "--metrics-port", "0"],
-        env={**os.environ, "KUBECONFIG": args.kubeconfig}, stdout=log.open("wb"), stderr=subprocess.STDOUT,
-    )  # fmt: skip
+    operator = start_operator(args.kubeconfig, NAMESPACE, args.prometheus_url, log)
     say(f"operator running (log: {log}); applying {name} and sending load through its Service")
     try:
         install_crd(api_client)
@@ -201,8 +226,7 @@ def main() -> None:
         start_load(args.bridge_url, name, body["spec"]["model"].get("servedName", name), args.timeout)
         status = watch(api_client, name, args.timeout)
     finally:
-        operator.terminate()
-        operator.wait(timeout=30)
+        stop_operator(operator, api_client, NAMESPACE)
     print(result_line(name, status), flush=True)
     for line in caveat_lines(body["spec"], status):
         print(line, flush=True)
