@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import copy
+import os
 import subprocess
+import sys
+import urllib.request
 from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from prometheus_client.parser import text_string_to_metric_families
 from tests.cluster.capacity import CapacityMonitor
 from tests.cluster.operator_process import (
     create_sd,
@@ -22,6 +26,7 @@ from tests.unit.test_api import RULE_CASES
 
 from specgate import api
 from specgate.lab import demo
+from specgate.lab.calibrate import free_port
 from specgate.lab.crds import install_crd
 
 pytestmark = pytest.mark.cluster
@@ -102,9 +107,11 @@ def test_operator_creates_the_baseline(
         {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "token"}}}
     ]
     apps = client.AppsV1Api(api_client)
+    metrics_port, liveness_port = free_port(), free_port()
+    own = ("--metrics-port", str(metrics_port), "--liveness", f"http://127.0.0.1:{liveness_port}/healthz")
     with (
         CapacityMonitor(api_client, namespace) as capacity,
-        operator_process(kubeconfig, tmp_path / "operator.log", "--namespace", namespace),
+        operator_process(kubeconfig, tmp_path / "operator.log", "--namespace", namespace, *own),
     ):
         create_sd(api_client, namespace, body)
         dep = wait_for(lambda: apps.read_namespaced_deployment("tiny-baseline", namespace), 60, "baseline")
@@ -116,6 +123,23 @@ def test_operator_creates_the_baseline(
         assert status == 1
         obj = get_sd(api_client, namespace, "tiny")
         capacity.wait_for_floor("tiny", 90)  # both replicas serve behind Service tiny, and stay
+        # The operator's own endpoints, as the chart's probes and ServiceMonitor use them.
+        with urllib.request.urlopen(f"http://127.0.0.1:{liveness_port}/healthz", timeout=5) as resp:
+            assert resp.status == 200
+        with urllib.request.urlopen(f"http://127.0.0.1:{metrics_port}/metrics", timeout=5) as resp:
+            exposed = resp.read().decode()
+        phases = {
+            sample.labels["phase"]: sample.value
+            for family in text_string_to_metric_families(exposed)
+            for sample in family.samples
+            if sample.name == "specgate_rollout_phase" and sample.labels["namespace"] == namespace
+        }
+        assert phases["Baseline"] == 1 and sum(phases.values()) == 1, phases
+        shown = subprocess.run(
+            [str(Path(sys.executable).parent / "specgate"), "status", "tiny", "-n", namespace],
+            env={**os.environ, "KUBECONFIG": kubeconfig}, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert shown.returncode == 0 and shown.stdout.startswith("tiny: Baseline"), shown
     container = dep.spec.template.spec.containers[0]
     assert dep.spec.replicas == 2
     assert container.resources.limits == {"nvidia.com/gpu": "1"}
