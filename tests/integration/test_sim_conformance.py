@@ -11,7 +11,9 @@ from specgate.lab.calibrate import complete
 pytestmark = pytest.mark.engine
 
 
-def test_every_simulator_metric_family_is_vllms_with_the_same_type_labels_and_buckets(engines: dict[str, str]) -> None:
+def test_every_simulator_metric_family_is_vllms_with_the_same_type_labels_and_buckets(
+    engines: dict[str, str],
+) -> None:
     real_on, real_off = metric_families(scrape(engines["self"])), metric_families(scrape(engines["off"]))
     with sim_engine(spec_args(SELF_DRAFT)) as sim_on, sim_engine(spec_args()) as sim_off:
         complete(sim_on, "tiny", "hello there", max_tokens=8)
