@@ -193,3 +193,42 @@ def test_alerts_fire_as_their_runbooks_say(tmp_path: Path) -> None:
     (tmp_path / "tests.yaml").write_text(yaml.safe_dump(tests))
     out = run(promtool, "test", "rules", "tests.yaml", cwd=tmp_path)
     assert "SUCCESS" in out, out
+
+
+def test_values_for_namespaces_service_monitor_and_security_reach_the_manifests() -> None:
+    """`watchNamespaces`, `metrics.serviceMonitor` and the security contexts as a user sets them:
+    the operator watches exactly those namespaces with a Role in each, the ServiceMonitor selects
+    the metrics Service and scrapes the port the operator serves /metrics on, and both security
+    contexts are the values given (rendered with helm; the install test runs the default values)."""
+    rendered = run(
+        HELM, "template", "specgate", str(CHART), "--namespace", RELEASE_NS,
+        "--set", "watchNamespaces={team-a,team-b}", "--set", "metrics.serviceMonitor=true",
+        "--set", "metrics.port=9102", "--set", "securityContext.readOnlyRootFilesystem=false",
+    )  # fmt: skip
+    objects = [o for o in yaml.safe_load_all(rendered) if o]
+    by_kind: dict[str, list[dict[str, Any]]] = {}
+    for obj in objects:
+        by_kind.setdefault(obj["kind"], []).append(obj)
+    pod = by_kind["Deployment"][0]["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    assert [a for a in container["args"] if a.startswith("--namespace")] == [
+        "--namespace=team-a",
+        "--namespace=team-b",
+    ]
+    assert "--metrics-port=9102" in container["args"]
+    roles = {(r["metadata"]["namespace"], r["metadata"]["name"]) for r in by_kind["Role"]}
+    assert {ns for ns, _ in roles} == {"team-a", "team-b"}
+    assert {b["metadata"]["namespace"] for b in by_kind["RoleBinding"]} == {"team-a", "team-b"}
+    (monitor,) = by_kind["ServiceMonitor"]
+    service = next(s for s in by_kind["Service"] if s["metadata"]["name"].endswith("-metrics"))
+    assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
+    (endpoint,) = monitor["spec"]["endpoints"]
+    (port,) = [p for p in service["spec"]["ports"] if p["name"] == endpoint["port"]]
+    served = {p["name"]: p["containerPort"] for p in container["ports"]}
+    assert served[port["targetPort"]] == 9102
+    assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] == 65532
+    assert container["securityContext"] == {
+        "allowPrivilegeEscalation": False,
+        "readOnlyRootFilesystem": False,
+        "capabilities": {"drop": ["ALL"]},
+    }
