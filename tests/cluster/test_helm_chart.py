@@ -196,14 +196,19 @@ def test_alerts_fire_as_their_runbooks_say(tmp_path: Path) -> None:
 
 
 def test_values_for_namespaces_service_monitor_and_security_reach_the_manifests() -> None:
-    """`watchNamespaces`, `metrics.serviceMonitor` and the security contexts as a user sets them:
-    the operator watches exactly those namespaces with a Role in each, the ServiceMonitor selects
-    the metrics Service and scrapes the port the operator serves /metrics on, and both security
-    contexts are the values given (rendered with helm; the install test runs the default values)."""
+    """`watchNamespaces`, `metrics.serviceMonitor`, `metrics.monitorLabels` and the security
+    contexts as a user sets them (and a parent chart's `global`): the operator watches exactly those
+    namespaces with a Role in each; the ServiceMonitor and PrometheusRule carry the label
+    kube-prometheus-stack selects by; the ServiceMonitor selects the metrics Service, scrapes the
+    port the operator serves /metrics on and keeps the series' own namespace label (honorLabels);
+    both security contexts are the values given (rendered with helm; the install test runs the
+    default values)."""
     rendered = run(
         HELM, "template", "specgate", str(CHART), "--namespace", RELEASE_NS,
         "--set", "watchNamespaces={team-a,team-b}", "--set", "metrics.serviceMonitor=true",
         "--set", "metrics.port=9102", "--set", "securityContext.readOnlyRootFilesystem=false",
+        "--set", "metrics.prometheusRule.enabled=true", "--set", "metrics.monitorLabels.release=kps",
+        "--set", "global.imageRegistry=registry.example.com",
     )  # fmt: skip
     objects = [o for o in yaml.safe_load_all(rendered) if o]
     by_kind: dict[str, list[dict[str, Any]]] = {}
@@ -223,6 +228,9 @@ def test_values_for_namespaces_service_monitor_and_security_reach_the_manifests(
     service = next(s for s in by_kind["Service"] if s["metadata"]["name"].endswith("-metrics"))
     assert monitor["spec"]["selector"]["matchLabels"].items() <= service["metadata"]["labels"].items()
     (endpoint,) = monitor["spec"]["endpoints"]
+    assert endpoint["honorLabels"] is True
+    (rule,) = by_kind["PrometheusRule"]
+    assert monitor["metadata"]["labels"]["release"] == rule["metadata"]["labels"]["release"] == "kps"
     (port,) = [p for p in service["spec"]["ports"] if p["name"] == endpoint["port"]]
     served = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert served[port["targetPort"]] == 9102

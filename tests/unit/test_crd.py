@@ -30,6 +30,13 @@ def test_checked_in_crd_matches_the_models() -> None:
     assert CRD_FILE.read_text() == crd.crd_yaml(), "run `make crd` and commit the result"
 
 
+def test_the_crd_yaml_has_no_anchors_or_aliases() -> None:
+    """Older kustomize (and some GitOps diffing) rejects YAML anchors; the schema repeats parts
+    (the two tracks' measurements), which PyYAML would otherwise write as &id001 / *id001."""
+    events = list(yaml.parse(crd.crd_yaml()))
+    assert not [e for e in events if isinstance(e, yaml.AliasEvent) or getattr(e, "anchor", None)]
+
+
 def test_names_columns_and_status_subresource() -> None:
     doc = crd.crd()
     assert doc["spec"]["names"]["shortNames"] == ["sd", "specdeploy"]
