@@ -265,7 +265,8 @@ class Guard(Model):
         0.1,
         gt=0,
         description="The guard's budget of false alarms: how often, per 30 days, it may roll back a "
-        "canary whose alpha holds at minAcceptanceRate + indifference. A drop to minAcceptanceRate - "
+        "canary whose alpha holds at minAcceptanceRate + indifference, on traffic whose mix does not "
+        "drift (a mix that moves alpha over minutes trips it far more often: README). A drop to minAcceptanceRate - "
         "indifference is caught sooner the larger this is (the CUSUM threshold is log of the windows "
         "between false alarms).",
     )
