@@ -54,7 +54,7 @@ def _status(args: argparse.Namespace) -> int:
     from specgate import kube
 
     kube.load_config()
-    obj = kube.get_speculative_deployment(args.namespace, args.name)
+    obj = kube.get_speculative_deployment(args.namespace or kube.current_namespace(), args.name)
     sys.stdout.write(render_timeline(args.name, parse_status(obj.get("status"))))
     return 0
 
@@ -171,7 +171,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     status = sub.add_parser("status", help="the timeline of one SpeculativeDeployment")
     status.add_argument("name")
-    status.add_argument("-n", "--namespace", default="default")
+    status.add_argument("-n", "--namespace", default=None, help="default: the kube context's namespace")
     status.set_defaults(func=_status)
 
     plan = sub.add_parser("plan", help="expected speedup, break-even alpha and best K")

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import logging
 import os
+import socket
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
@@ -35,6 +36,9 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
         metrics.serve(METRICS_PORT)
     # kopf would post every handler log line as an Event; ours are posted explicitly, with reasons.
     settings.posting.level = logging.WARNING
+    # `kubectl describe` shows the component in its From column (kopf's default says "kopf").
+    settings.posting.reporting_component = "specgate"
+    settings.posting.reporting_instance = socket.gethostname()
     if not VERBOSE:  # "Timer 'reconcile' succeeded" every few seconds per object is noise
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
 

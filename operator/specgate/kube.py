@@ -7,6 +7,7 @@ and fields that other controllers own (e.g. an HPA's replicas would be) are not 
 from __future__ import annotations
 
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, cast
 
 from kubernetes import client, config
@@ -54,6 +55,21 @@ def load_config() -> None:
         config.load_incluster_config()  # type: ignore[no-untyped-call]
     except config.ConfigException:
         config.load_kube_config()  # type: ignore[no-untyped-call]
+
+
+SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+
+def current_namespace() -> str:
+    """The namespace kubectl would use: the kubeconfig's current context's, else the pod's own
+    (in a cluster), else "default"."""
+    try:
+        _, context = config.list_kube_config_contexts()  # type: ignore[no-untyped-call]
+    except config.ConfigException:
+        if SERVICE_ACCOUNT_NAMESPACE.exists():
+            return SERVICE_ACCOUNT_NAMESPACE.read_text().strip()
+        return "default"
+    return str(context.get("context", {}).get("namespace") or "default")
 
 
 # Children seen to carry their owner's reference: (kind, namespace, name, owner uid). An object

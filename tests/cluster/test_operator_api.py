@@ -151,7 +151,10 @@ def test_operator_creates_the_baseline(
     assert obj["status"]["phase"] == "Baseline"
     conditions = {c["type"]: c["status"] for c in obj["status"]["conditions"]}
     assert conditions["Progressing"] == "True" and conditions["Available"] == "False"
-    assert any(e.involved_object.name == "tiny" for e in _events(api_client, namespace, "NewGeneration"))
+    (event,) = [
+        e for e in _events(api_client, namespace, "NewGeneration") if e.involved_object.name == "tiny"
+    ]
+    assert event.source.component == "specgate"  # kubectl describe's From column
     # The token stays a reference: not in the Deployment, the status, the Events or the operator's log.
     assert container.env[0].value_from.secret_key_ref.name == "hf-token" and container.env[0].value is None
     events = client.CoreV1Api(api_client).list_namespaced_event(namespace).items

@@ -131,3 +131,29 @@ def test_timestamps_are_rfc3339() -> None:
     from specgate.rollout import iso
 
     assert iso(datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)) == "2026-01-02T03:04:05Z"
+
+
+@pytest.mark.parametrize(("context_namespace", "expected"), [("team-a", "team-a"), (None, "default")])
+def test_specgate_status_defaults_to_the_kube_contexts_namespace(
+    tmp_path: Path, context_namespace: str | None, expected: str
+) -> None:
+    """As kubectl does: the current context's namespace, "default" when it names none (read by the
+    kubernetes library from a real kubeconfig file, in a fresh process as the CLI runs)."""
+    context: dict[str, str] = {"cluster": "c", "user": "u"}
+    if context_namespace:
+        context["namespace"] = context_namespace
+    kubeconfig = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "c", "cluster": {"server": "https://127.0.0.1:1"}}],
+        "users": [{"name": "u", "user": {"token": "t"}}],
+        "contexts": [{"name": "ctx", "context": context}],
+        "current-context": "ctx",
+    }
+    path = tmp_path / "kubeconfig"
+    path.write_text(yaml.safe_dump(kubeconfig))
+    shown = subprocess.run(
+        [sys.executable, "-c", "from specgate import kube; print(kube.current_namespace())"],
+        env={"KUBECONFIG": str(path), "PYTHONPATH": str(ROOT / "operator")}, capture_output=True, text=True,
+    )  # fmt: skip
+    assert shown.stdout.strip() == expected, shown.stderr
