@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import celpy
 import lupa.lua51 as lua51
 import pytest
 import yaml
@@ -157,3 +158,39 @@ def test_specgate_status_defaults_to_the_kube_contexts_namespace(
         env={"KUBECONFIG": str(path), "PYTHONPATH": str(ROOT / "operator")}, capture_output=True, text=True,
     )  # fmt: skip
     assert shown.stdout.strip() == expected, shown.stderr
+
+
+FLUX_HEALTH = {
+    Phase.PENDING: "InProgress",
+    Phase.BASELINE: "InProgress",
+    Phase.CANARY: "InProgress",
+    Phase.ANALYZING: "InProgress",
+    Phase.PROMOTING: "InProgress",
+    Phase.ROLLING_BACK: "InProgress",
+    Phase.PROMOTED: "Current",
+    Phase.PAUSED: "Current",
+    Phase.ROLLED_BACK: "Failed",
+    Phase.FAILED: "Failed",
+}
+
+
+def flux_health(obj: dict[str, Any]) -> str:
+    """Flux's order: inProgress, then failed, then current; none true: still in progress."""
+    (check,) = yaml.safe_load((ROOT / "integrations" / "flux" / "kustomization.yaml").read_text())["spec"][
+        "healthCheckExprs"
+    ]
+    environment = celpy.Environment()
+    activation = {key: celpy.json_to_cel(value) for key, value in obj.items()}
+    for field, result in (("inProgress", "InProgress"), ("failed", "Failed"), ("current", "Current")):
+        if environment.program(environment.compile(check[field])).evaluate(activation):
+            return result
+    return "InProgress"
+
+
+@pytest.mark.parametrize("phase", list(Phase))
+def test_flux_health_check_for_every_phase(phase: Phase) -> None:
+    """Every phase has its Flux status (a new phase without one fails here), and a status of an
+    older generation, or none yet, is in progress whatever its phase."""
+    assert flux_health(status_object(phase)) == FLUX_HEALTH[phase]
+    assert flux_health(status_object(phase, generation=3, observed=2)) == "InProgress"
+    assert flux_health({"metadata": {"generation": 1}, "status": {}}) == "InProgress"
