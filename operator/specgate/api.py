@@ -874,6 +874,14 @@ class SpeculativeDeploymentStatus(StatusModel):
     metrics_unavailable_since: str | None = Field(
         None, description="Since when metrics have been missing, if they are."
     )
+    replicas: int | None = Field(
+        None,
+        description="Pods of both tracks (the scale subresource's status.replicas, read by an "
+        "HorizontalPodAutoscaler or KEDA).",
+    )
+    selector: str | None = Field(
+        None, description="Label selector of both tracks' pods (the scale subresource's, for pod metrics)."
+    )
     baseline: Measurement | None = Field(None, description="Baseline figures.")
     canary: Measurement | None = Field(None, description="Canary figures (latest look).")
     benchmark: BenchmarkStatus | None = Field(

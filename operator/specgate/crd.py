@@ -163,7 +163,16 @@ def crd() -> Schema:
                     "served": True,
                     "storage": True,
                     "schema": {"openAPIV3Schema": root},
-                    "subresources": {"status": {}},
+                    # scale: `kubectl scale`, an HPA or KEDA own spec.replicas (a change of
+                    # replicas alone rescales the tracks in place, never a new rollout).
+                    "subresources": {
+                        "status": {},
+                        "scale": {
+                            "specReplicasPath": ".spec.replicas",
+                            "statusReplicasPath": ".status.replicas",
+                            "labelSelectorPath": ".status.selector",
+                        },
+                    },
                     "additionalPrinterColumns": PRINTER_COLUMNS,
                 }
             ],

@@ -95,7 +95,14 @@ def step(
     decision = rollout.decide(spec, current, observation, now)
     if decision.touch_children:
         apply_children(spec, owner, decision, observation)
-    return decision
+    return replace(decision, status=decision.status.model_copy(update=scale_status(owner, observation)))
+
+
+def scale_status(owner: Owner, observation: rollout.Observation) -> dict[str, Any]:
+    """What the scale subresource reads (an HPA, KEDA, `kubectl scale`): the pods both tracks ask
+    for as observed, and the selector of their pods."""
+    selector = ",".join(f"{k}={v}" for k, v in sorted(render.serving_selector(owner).items()))
+    return {"replicas": observation.baseline.replicas + observation.canary.replicas, "selector": selector}
 
 
 def observe(

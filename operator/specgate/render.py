@@ -222,10 +222,15 @@ def deployment(spec: api.SpeculativeDeploymentSpec, owner: Owner, track: Track, 
     }
 
 
+def serving_selector(owner: Owner) -> dict[str, str]:
+    """Both tracks' serving pods (benchmark Job pods aside): the Service's and the scale subresource's."""
+    return {LABEL_DEPLOYMENT: owner.name, "app.kubernetes.io/name": "vllm"}
+
+
 def service(owner: Owner, track: Track | None = None) -> Manifest:
     """Service <name> over both tracks (traffic follows the replica ratio of baseline and canary),
     or <name>-<track> over one track's pods, which a benchmark Job measures alone."""
-    selector = {LABEL_DEPLOYMENT: owner.name, "app.kubernetes.io/name": "vllm"}
+    selector = serving_selector(owner)
     if track is not None:
         selector[LABEL_TRACK] = track.value
     return {

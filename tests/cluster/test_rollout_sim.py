@@ -33,11 +33,29 @@ def reasons(api_client: client.ApiClient, namespace: str) -> list[str]:
     return [e.reason for e in client.CoreV1Api(api_client).list_namespaced_event(namespace).items]
 
 
-def test_good_candidate_is_promoted_while_another_writer_changes_the_object(lab: dict[str, Any]) -> None:
+def test_good_candidate_is_promoted_while_another_writer_and_an_hpa_change_the_object(
+    lab: dict[str, Any],
+) -> None:
     """A GitOps tool or `kubectl annotate` writes the object throughout, so its resourceVersion keeps
     moving under the operator: status is written by merge patch and children by server-side apply,
-    neither conditional on a resourceVersion, so no write may fail with 409 Conflict."""
+    neither conditional on a resourceVersion, so no write may fail with 409 Conflict. Meanwhile a
+    real HorizontalPodAutoscaler (the lab's controller manager) raises replicas 1 -> 2 through the
+    scale subresource: the tracks rescale in place and the rollout goes on, never restarting."""
     objects = client.CustomObjectsApi(lab["api_client"])
+    hpa = {
+        "apiVersion": "autoscaling/v2",
+        "kind": "HorizontalPodAutoscaler",
+        "metadata": {"name": "good"},
+        "spec": {
+            "scaleTargetRef": {"apiVersion": f"{api.GROUP}/{api.VERSION}", "kind": "SpeculativeDeployment", "name": "good"},
+            "minReplicas": 2,  # below it the controller scales up without asking for metrics
+            "maxReplicas": 2,
+            "metrics": [{"type": "Resource", "resource": {"name": "cpu", "target": {"type": "Utilization", "averageUtilization": 80}}}],
+        },
+    }  # fmt: skip
+    client.AutoscalingV2Api(lab["api_client"]).create_namespaced_horizontal_pod_autoscaler(
+        lab["namespace"], hpa
+    )
     writes: list[int] = []
 
     def annotate(obj: dict[str, Any]) -> None:
@@ -62,6 +80,14 @@ def test_good_candidate_is_promoted_while_another_writer_changes_the_object(lab:
     apps = client.AppsV1Api(lab["api_client"])
     assert apps.read_namespaced_deployment("good-baseline", lab["namespace"]).spec.replicas == 0
     assert "GatesPassed" in reasons(lab["api_client"], lab["namespace"])
+    # The HPA's scale reached the object, and the promoted track, with one rollout from start to end.
+    assert run.obj["spec"]["replicas"] == 2
+    assert apps.read_namespaced_deployment("good-canary", lab["namespace"]).spec.replicas == 2
+    assert (
+        status["replicas"] == 2
+        and status["selector"] == "app.kubernetes.io/name=vllm,specgate.dev/deployment=good"
+    )
+    assert [h["phase"] for h in status["history"]].count("Baseline") == 1, status["history"]
 
 
 @pytest.fixture(scope="module")

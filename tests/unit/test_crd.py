@@ -37,11 +37,13 @@ def test_the_crd_yaml_has_no_anchors_or_aliases() -> None:
     assert not [e for e in events if isinstance(e, yaml.AliasEvent) or getattr(e, "anchor", None)]
 
 
-def test_names_columns_and_status_subresource() -> None:
+def test_names_columns_and_the_status_and_scale_subresources() -> None:
     doc = crd.crd()
     assert doc["spec"]["names"]["shortNames"] == ["sd", "specdeploy"]
     v = version()
-    assert v["subresources"] == {"status": {}}
+    scale = {"specReplicasPath": ".spec.replicas", "statusReplicasPath": ".status.replicas",
+             "labelSelectorPath": ".status.selector"}  # fmt: skip
+    assert v["subresources"] == {"status": {}, "scale": scale}
     columns = {c["name"]: c["jsonPath"] for c in v["additionalPrinterColumns"]}
     assert columns["Phase"] == ".status.phase"
     assert columns["Method"] == ".spec.speculative.method"

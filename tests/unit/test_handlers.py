@@ -197,6 +197,18 @@ def test_a_pod_monitor_without_its_crd_is_failed_naming_the_field_and_touches_no
     assert reconcile_step(run, after=10).status.phase == Phase.BASELINE
 
 
+def test_status_carries_what_the_scale_subresource_reads(monkeypatch: pytest.MonkeyPatch) -> None:
+    """status.replicas (both tracks' pods as observed, for an HPA's currentReplicas) and
+    status.selector (their pods, for pod metrics), which the CRD's scale subresource points at."""
+    FakeKube({"llama-baseline": ready(1), "llama-canary": ready(2)}).install(monkeypatch)
+    FakePrometheus({"baseline": metrics(), "canary": metrics(0.8)}).install(monkeypatch)
+    status = reconcile_step(analyzing(), after=70).status
+    assert (status.replicas, status.selector) == (
+        3,
+        "app.kubernetes.io/name=vllm,specgate.dev/deployment=llama",
+    )
+
+
 STORED = api.SpeculativeDeploymentStatus(
     phase=Phase.ANALYZING,
     observed_generation=1,
