@@ -150,8 +150,9 @@ class PrometheusClient:
                     f"Prometheus URL {self._url!r} is not an http:// or https:// URL with a host: "
                     "fix spec.rollout.metrics.prometheusUrl or --prometheus-url"
                 )
-            # Past that check the constructor cannot raise (it only parses the URL).
-            self._connection = PrometheusConnect(url=self._url, disable_ssl=True, timeout=self._timeout)
+            # Past that check the constructor cannot raise (it only parses the URL). TLS is verified:
+            # a private CA comes through REQUESTS_CA_BUNDLE (a mounted bundle), as for any `requests`.
+            self._connection = PrometheusConnect(url=self._url, disable_ssl=False, timeout=self._timeout)
         return self._connection
 
     def track_metrics(

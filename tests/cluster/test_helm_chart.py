@@ -196,7 +196,7 @@ def test_alerts_fire_as_their_runbooks_say(tmp_path: Path) -> None:
 
 
 def test_values_for_namespaces_service_monitor_and_security_reach_the_manifests() -> None:
-    """`watchNamespaces`, `metrics.serviceMonitor`, `metrics.monitorLabels` and the security
+    """`watchNamespaces`, `metrics.serviceMonitor`, `metrics.monitorLabels`, `prometheusCA` and the security
     contexts as a user sets them (and a parent chart's `global`): the operator watches exactly those
     namespaces with a Role in each; the ServiceMonitor and PrometheusRule carry the label
     kube-prometheus-stack selects by; the ServiceMonitor selects the metrics Service, scrapes the
@@ -208,7 +208,7 @@ def test_values_for_namespaces_service_monitor_and_security_reach_the_manifests(
         "--set", "watchNamespaces={team-a,team-b}", "--set", "metrics.serviceMonitor=true",
         "--set", "metrics.port=9102", "--set", "securityContext.readOnlyRootFilesystem=false",
         "--set", "metrics.prometheusRule.enabled=true", "--set", "metrics.monitorLabels.release=kps",
-        "--set", "global.imageRegistry=registry.example.com",
+        "--set", "global.imageRegistry=registry.example.com", "--set", "prometheusCA.configMap=prom-ca",
     )  # fmt: skip
     objects = [o for o in yaml.safe_load_all(rendered) if o]
     by_kind: dict[str, list[dict[str, Any]]] = {}
@@ -234,6 +234,11 @@ def test_values_for_namespaces_service_monitor_and_security_reach_the_manifests(
     (port,) = [p for p in service["spec"]["ports"] if p["name"] == endpoint["port"]]
     served = {p["name"]: p["containerPort"] for p in container["ports"]}
     assert served[port["targetPort"]] == 9102
+    # The private CA: the ConfigMap mounted, and the Prometheus client (requests) pointed at it.
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "prometheus-ca"]
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == "prometheus-ca"]
+    assert volume["configMap"]["name"] == "prom-ca"
+    assert {"name": "REQUESTS_CA_BUNDLE", "value": f"{mount['mountPath']}/ca.crt"} in container["env"]
     assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] == 65532
     assert container["securityContext"] == {
         "allowPrivilegeEscalation": False,
