@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import os
 import random
 import sys
+import time
 from collections.abc import Sequence
+from typing import Any
+
+import yaml
 
 from specgate.api import BenchmarkStatus, Measurement, SpeculativeDeploymentStatus, parse_status
 
@@ -50,13 +56,53 @@ def _crd(_: argparse.Namespace) -> int:
     return 0
 
 
+# `specgate status --watch` exit codes, for pipelines that wait on a rollout's verdict.
+EXIT_PROMOTED, EXIT_ROLLED_BACK, EXIT_TIMEOUT = 0, 1, 2
+
+
+def watch_exit_code(obj: dict[str, Any]) -> int | None:
+    """The verdict of the object's current generation as an exit code; None while it is undecided
+    (a status of an older generation, or a rollout still running or paused)."""
+    status = obj.get("status") or {}
+    if status.get("observedGeneration") != obj.get("metadata", {}).get("generation"):
+        return None
+    return {"Promoted": EXIT_PROMOTED, "RolledBack": EXIT_ROLLED_BACK, "Failed": EXIT_ROLLED_BACK}.get(
+        status.get("phase", "")
+    )
+
+
 def _status(args: argparse.Namespace) -> int:
     from specgate import kube
 
     kube.load_config()
-    obj = kube.get_speculative_deployment(args.namespace or kube.current_namespace(), args.name)
-    sys.stdout.write(render_timeline(args.name, parse_status(obj.get("status"))))
-    return 0
+    namespace = args.namespace or kube.current_namespace()
+    deadline = time.monotonic() + args.timeout if args.timeout else math.inf
+    shown = None
+    while True:
+        obj = kube.get_speculative_deployment(namespace, args.name)
+        text = _format(args.name, obj, args.output)
+        if text != shown:
+            sys.stdout.write(text)
+            sys.stdout.flush()
+            shown = text
+        if not args.watch:
+            return 0
+        code = watch_exit_code(obj)
+        if code is not None:
+            return code
+        if time.monotonic() >= deadline:
+            sys.stderr.write(f"{args.name}: no verdict within {args.timeout:g}s\n")
+            return EXIT_TIMEOUT
+        time.sleep(min(args.interval, max(deadline - time.monotonic(), 0)))
+
+
+def _format(name: str, obj: dict[str, Any], output: str) -> str:
+    status = obj.get("status") or {}
+    if output == "json":
+        return json.dumps(status, indent=2) + "\n"
+    if output == "yaml":
+        return yaml.safe_dump(status, sort_keys=False)
+    return render_timeline(name, parse_status(status))
 
 
 def render_timeline(name: str, status: SpeculativeDeploymentStatus) -> str:
@@ -172,6 +218,15 @@ def build_parser() -> argparse.ArgumentParser:
     status = sub.add_parser("status", help="the timeline of one SpeculativeDeployment")
     status.add_argument("name")
     status.add_argument("-n", "--namespace", default=None, help="default: the kube context's namespace")
+    status.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text")
+    status.add_argument(
+        "-w", "--watch", action="store_true",
+        help="print changes until the verdict; exit 0 Promoted, 1 RolledBack or Failed, 2 on --timeout",
+    )  # fmt: skip
+    status.add_argument(
+        "--timeout", type=float, default=0, help="with --watch: seconds to wait (0: no limit)"
+    )
+    status.add_argument("--interval", type=float, default=5, help="with --watch: seconds between reads")
     status.set_defaults(func=_status)
 
     plan = sub.add_parser("plan", help="expected speedup, break-even alpha and best K")

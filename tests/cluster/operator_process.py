@@ -142,3 +142,14 @@ def get_sd(api_client: client.ApiClient, namespace: str, name: str) -> dict[str,
         api.GROUP, api.VERSION, namespace, api.PLURAL, name
     )
     return obj
+
+
+def specgate_status(
+    kubeconfig: str, namespace: str, name: str, *flags: str
+) -> subprocess.CompletedProcess[str]:
+    """`specgate status` as a user (or a pipeline) runs it: the installed console script."""
+    return subprocess.run(
+        [str(Path(sys.executable).parent / "specgate"), "status", name, "-n", namespace, *flags],
+        env={**os.environ, "KUBECONFIG": kubeconfig, "PYTHONPATH": str(ROOT / "operator")},
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip

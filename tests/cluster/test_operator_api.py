@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import copy
-import os
+import json
 import subprocess
-import sys
 import urllib.request
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from tests.cluster.operator_process import (
     create_sd,
     get_sd,
     operator_process,
+    specgate_status,
     wait_for,
 )
 from tests.conftest import load_sample
@@ -135,11 +135,14 @@ def test_operator_creates_the_baseline(
             if sample.name == "specgate_rollout_phase" and sample.labels["namespace"] == namespace
         }
         assert phases["Baseline"] == 1 and sum(phases.values()) == 1, phases
-        shown = subprocess.run(
-            [str(Path(sys.executable).parent / "specgate"), "status", "tiny", "-n", namespace],
-            env={**os.environ, "KUBECONFIG": kubeconfig}, capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
+        shown = specgate_status(kubeconfig, namespace, "tiny")
         assert shown.returncode == 0 and shown.stdout.startswith("tiny: Baseline"), shown
+        as_json = json.loads(specgate_status(kubeconfig, namespace, "tiny", "-o", "json").stdout)
+        assert as_json["phase"] == "Baseline" and as_json["observedGeneration"] == 1
+        waited = specgate_status(
+            kubeconfig, namespace, "tiny", "--watch", "--timeout", "3", "--interval", "1"
+        )
+        assert waited.returncode == 2 and "no verdict within 3s" in waited.stderr, waited  # still measuring
     container = dep.spec.template.spec.containers[0]
     assert dep.spec.replicas == 2
     assert container.resources.limits == {"nvidia.com/gpu": "1"}

@@ -16,6 +16,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 from tests.cluster.conftest import CACHE, fresh_namespace, lab_in
+from tests.cluster.operator_process import specgate_status
 from tests.cluster.rollouts import Rollout, run_rollout, sim_rollout
 from tests.conftest import ROOT
 
@@ -88,6 +89,7 @@ def test_good_candidate_is_promoted_while_another_writer_and_an_hpa_change_the_o
         and status["selector"] == "app.kubernetes.io/name=vllm,specgate.dev/deployment=good"
     )
     assert [h["phase"] for h in status["history"]].count("Baseline") == 1, status["history"]
+    assert specgate_status(lab["kubeconfig"], lab["namespace"], "good", "--watch").returncode == 0
 
 
 @pytest.fixture(scope="module")
@@ -113,6 +115,8 @@ def test_low_alpha_rolls_back_below_the_gate(low_alpha: tuple[dict[str, Any], Ro
     assert (status["phase"], status["reason"]) == ("RolledBack", "AcceptanceBelowGate"), status.get("message")
     assert status["canary"]["alpha"] == pytest.approx(0.3, abs=0.06)
     assert canary_replicas(lab["api_client"], lab["namespace"], "lowalpha") == 0
+    waited = specgate_status(lab["kubeconfig"], lab["namespace"], "lowalpha", "--watch", "--timeout", "60")
+    assert waited.returncode == 1 and waited.stdout.startswith("lowalpha: RolledBack"), waited
 
 
 # Runbook commands the lab cannot run, and why.

@@ -194,3 +194,21 @@ def test_flux_health_check_for_every_phase(phase: Phase) -> None:
     assert flux_health(status_object(phase)) == FLUX_HEALTH[phase]
     assert flux_health(status_object(phase, generation=3, observed=2)) == "InProgress"
     assert flux_health({"metadata": {"generation": 1}, "status": {}}) == "InProgress"
+
+
+@pytest.mark.parametrize(
+    ("phase", "observed", "code"),
+    [
+        (Phase.PROMOTED, 2, 0),
+        (Phase.ROLLED_BACK, 2, 1),
+        (Phase.FAILED, 2, 1),
+        (Phase.ANALYZING, 2, None),
+        (Phase.PAUSED, 2, None),  # a person or onInconclusive: Pause: waits for them, or the timeout
+        (Phase.PROMOTED, 1, None),  # the verdict of the last generation, not of this one
+    ],
+)
+def test_status_watch_exits_on_the_current_generations_verdict(
+    phase: Phase, observed: int, code: int | None
+) -> None:
+    assert cli.watch_exit_code(status_object(phase, generation=2, observed=observed)) == code
+    assert cli.watch_exit_code({"metadata": {"generation": 1}}) is None  # no status yet
