@@ -20,6 +20,11 @@ from specgate.api import BenchmarkStatus, Measurement, SpeculativeDeploymentStat
 def _run(args: argparse.Namespace) -> int:
     if args.prometheus_url:
         os.environ["SPECGATE_PROMETHEUS_URL"] = args.prometheus_url
+    from specgate import prometheus
+
+    os.environ[prometheus.HEADERS_ENV] = json.dumps(dict(_header(h) for h in args.prometheus_header or []))
+    if args.prometheus_bearer_token_file:
+        os.environ[prometheus.TOKEN_FILE_ENV] = args.prometheus_bearer_token_file
     os.environ["SPECGATE_INTERVAL_SECONDS"] = str(args.interval)
     os.environ["SPECGATE_METRICS_PORT"] = str(args.metrics_port)
     os.environ["SPECGATE_VERBOSE"] = "1" if args.verbose else "0"
@@ -37,6 +42,15 @@ def _run(args: argparse.Namespace) -> int:
         liveness_endpoint=args.liveness,
     )
     return 0
+
+
+def _header(text: str) -> tuple[str, str]:
+    name, sep, value = text.partition(":")
+    if not sep or not name.strip():
+        raise SystemExit(
+            f"--prometheus-header {text!r}: write it as 'Name: value' (e.g. 'X-Scope-OrgID: team-a')"
+        )
+    return name.strip(), value.strip()
 
 
 def _priority(args: argparse.Namespace) -> int | None:
@@ -198,6 +212,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--prometheus-url",
         default=os.environ.get("SPECGATE_PROMETHEUS_URL"),
         help="default Prometheus URL for objects that set none",
+    )
+    run.add_argument(
+        "--prometheus-header", action="append", metavar="'NAME: VALUE'",
+        help="a header on every Prometheus query (repeat), e.g. 'X-Scope-OrgID: team-a'",
+    )  # fmt: skip
+    run.add_argument(
+        "--prometheus-bearer-token-file", help="send this file's token to Prometheus (read at each reconcile)"
     )
     run.add_argument("--interval", type=float, default=10.0, help="seconds between reconciles of an object")
     run.add_argument(

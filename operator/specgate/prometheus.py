@@ -18,12 +18,15 @@ Nothing here raises but MetricsUnavailable, and no figure is NaN or infinite.
 
 from __future__ import annotations
 
+import json
 import math
+import os
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 import requests
@@ -135,6 +138,26 @@ def _inside(t: float, spans: Iterable[tuple[float, float]]) -> bool:
 Families = dict[str, list[Series]]  # by metric name
 
 
+# Set by `specgate run` from --prometheus-header and --prometheus-bearer-token-file.
+HEADERS_ENV, TOKEN_FILE_ENV = "SPECGATE_PROMETHEUS_HEADERS", "SPECGATE_PROMETHEUS_TOKEN_FILE"
+
+
+def request_headers() -> dict[str, str]:
+    """Extra headers for every query (a tenant's X-Scope-OrgID for Thanos, Mimir, Cortex) and the
+    bearer token, read from its file each time a client is made, so a rotated token is picked up."""
+    headers: dict[str, str] = json.loads(os.environ.get(HEADERS_ENV) or "{}")
+    token_file = os.environ.get(TOKEN_FILE_ENV)
+    if token_file:
+        try:
+            token = Path(token_file).read_text().strip()
+        except OSError as exc:
+            raise MetricsUnavailable(
+                f"cannot read the Prometheus bearer token file {token_file}: {exc}"
+            ) from exc
+        headers["Authorization"] = f"Bearer {token}"
+    return headers
+
+
 class PrometheusClient:
     def __init__(self, url: str, timeout_seconds: float = 10.0) -> None:
         self._url = url
@@ -152,7 +175,9 @@ class PrometheusClient:
                 )
             # Past that check the constructor cannot raise (it only parses the URL). TLS is verified:
             # a private CA comes through REQUESTS_CA_BUNDLE (a mounted bundle), as for any `requests`.
-            self._connection = PrometheusConnect(url=self._url, disable_ssl=False, timeout=self._timeout)
+            self._connection = PrometheusConnect(
+                url=self._url, headers=request_headers(), disable_ssl=False, timeout=self._timeout
+            )
         return self._connection
 
     def track_metrics(

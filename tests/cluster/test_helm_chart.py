@@ -17,6 +17,7 @@ from tests.cluster.operator_process import wait_for
 from tests.cluster.rollouts import run_rollout, sim_rollout
 from tests.conftest import ROOT
 
+from specgate import cli
 from specgate.lab.crds import PEERING_CRDS_PATH, install_crd
 
 pytestmark = pytest.mark.cluster
@@ -196,7 +197,7 @@ def test_alerts_fire_as_their_runbooks_say(tmp_path: Path) -> None:
 
 
 def test_values_for_namespaces_service_monitor_and_security_reach_the_manifests() -> None:
-    """`watchNamespaces`, `metrics.serviceMonitor`, `metrics.monitorLabels`, `prometheusCA` and the security
+    """`watchNamespaces`, `metrics.serviceMonitor`, `metrics.monitorLabels`, `prometheusCA`, `prometheusAuth` and the security
     contexts as a user sets them (and a parent chart's `global`): the operator watches exactly those
     namespaces with a Role in each; the ServiceMonitor and PrometheusRule carry the label
     kube-prometheus-stack selects by; the ServiceMonitor selects the metrics Service, scrapes the
@@ -209,6 +210,7 @@ def test_values_for_namespaces_service_monitor_and_security_reach_the_manifests(
         "--set", "metrics.port=9102", "--set", "securityContext.readOnlyRootFilesystem=false",
         "--set", "metrics.prometheusRule.enabled=true", "--set", "metrics.monitorLabels.release=kps",
         "--set", "global.imageRegistry=registry.example.com", "--set", "prometheusCA.configMap=prom-ca",
+        "--set", "prometheusAuth.bearerTokenSecret.name=prom-token", "--set", "prometheusAuth.headers.X-Scope-OrgID=team-a",
     )  # fmt: skip
     objects = [o for o in yaml.safe_load_all(rendered) if o]
     by_kind: dict[str, list[dict[str, Any]]] = {}
@@ -239,6 +241,13 @@ def test_values_for_namespaces_service_monitor_and_security_reach_the_manifests(
     (mount,) = [m for m in container["volumeMounts"] if m["name"] == "prometheus-ca"]
     assert volume["configMap"]["name"] == "prom-ca"
     assert {"name": "REQUESTS_CA_BUNDLE", "value": f"{mount['mountPath']}/ca.crt"} in container["env"]
+    # The token Secret mounted and named to the operator, and the tenant header on its command line.
+    (token,) = [v for v in pod["volumes"] if v["name"] == "prometheus-token"]
+    (token_mount,) = [m for m in container["volumeMounts"] if m["name"] == "prometheus-token"]
+    assert token["secret"]["secretName"] == "prom-token"
+    assert f"--prometheus-bearer-token-file={token_mount['mountPath']}/token" in container["args"]
+    assert "--prometheus-header=X-Scope-OrgID: team-a" in container["args"]
+    assert cli.build_parser().parse_args(container["args"]).prometheus_header == ["X-Scope-OrgID: team-a"]
     assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] == 65532
     assert container["securityContext"] == {
         "allowPrivilegeEscalation": False,

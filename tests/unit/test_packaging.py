@@ -212,3 +212,9 @@ def test_status_watch_exits_on_the_current_generations_verdict(
 ) -> None:
     assert cli.watch_exit_code(status_object(phase, generation=2, observed=observed)) == code
     assert cli.watch_exit_code({"metadata": {"generation": 1}}) is None  # no status yet
+
+
+def test_a_prometheus_header_is_name_colon_value_and_a_bad_one_names_the_flag() -> None:
+    assert cli._header("X-Scope-OrgID: team-a") == ("X-Scope-OrgID", "team-a")
+    with pytest.raises(SystemExit, match=r"--prometheus-header 'X-Scope-OrgID=team-a'.*'Name: value'"):
+        cli._header("X-Scope-OrgID=team-a")

@@ -1,4 +1,5 @@
-"""The Prometheus client verifies TLS: a real HTTPS server on 127.0.0.1 with a certificate made here."""
+"""How the operator reaches Prometheus, against real local servers: TLS verified (a certificate made
+here with openssl), a bearer token from a file and extra headers (a tenant's X-Scope-OrgID)."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from specgate import prometheus
 from specgate.api import MetricsSource
 from specgate.prometheus import MetricsUnavailable, PrometheusClient, Selector
 from specgate.rollout import Window
@@ -51,6 +53,54 @@ def https_prometheus(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     finally:
         server.shutdown()
         server.server_close()
+
+
+class TenantOnly(EmptyAnswers):
+    """Answers only the tenant team-a with the token s3cret, as Mimir behind an auth proxy would."""
+
+    def do_GET(self) -> None:
+        if (
+            self.headers.get("Authorization") == "Bearer s3cret"
+            and self.headers.get("X-Scope-OrgID") == "team-a"
+        ):
+            super().do_GET()
+            return
+        self.send_response(401)
+        self.end_headers()
+
+
+@pytest.fixture
+def tenant_prometheus() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), TenantOnly)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_the_token_file_and_the_headers_reach_prometheus(
+    tenant_prometheus: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Set as `specgate run --prometheus-bearer-token-file F --prometheus-header 'X-Scope-OrgID: team-a'`
+    sets them; without them the 401 is MetricsUnavailable; a rotated token is read again."""
+    with pytest.raises(MetricsUnavailable, match="401"):
+        ask(tenant_prometheus)
+    token = tmp_path / "token"
+    token.write_text("old\n")
+    monkeypatch.setenv(prometheus.TOKEN_FILE_ENV, str(token))
+    monkeypatch.setenv(prometheus.HEADERS_ENV, json.dumps({"X-Scope-OrgID": "team-a"}))
+    with pytest.raises(MetricsUnavailable, match="401"):
+        ask(tenant_prometheus)
+    token.write_text("s3cret\n")  # rotated, as a projected ServiceAccount token or a Secret is
+    assert ask(tenant_prometheus) is None
+
+
+def test_an_unreadable_token_file_is_metrics_unavailable_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv(prometheus.TOKEN_FILE_ENV, "/nonexistent/token")
+    with pytest.raises(MetricsUnavailable, match="/nonexistent/token"):
+        ask("http://127.0.0.1:9")
 
 
 def ask(url: str) -> object:
