@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import contextlib
 
-from prometheus_client import Counter, Gauge, Histogram, start_http_server
+from prometheus_client import Counter, Gauge, Histogram, Info, start_http_server
 
+from specgate import __version__
 from specgate.api import Phase
 from specgate.rollout import Decision
 
@@ -15,8 +16,12 @@ ROLLOUT_PHASE = Gauge(
     ["namespace", "name", "phase"],
 )
 CANARY_ALPHA = Gauge(
-    "specgate_canary_acceptance_rate", "Latest measured alpha of the canary.", ["namespace", "name"]
+    "specgate_canary_acceptance_ratio",
+    "Latest measured alpha of the canary (accepted / draft tokens).",
+    ["namespace", "name"],
 )
+BUILD_INFO = Info("specgate_build", "The operator's version.")
+BUILD_INFO.info({"version": __version__})
 DECISIONS = Counter(
     "specgate_decisions_total",
     "Phase changes by the phase entered and the reason (AcceptanceBelowGate, GuardTripped, ...).",

@@ -24,6 +24,7 @@ from tests.cluster.operator_process import (
 from tests.conftest import load_sample
 from tests.unit.test_api import RULE_CASES
 
+import specgate
 from specgate import api
 from specgate.lab import demo
 from specgate.lab.calibrate import free_port
@@ -135,6 +136,8 @@ def test_operator_creates_the_baseline(
             if sample.name == "specgate_rollout_phase" and sample.labels["namespace"] == namespace
         }
         assert phases["Baseline"] == 1 and sum(phases.values()) == 1, phases
+        (build,) = [f for f in text_string_to_metric_families(exposed) if f.name == "specgate_build_info"]
+        assert build.samples[0].labels == {"version": specgate.__version__}
         shown = specgate_status(kubeconfig, namespace, "tiny")
         assert shown.returncode == 0 and shown.stdout.startswith("tiny: Baseline"), shown
         as_json = json.loads(specgate_status(kubeconfig, namespace, "tiny", "-o", "json").stdout)
