@@ -26,6 +26,7 @@ CHART = ROOT / "charts" / "specgate"
 HELM = str(CACHE / "bin" / "helm")
 KUBECONFORM = str(CACHE / "bin" / "kubeconform")
 RELEASE_NS = "specgate-system"
+DASHBOARD = CHART / "dashboards" / "specgate.json"
 
 
 def run(*argv: str, **kwargs: Any) -> str:
@@ -197,7 +198,7 @@ def test_alerts_fire_as_their_runbooks_say(tmp_path: Path) -> None:
 
 
 def test_values_for_namespaces_service_monitor_and_security_reach_the_manifests() -> None:
-    """`watchNamespaces`, `metrics.serviceMonitor`, `metrics.monitorLabels`, `prometheusCA`, `prometheusAuth` and the security
+    """`watchNamespaces`, `metrics.serviceMonitor`, `metrics.monitorLabels`, `prometheusCA`, `prometheusAuth`, `grafanaDashboard` and the security
     contexts as a user sets them (and a parent chart's `global`): the operator watches exactly those
     namespaces with a Role in each; the ServiceMonitor and PrometheusRule carry the label
     kube-prometheus-stack selects by; the ServiceMonitor selects the metrics Service, scrapes the
@@ -211,6 +212,7 @@ def test_values_for_namespaces_service_monitor_and_security_reach_the_manifests(
         "--set", "metrics.prometheusRule.enabled=true", "--set", "metrics.monitorLabels.release=kps",
         "--set", "global.imageRegistry=registry.example.com", "--set", "prometheusCA.configMap=prom-ca",
         "--set", "prometheusAuth.bearerTokenSecret.name=prom-token", "--set", "prometheusAuth.headers.X-Scope-OrgID=team-a",
+        "--set", "grafanaDashboard.enabled=true",
     )  # fmt: skip
     objects = [o for o in yaml.safe_load_all(rendered) if o]
     by_kind: dict[str, list[dict[str, Any]]] = {}
@@ -248,6 +250,10 @@ def test_values_for_namespaces_service_monitor_and_security_reach_the_manifests(
     assert f"--prometheus-bearer-token-file={token_mount['mountPath']}/token" in container["args"]
     assert "--prometheus-header=X-Scope-OrgID: team-a" in container["args"]
     assert cli.build_parser().parse_args(container["args"]).prometheus_header == ["X-Scope-OrgID: team-a"]
+    (dashboard,) = [
+        c for c in by_kind["ConfigMap"] if c["metadata"]["labels"].get("grafana_dashboard") == "1"
+    ]
+    assert json.loads(dashboard["data"]["specgate.json"]) == json.loads(DASHBOARD.read_text())
     assert pod["securityContext"]["runAsNonRoot"] is True and pod["securityContext"]["runAsUser"] == 65532
     assert container["securityContext"] == {
         "allowPrivilegeEscalation": False,

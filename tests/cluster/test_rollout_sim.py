@@ -145,12 +145,13 @@ def runbook_snippets(kind: str) -> list[tuple[str, str]]:
     return found
 
 
-def test_the_runbooks_commands_run_on_a_rolled_back_object(
+def test_the_runbooks_commands_and_the_dashboards_queries_run_on_a_rolled_back_object(
     low_alpha: tuple[dict[str, Any], Rollout], kubectl: str
 ) -> None:
     """Every kubectl and specgate command of runbooks/ (but those LAB_LACKS names) runs as written
     on the rolled-back object, and every PromQL expression evaluates on the lab's Prometheus; the
-    AcceptanceBelowGate page's alpha query gives the simulator's alpha (0.3)."""
+    AcceptanceBelowGate page's alpha query gives the simulator's alpha (0.3); every query of the
+    Grafana dashboard evaluates, and its vLLM panels have data."""
     lab, _ = low_alpha
     names = {"NS": lab["namespace"], "NAME": "lowalpha", "OBJECT": "lowalpha", "GEN": "1"}
 
@@ -181,6 +182,29 @@ def test_the_runbooks_commands_run_on_a_rolled_back_object(
         assert answer["status"] == "success", f"{page}: {expression}: {answer}"
         if page == "acceptance-below-gate.md" and "num_draft_tokens_total" in expression:
             assert float(answer["data"]["result"][0]["value"][1]) == pytest.approx(0.3, abs=0.06)
+
+    # The Grafana dashboard's queries too, with its variables set as Grafana would (the rate
+    # interval long enough to reach back over the canary's life): every vLLM panel has data.
+    dashboard = json.loads((ROOT / "charts" / "specgate" / "dashboards" / "specgate.json").read_text())
+    variables = {
+        "$namespace": lab["namespace"],
+        "$deployment": "lowalpha",
+        "$gate": "0.55",
+        "$__rate_interval": "10m",
+    }
+    for panel in dashboard["panels"]:
+        for target in panel.get("targets", []):
+            expression = target["expr"]
+            for variable, value in variables.items():
+                expression = expression.replace(variable, value)
+            query = urllib.parse.urlencode({"query": expression})
+            with urllib.request.urlopen(f"{lab['prometheus_url']}/api/v1/query?{query}", timeout=10) as resp:
+                answer = json.loads(resp.read())
+            assert answer["status"] == "success", f"{panel['title']}: {expression}: {answer}"
+            if "vllm:" in expression:
+                assert answer["data"]["result"], (
+                    f"dashboard panel {panel['title']!r} has no data: {expression}"
+                )
 
 
 def test_worse_p99_itl_rolls_back_with_latency_regression(lab: dict[str, Any]) -> None:
