@@ -150,6 +150,47 @@ class ModelCache(Model):
     )
 
 
+RENDERED_VOLUMES = ("dshm", "model-cache")  # the volumes specgate renders into every vLLM pod
+
+
+class PodTemplate(Model):
+    """Pod fields GPU clusters need, merged into both tracks' pods; what specgate renders (the vLLM
+    container, its probes, ports and resources) is not overridden."""
+
+    runtime_class_name: str | None = Field(
+        None, description="RuntimeClass of the pods, e.g. nvidia (the NVIDIA container runtime)."
+    )
+    priority_class_name: str | None = Field(None, description="PriorityClass of the pods.")
+    service_account_name: str | None = Field(
+        None, description="ServiceAccount the pods run as (e.g. workload identity for a model bucket)."
+    )
+    image_pull_secrets: list[str] = Field(
+        default_factory=list, description="Names of Secrets to pull the vLLM image with."
+    )
+    affinity: dict[str, Any] | None = Field(None, description="The pods' affinity (Kubernetes' Affinity).")
+    topology_spread_constraints: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="The pods' topologySpreadConstraints; select the pods by the label "
+        "specgate.dev/deployment: <name> (both tracks) or add specgate.dev/track.",
+    )
+    security_context: dict[str, Any] | None = Field(None, description="The pods' securityContext.")
+    container_security_context: dict[str, Any] | None = Field(
+        None, description="The vLLM container's securityContext."
+    )
+    shm_size_limit: str | None = Field(
+        None,
+        description="sizeLimit of the memory volume at /dev/shm (tensor-parallel workers exchange data "
+        "there), e.g. 16Gi; default: no limit beyond the pod's memory.",
+    )
+    volumes: list[dict[str, Any]] = Field(
+        default_factory=list,
+        description="Extra pod volumes (Kubernetes' Volume), not named dshm or model-cache.",
+    )
+    volume_mounts: list[dict[str, Any]] = Field(
+        default_factory=list, description="Extra volumeMounts of the vLLM container."
+    )
+
+
 class Toleration(Model):
     key: str | None = Field(None, description="Taint key.")
     operator: str | None = Field(None, description="Exists or Equal.")
@@ -417,6 +458,11 @@ class SpeculativeDeploymentSpec(Model):
     tolerations: list[Toleration] = Field(default_factory=list, description="Pod tolerations.")
     pod_annotations: dict[str, str] = Field(default_factory=dict, description="Extra pod annotations.")
     pod_labels: dict[str, str] = Field(default_factory=dict, description="Extra pod labels.")
+    pod_template: PodTemplate | None = Field(
+        None,
+        description="Pod fields for GPU clusters (runtimeClassName, priorityClassName, imagePullSecrets, "
+        "serviceAccountName, affinity, topology spread, securityContext, /dev/shm size, volumes).",
+    )
     speculative: SpeculativeSpec = Field(description="The speculative decoding config under test.")
     rollout: RolloutSpec = Field(
         default_factory=RolloutSpec, description="How the rollout is staged and gated."
@@ -588,6 +634,14 @@ RULES: tuple[Rule, ...] = (
         "scrapeInterval must be at least 1s, e.g. 15s (Prometheus' usual interval)",
         "scrapeInterval",
         lambda m: parse_duration(m.scrape_interval) >= 1,
+    ),
+    Rule(
+        PodTemplate,
+        None,  # CEL cannot look inside free-form volumes: the operator enforces it
+        "every volume needs a name, and dshm and model-cache are specgate's own (/dev/shm and "
+        "modelCache): rename the volume",
+        "volumes",
+        lambda t: all(v.get("name") and v["name"] not in RENDERED_VOLUMES for v in t.volumes),
     ),
 )
 

@@ -58,6 +58,8 @@ def template_hash(spec: api.SpeculativeDeploymentSpec, track: Track = Track.CANA
     without speculative). Hashed from the spec, not from the rendered manifest, so that a new
     operator version rendering differently restarts no rollout."""
     unused = {"replicas", "rollout"} | ({"speculative"} if track is Track.BASELINE else set())
+    if spec.pod_template is None:  # added later: absent, it keeps the hashes of objects made before
+        unused.add("pod_template")
     pods = spec.model_dump(mode="json", by_alias=True, exclude=unused)
     return hashlib.sha256(json.dumps(pods, sort_keys=True).encode()).hexdigest()[:12]
 
@@ -148,14 +150,39 @@ def _resources(spec: api.SpeculativeDeploymentSpec) -> dict[str, Any]:
 
 def _volumes(spec: api.SpeculativeDeploymentSpec) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     # vLLM's tensor-parallel workers exchange data through /dev/shm, which defaults to 64 MiB.
-    volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": {"medium": "Memory"}}]
+    extra = spec.pod_template or api.PodTemplate()
+    shm: dict[str, Any] = {"medium": "Memory"} | (
+        {"sizeLimit": extra.shm_size_limit} if extra.shm_size_limit else {}
+    )
+    volumes: list[dict[str, Any]] = [{"name": "dshm", "emptyDir": shm}]
     mounts: list[dict[str, Any]] = [{"name": "dshm", "mountPath": "/dev/shm"}]
     if spec.model_cache is not None:
         volumes.append(
             {"name": "model-cache", "persistentVolumeClaim": {"claimName": spec.model_cache.claim_name}}
         )
         mounts.append({"name": "model-cache", "mountPath": spec.model_cache.mount_path})
-    return volumes, mounts
+    return volumes + extra.volumes, mounts + extra.volume_mounts
+
+
+def _container_security(extra: api.PodTemplate | None) -> dict[str, Any]:
+    context = extra.container_security_context if extra else None
+    return {"securityContext": context} if context else {}
+
+
+def _pod_template_fields(extra: api.PodTemplate | None) -> dict[str, Any]:
+    """spec.podTemplate's pod-level fields, those set only."""
+    if extra is None:
+        return {}
+    fields: dict[str, Any] = {
+        "runtimeClassName": extra.runtime_class_name,
+        "priorityClassName": extra.priority_class_name,
+        "serviceAccountName": extra.service_account_name,
+        "imagePullSecrets": [{"name": name} for name in extra.image_pull_secrets],
+        "affinity": extra.affinity,
+        "topologySpreadConstraints": extra.topology_spread_constraints,
+        "securityContext": extra.security_context,
+    }
+    return {key: value for key, value in fields.items() if value}
 
 
 def _container(spec: api.SpeculativeDeploymentSpec, track: Track) -> dict[str, Any]:
@@ -169,6 +196,7 @@ def _container(spec: api.SpeculativeDeploymentSpec, track: Track) -> dict[str, A
         "ports": [{"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"}],
         "resources": _resources(spec),
         "volumeMounts": mounts,
+        **_container_security(spec.pod_template),
         # Loading weights can take many minutes: a long startupProbe keeps liveness from killing it.
         "startupProbe": _probe(period=10, failures=180),
         "readinessProbe": _probe(period=5, failures=3),
@@ -195,6 +223,7 @@ def deployment(spec: api.SpeculativeDeploymentSpec, owner: Owner, track: Track, 
         "nodeSelector": dict(spec.node_selector),
         "tolerations": [t.model_dump(by_alias=True, exclude_none=True) for t in spec.tolerations],
         "terminationGracePeriodSeconds": 60,
+        **_pod_template_fields(spec.pod_template),
     }
     return {
         "apiVersion": "apps/v1",

@@ -6,6 +6,7 @@ import copy
 import json
 import subprocess
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -93,12 +94,35 @@ def test_schema_errors_name_the_field(
     assert err.value.status == 422 and field in err.value.body
 
 
+@pytest.fixture
+def gpu_cluster_classes(api_client: client.ApiClient, namespace: str) -> Iterator[str]:
+    """A RuntimeClass and a PriorityClass, as a GPU cluster has (the API server's admission checks
+    that a pod's classes exist), named after the test's namespace and deleted after it."""
+    node = client.NodeV1Api(api_client)
+    scheduling = client.SchedulingV1Api(api_client)
+    node.create_runtime_class({"metadata": {"name": namespace}, "handler": "nvidia"})
+    scheduling.create_priority_class({"metadata": {"name": namespace}, "value": 1000})
+    try:
+        yield namespace
+    finally:
+        node.delete_runtime_class(namespace)
+        scheduling.delete_priority_class(namespace)
+
+
 def test_operator_creates_the_baseline(
-    api_client: client.ApiClient, namespace: str, kubeconfig: str, tmp_path: Path
+    api_client: client.ApiClient, namespace: str, kubeconfig: str, tmp_path: Path, gpu_cluster_classes: str
 ) -> None:
     body = load_sample("tiny-cpu.yaml")
     body["spec"]["podAnnotations"] = {"specgate.dev/lab-engine": "sim"}
     body["spec"]["replicas"] = 2
+    body["spec"]["podTemplate"] = {
+        "runtimeClassName": gpu_cluster_classes,
+        "priorityClassName": gpu_cluster_classes,
+        "imagePullSecrets": ["registry"],
+        "shmSizeLimit": "1Gi",
+        "volumes": [{"name": "scratch", "emptyDir": {}}],
+        "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}],
+    }
     secret = "hf_do_not_leak_0123456789"
     client.CoreV1Api(api_client).create_namespaced_secret(
         namespace,
@@ -148,6 +172,15 @@ def test_operator_creates_the_baseline(
         assert waited.returncode == 2 and "no verdict within 3s" in waited.stderr, waited  # still measuring
     container = dep.spec.template.spec.containers[0]
     assert dep.spec.replicas == 2
+    # spec.podTemplate on the pods the API server admitted (their classes exist), which became Ready.
+    pods = client.CoreV1Api(api_client).list_namespaced_pod(
+        namespace, label_selector="specgate.dev/track=baseline"
+    )
+    for pod in pods.items:
+        assert pod.spec.runtime_class_name == gpu_cluster_classes and pod.spec.priority == 1000
+        assert pod.spec.image_pull_secrets[0].name == "registry"
+        volumes = {v.name: v for v in pod.spec.volumes}
+        assert volumes["dshm"].empty_dir.size_limit == "1Gi" and "scratch" in volumes
     assert container.resources.limits == {"nvidia.com/gpu": "1"}
     assert container.args[0] == "specgate/tiny-llama" and "--speculative-config" not in container.args
     assert container.startup_probe.http_get.path == "/health"

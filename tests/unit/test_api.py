@@ -135,6 +135,12 @@ RULE_CASES: list[tuple[int, dict[str, Any], dict[str, Any]]] = [
         with_("rollout.metrics", {"scrapeInterval": "500ms"}),
         with_("rollout.metrics", {"scrapeInterval": "1s"}),
     ),
+    (
+        20,
+        with_("podTemplate", {"volumes": [{"name": "dshm", "emptyDir": {}}]}),
+        with_("podTemplate", {"volumes": [{"name": "scratch", "emptyDir": {}}]}),
+    ),
+    (20, with_("podTemplate", {"volumes": [{"emptyDir": {}}]}), with_("podTemplate", {"volumes": []})),
 ]
 
 

@@ -131,3 +131,51 @@ def test_a_new_speculative_config_changes_only_the_canarys_template() -> None:
 
     assert pod_template(before, Track.BASELINE) == pod_template(after, Track.BASELINE)
     assert pod_template(before, Track.CANARY) != pod_template(after, Track.CANARY)
+
+
+def test_an_old_objects_template_hash_survives_the_pod_template_field() -> None:
+    """Golden values, computed before spec.podTemplate existed: an operator upgrade must not change
+    what an existing object's pods are said to run, or every rollout would begin again."""
+    spec = api.parse_spec(load_sample("tiny-cpu.yaml")["spec"])
+    assert (render.template_hash(spec), render.template_hash(spec, Track.BASELINE)) == (
+        "090f178898f8",
+        "e7c92f0d5f7b",
+    )
+
+
+def test_the_pod_template_reaches_both_tracks_pods() -> None:
+    """What GPU clusters need, on the baseline and the canary alike; specgate's own volumes stay."""
+    raw = load_sample("tiny-cpu.yaml")["spec"]
+    raw["podTemplate"] = {
+        "runtimeClassName": "nvidia",
+        "priorityClassName": "inference-high",
+        "serviceAccountName": "vllm",
+        "imagePullSecrets": ["registry"],
+        "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+            {"matchExpressions": [{"key": "gpu", "operator": "In", "values": ["h100"]}]}]}}},
+        "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
+            "whenUnsatisfiable": "ScheduleAnyway", "labelSelector": {"matchLabels": {"specgate.dev/deployment": "llama-8b"}}}],
+        "securityContext": {"fsGroup": 1000},
+        "containerSecurityContext": {"allowPrivilegeEscalation": False},
+        "shmSizeLimit": "16Gi",
+        "volumes": [{"name": "scratch", "emptyDir": {}}],
+        "volumeMounts": [{"name": "scratch", "mountPath": "/scratch"}],
+    }  # fmt: skip
+    spec = api.parse_spec(raw)
+    for track in Track:
+        pod = render.deployment(spec, OWNER, track, 1)["spec"]["template"]["spec"]
+        assert pod["runtimeClassName"] == "nvidia" and pod["priorityClassName"] == "inference-high"
+        assert pod["serviceAccountName"] == "vllm" and pod["imagePullSecrets"] == [{"name": "registry"}]
+        assert pod["affinity"] == raw["podTemplate"]["affinity"]
+        assert pod["topologySpreadConstraints"] == raw["podTemplate"]["topologySpreadConstraints"]
+        assert pod["securityContext"] == {"fsGroup": 1000}
+        assert pod["volumes"] == [
+            {"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": "16Gi"}},
+            {"name": "scratch", "emptyDir": {}},
+        ]
+        (container,) = pod["containers"]
+        assert container["securityContext"] == {"allowPrivilegeEscalation": False}
+        assert container["volumeMounts"] == [
+            {"name": "dshm", "mountPath": "/dev/shm"},
+            {"name": "scratch", "mountPath": "/scratch"},
+        ]
