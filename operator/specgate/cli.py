@@ -203,7 +203,11 @@ def _plan(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="specgate", description=__doc__)
+    # Installed twice: as `specgate`, and as `kubectl-specgate`, which kubectl runs as `kubectl specgate`.
+    invoked_as_plugin = os.path.basename(sys.argv[0]) == "kubectl-specgate"
+    parser = argparse.ArgumentParser(
+        prog="kubectl specgate" if invoked_as_plugin else "specgate", description=__doc__
+    )
     sub = parser.add_subparsers(dest="command", required=True)
 
     run = sub.add_parser("run", help="run the operator")

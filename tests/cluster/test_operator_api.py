@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import copy
 import json
+import os
 import subprocess
+import sys
 import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
@@ -110,7 +112,12 @@ def gpu_cluster_classes(api_client: client.ApiClient, namespace: str) -> Iterato
 
 
 def test_operator_creates_the_baseline(
-    api_client: client.ApiClient, namespace: str, kubeconfig: str, tmp_path: Path, gpu_cluster_classes: str
+    api_client: client.ApiClient,
+    namespace: str,
+    kubeconfig: str,
+    kubectl: str,
+    tmp_path: Path,
+    gpu_cluster_classes: str,
 ) -> None:
     body = load_sample("tiny-cpu.yaml")
     body["spec"]["podAnnotations"] = {"specgate.dev/lab-engine": "sim"}
@@ -164,6 +171,12 @@ def test_operator_creates_the_baseline(
         assert build.samples[0].labels == {"version": specgate.__version__}
         shown = specgate_status(kubeconfig, namespace, "tiny")
         assert shown.returncode == 0 and shown.stdout.startswith("tiny: Baseline"), shown
+        # The same as kubectl's plugin, found on PATH as kubectl-specgate (make venv installs it).
+        plugin = subprocess.run(
+            [kubectl, "specgate", "status", "tiny", "-n", namespace], capture_output=True, text=True, timeout=60,
+            env={**os.environ, "KUBECONFIG": kubeconfig, "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}"},
+        )  # fmt: skip
+        assert plugin.returncode == 0 and plugin.stdout == shown.stdout, plugin
         as_json = json.loads(specgate_status(kubeconfig, namespace, "tiny", "-o", "json").stdout)
         assert as_json["phase"] == "Baseline" and as_json["observedGeneration"] == 1
         waited = specgate_status(
