@@ -125,7 +125,6 @@ LAB_LACKS = {
     "podmonitor": "no Prometheus Operator in the lab",
     "specgate-system": "no in-cluster operator (the Helm test installs one and runs a rollout)",
     "logs job/": "a traffic rollout runs no benchmark Job (tests/cluster/test_benchmark.py does)",
-    "kubectl apply --server-side --force-conflicts -f charts/specgate/crds/": "would rewrite the shared CRD",
 }
 
 
