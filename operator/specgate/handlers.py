@@ -43,7 +43,11 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
 
 
-@kopf.timer(api.GROUP, api.VERSION, api.PLURAL, interval=INTERVAL_SECONDS, initial_delay=0)
+# backoff: after an exception kopf retries after this, not its 60 s default, so a failed
+# reconcile is retried on the next tick as the comment in reconcile() says.
+@kopf.timer(
+    api.GROUP, api.VERSION, api.PLURAL, interval=INTERVAL_SECONDS, initial_delay=0, backoff=INTERVAL_SECONDS
+)
 def reconcile(
     body: kopf.Body, meta: kopf.Meta, spec: kopf.Spec, status: kopf.Status, patch: kopf.Patch, **_: Any
 ) -> None:

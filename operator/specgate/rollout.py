@@ -1077,8 +1077,9 @@ def _finite_bounds(h: Histogram | None) -> list[float]:
 
 
 def _canary_measurement(metrics: TrackMetrics, acceptance: gates.GateResult, now: datetime) -> Measurement:
-    drafts = sum(w.drafts for w in metrics.acceptance if math.isfinite(w.drafts) and w.drafts > 0)
-    accepted = sum(w.accepted_tokens for w in metrics.acceptance if math.isfinite(w.accepted_tokens))
+    usable = [w for w in metrics.acceptance if w.usable()]  # the windows the gate judges
+    drafts = sum(w.drafts for w in usable)
+    accepted = sum(w.accepted_tokens for w in usable)
     per_position = [round(a / drafts, 4) for a in metrics.accepted_per_position] if drafts else []
     return _measurement(metrics, now).model_copy(
         update={

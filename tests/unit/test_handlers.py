@@ -209,6 +209,16 @@ def test_status_carries_what_the_scale_subresource_reads(monkeypatch: pytest.Mon
     )
 
 
+def test_a_reconcile_that_raised_is_retried_on_the_next_tick_not_after_a_minute() -> None:
+    """kopf retries a failed handler after its backoff (60 s unless the handler says otherwise)."""
+    (timer,) = kopf.get_default_registry()._spawning.get_all_handlers()
+    assert (timer.id, timer.interval, timer.backoff) == (
+        "reconcile",
+        handlers.INTERVAL_SECONDS,
+        handlers.INTERVAL_SECONDS,
+    )
+
+
 STORED = api.SpeculativeDeploymentStatus(
     phase=Phase.ANALYZING,
     observed_generation=1,

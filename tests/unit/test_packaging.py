@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import ast
 import json
+import re
 import subprocess
 import sys
+import tomllib
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -218,3 +221,30 @@ def test_a_prometheus_header_is_name_colon_value_and_a_bad_one_names_the_flag() 
     assert cli._header("X-Scope-OrgID: team-a") == ("X-Scope-OrgID", "team-a")
     with pytest.raises(SystemExit, match=r"--prometheus-header 'X-Scope-OrgID=team-a'.*'Name: value'"):
         cli._header("X-Scope-OrgID=team-a")
+
+
+# Imports that are not the operator's to declare: itself, and vLLM, which bench_driver.py imports
+# inside the vLLM image it runs in (a benchmark Job's container).
+NOT_DEPENDENCIES = {"specgate", "vllm"}
+DISTRIBUTIONS = {"yaml": "pyyaml"}  # import names that differ from their distribution's
+
+
+def test_every_third_party_module_the_operator_imports_is_a_declared_dependency() -> None:
+    """The operator's modules (the lab's aside, which run in the lab's own environments): every
+    import outside the standard library is in pyproject.toml's dependencies."""
+    declared = {
+        re.split(r"[<>=!~ ;\[]", d)[0].lower().replace("_", "-")
+        for d in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+    }
+    imported: set[str] = set()
+    for module in (ROOT / "operator" / "specgate").glob("*.py"):
+        for node in ast.walk(ast.parse(module.read_text())):
+            if isinstance(node, ast.Import):
+                imported |= {alias.name.split(".")[0] for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                imported.add(node.module.split(".")[0])
+    third_party = {name for name in imported if name not in sys.stdlib_module_names} - NOT_DEPENDENCIES
+    undeclared = {
+        name for name in third_party if DISTRIBUTIONS.get(name, name).replace("_", "-") not in declared
+    }
+    assert undeclared == set()

@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 
 import pytest
 
-from specgate import api, render, rollout
+from specgate import api, gates, render, rollout
 from specgate.api import Phase
 from specgate.gates import AcceptanceWindow, Histogram, Load
 from specgate.rollout import Decision, Observation, Reason, TrackMetrics, TrackState
@@ -815,3 +815,17 @@ def test_latency_at_unequal_loads_is_not_compared() -> None:
     message = run.status.message or ""
     assert "loads differ" in message and "2.00 req/s" in message and "4.00 req/s" in message
     assert run.status.canary is not None and run.status.canary.requests_per_second_per_pod == 2.0
+
+
+def test_mean_acceptance_length_counts_only_the_windows_the_gate_uses() -> None:
+    """A window whose drafts came back NaN (a stale marker) is unusable: its accepted tokens must not
+    count against the other windows' drafts. Usable: 100 drafts, 320 accepted -> 1 + 3.2 = 4.2."""
+    usable = AcceptanceWindow(100, 400, 320)
+    stale = AcceptanceWindow(math.nan, 80, 60)
+    assert not stale.usable()
+    track = replace(metrics(), acceptance=(usable, stale))
+    acceptance = gates.acceptance_gate(
+        track.acceptance, 0.55, error_rate=0.05, indifference=0.05, min_drafts=50
+    )
+    measurement = rollout._canary_measurement(track, acceptance, T0)
+    assert measurement.mean_acceptance_length == 4.2 and measurement.drafts == 100
