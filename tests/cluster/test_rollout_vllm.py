@@ -167,16 +167,16 @@ def test_a_15_s_scrape_on_prometheus_3_promotes_within_the_window_with_the_engin
 ) -> None:
     """A draft at alpha 0.6-0.75 on chat traffic (0.8 on the calibration prompts; CPUs differ)
     against a 0.40 gate (and the CPU sample's relaxed latency gates): promoted once analysisWindow
-    has passed, no later than two 15 s windows after it. The gate sits 0.2 below the draft so that
-    four windows decide: at the default 0.55 the margin was 0.08 on CI's cores and the sequential
-    test needed 6-7 windows (a 120 s window, and a 120 s baseline, for the same claim)."""
+    has passed, no later than two 15 s windows after it. Measured on CI's cores: at the default
+    0.55 gate and 60 s the verdict came at 106 s (6-7 windows for a 0.08 margin); at 0.40 and 60 s
+    it came at 61 s on an idle machine but 105 s on a busy one. So 90 s: room for the slow case."""
     with EngineCounters(lab["namespace"]).running() as engine:
-        body = production_rollout("noisy15", NOISY_DRAFT, scrape="15s", analysis="60s", minAcceptanceRate=0.4)
+        body = production_rollout("noisy15", NOISY_DRAFT, scrape="15s", analysis="90s", minAcceptanceRate=0.4)
         status = run_rollout(body=body, timeout=900, concurrency=2, **lab).status
     assert status["phase"] == "Promoted", status.get("message")
     verdict_after = verdict_seconds(status, warmup=10)
-    report(test="promote_at_15s_scrape", verdict_after_s=verdict_after, bound_s=60 + 2 * 15)
-    assert 60 <= verdict_after <= 60 + 2 * 15 + RECONCILE_SECONDS
+    report(test="promote_at_15s_scrape", verdict_after_s=verdict_after, bound_s=90 + 2 * 15)
+    assert 90 <= verdict_after <= 90 + 2 * 15 + RECONCILE_SECONDS
     assert status["canary"]["scrapeIntervalSeconds"] == pytest.approx(15, abs=1)
     assert status["canary"]["acceptanceWindowSeconds"] == pytest.approx(15, abs=1)
     check_measured_like_the_engine(status, engine, lab)
