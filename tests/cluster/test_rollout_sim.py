@@ -84,10 +84,14 @@ def test_good_candidate_is_promoted_while_another_writer_and_an_hpa_change_the_o
     # The HPA's scale reached the object, and the promoted track, with one rollout from start to end.
     assert run.obj["spec"]["replicas"] == 2
     assert apps.read_namespaced_deployment("good-canary", lab["namespace"]).spec.replicas == 2
-    assert (
-        status["replicas"] == 2
-        and status["selector"] == "app.kubernetes.io/name=vllm,specgate.dev/deployment=good"
+    assert status["selector"] == "app.kubernetes.io/name=vllm,specgate.dev/deployment=good"
+    # status.replicas is what the last tick observed (baseline 1 + canary 2 as Promoted began; no
+    # operator runs after run_rollout): the API server's scale subresource reads the same.
+    scale = objects.get_namespaced_custom_object_scale(
+        api.GROUP, api.VERSION, lab["namespace"], api.PLURAL, "good"
     )
+    assert (scale["spec"]["replicas"], scale["status"]["replicas"]) == (2, status["replicas"])
+    assert scale["status"]["selector"] == status["selector"]
     assert [h["phase"] for h in status["history"]].count("Baseline") == 1, status["history"]
     assert specgate_status(lab["kubeconfig"], lab["namespace"], "good", "--watch").returncode == 0
 
