@@ -57,6 +57,7 @@ SCRAPE_INTERVALS = ("2s", "15s", "30s", "60s")
 DEFAULT_SCRAPE_INTERVAL = "15s"
 POLL_SECONDS = 1.0
 RESTART_BACKOFF_SECONDS = 5.0
+READINESS_FAILURE_SECONDS = 15.0  # the rendered readinessProbe: periodSeconds 5 x failureThreshold 3
 LOG_TAIL_BYTES = 2048  # terminationMessagePolicy FallbackToLogsOnError: the log's tail on failure
 HOP_HEADERS = {"connection", "keep-alive", "transfer-encoding", "content-length", "host", "content-encoding"}
 
@@ -81,6 +82,7 @@ class Engine:
     ready: bool = False
     restarts: int = 0
     exited_at: float | None = None
+    failing_since: float | None = None  # loop time of the first /health failure in a row
 
     @property
     def key(self) -> str:
@@ -347,8 +349,18 @@ class Bridge:
             return
         try:
             async with session.get(f"http://127.0.0.1:{engine.port}/health") as resp:
-                engine.ready = resp.status == 200
+                healthy = resp.status == 200
         except (aiohttp.ClientError, TimeoutError):
+            healthy = False
+        now = asyncio.get_running_loop().time()
+        if healthy:
+            engine.ready, engine.failing_since = True, None
+            return
+        # As a kubelet's readinessProbe: a Ready pod turns unready only after failing for
+        # periodSeconds x failureThreshold (render.py's 5 s x 3), not at one slow answer of a busy
+        # machine; a pod that never was Ready stays unready.
+        engine.failing_since = engine.failing_since if engine.failing_since is not None else now
+        if now - engine.failing_since >= READINESS_FAILURE_SECONDS:
             engine.ready = False
 
     async def _sync_pod_status(self, pod: Any, engine: Engine) -> None:
