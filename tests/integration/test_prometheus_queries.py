@@ -10,20 +10,20 @@ from __future__ import annotations
 import asyncio
 import json
 import math
-import threading
 import time
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from tests.integration.engines import scrape, sim_engine, spec_args
 from tests.integration.prometheus_server import prometheus_server
+from tests.local_server import serving
 
 from specgate.api import MetricsSource
 from specgate.gates import Histogram, acceptance_gate
@@ -215,12 +215,8 @@ def canned_prometheus(answer: Callable[[str], bytes]) -> Iterator[str]:
         def log_message(self, *_: object) -> None:
             pass
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
+    with serving(Handler) as url:
+        yield url
 
 
 def last_minute() -> Window:

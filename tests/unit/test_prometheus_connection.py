@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 import ssl
 import subprocess
-import threading
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
+from tests.local_server import serving
 
 from specgate import prometheus
 from specgate.api import MetricsSource
@@ -42,17 +42,10 @@ def https_prometheus(tmp_path: Path) -> Iterator[tuple[str, Path]]:
          "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
         check=True, capture_output=True,
     )  # fmt: skip
-    server = ThreadingHTTPServer(("127.0.0.1", 0), EmptyAnswers)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(cert, key)
-    server.socket = context.wrap_socket(server.socket, server_side=True)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield f"https://127.0.0.1:{server.server_address[1]}", cert
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(EmptyAnswers, context) as url:
+        yield url, cert
 
 
 class TenantOnly(EmptyAnswers):
@@ -71,13 +64,8 @@ class TenantOnly(EmptyAnswers):
 
 @pytest.fixture
 def tenant_prometheus() -> Iterator[str]:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), TenantOnly)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(TenantOnly) as url:
+        yield url
 
 
 def test_the_token_file_and_the_headers_reach_prometheus(
