@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import re
 import urllib.parse
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Annotated, Any
@@ -720,6 +720,54 @@ def parse_spec(raw: dict[str, Any]) -> SpeculativeDeploymentSpec:
     if violations:
         raise violations[0]
     return spec
+
+
+# --- requests in annotations: `kubectl specgate pause|resume|retry|abort` ---
+
+# A person's request lives in an annotation, not in the spec: GitOps tools apply the spec from git
+# (Argo CD's three-way merge, Flux's server-side apply) and leave annotations they never wrote, so
+# the request is not reverted at the next sync. The spec's own fields keep working beside them.
+ANNOTATION_PAUSED = f"{GROUP}/paused"  # "true": hold the rollout, as spec.rollout.paused does
+ANNOTATION_RETRY = f"{GROUP}/retry"  # a count, added to spec.rollout.retry
+ANNOTATION_ABORT = f"{GROUP}/abort"  # any value (the CLI writes the time): roll back, stay rolled back
+
+
+@dataclass(frozen=True)
+class Requests:
+    paused: bool = False
+    retries: int = 0
+    abort: str | None = None  # the annotation's value, quoted in the rollback's message
+
+
+def parse_requests(annotations: Mapping[str, str] | None) -> Requests:
+    """The requests in an object's annotations; SpecError naming the annotation when one is malformed."""
+    notes = annotations or {}
+    paused = notes.get(ANNOTATION_PAUSED, "false")
+    if paused not in ("true", "false"):
+        raise SpecError(
+            f"annotations[{ANNOTATION_PAUSED}]",
+            f"{paused!r} is neither 'true' nor 'false': `kubectl specgate pause|resume` sets it",
+            root="metadata",
+        )
+    retries = notes.get(ANNOTATION_RETRY, "0")
+    if not retries.isdigit():
+        raise SpecError(
+            f"annotations[{ANNOTATION_RETRY}]",
+            f"{retries!r} is not a whole number: `kubectl specgate retry` counts it up",
+            root="metadata",
+        )
+    return Requests(paused == "true", int(retries), notes.get(ANNOTATION_ABORT))
+
+
+def with_requests(spec: SpeculativeDeploymentSpec, requests: Requests) -> SpeculativeDeploymentSpec:
+    """The spec the rollout follows: paused by either, retried by the sum of both counts."""
+    rollout = spec.rollout.model_copy(
+        update={
+            "paused": spec.rollout.paused or requests.paused,
+            "retry": spec.rollout.retry + requests.retries,
+        }
+    )
+    return spec.model_copy(update={"rollout": rollout})
 
 
 # --- status ---

@@ -1,8 +1,10 @@
-"""`specgate run | crd | plan | status`."""
+# PYTHON_ARGCOMPLETE_OK
+"""`specgate run | crd | plan | status | pause | resume | retry | abort`."""
 
 from __future__ import annotations
 
 import argparse
+import io
 import json
 import math
 import os
@@ -12,6 +14,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+import argcomplete
 import yaml
 
 from specgate.api import BenchmarkStatus, Measurement, SpeculativeDeploymentStatus, parse_status
@@ -25,6 +28,8 @@ def _run(args: argparse.Namespace) -> int:
     os.environ[prometheus.HEADERS_ENV] = json.dumps(dict(_header(h) for h in args.prometheus_header or []))
     if args.prometheus_bearer_token_file:
         os.environ[prometheus.TOKEN_FILE_ENV] = args.prometheus_bearer_token_file
+    if args.prometheus_basic_auth_file:
+        os.environ[prometheus.BASIC_AUTH_FILE_ENV] = args.prometheus_basic_auth_file
     os.environ["SPECGATE_INTERVAL_SECONDS"] = str(args.interval)
     os.environ["SPECGATE_METRICS_PORT"] = str(args.metrics_port)
     os.environ["SPECGATE_VERBOSE"] = "1" if args.verbose else "0"
@@ -108,6 +113,48 @@ def _status(args: argparse.Namespace) -> int:
             sys.stderr.write(f"{args.name}: no verdict within {args.timeout:g}s\n")
             return EXIT_TIMEOUT
         time.sleep(min(args.interval, max(deadline - time.monotonic(), 0)))
+
+
+def _request(args: argparse.Namespace) -> int:
+    """pause, resume, retry or abort: an annotation a GitOps sync leaves in place (see api.Requests)."""
+    from specgate import api, kube
+
+    kube.load_config()
+    namespace = args.namespace or kube.current_namespace()
+    obj = kube.get_speculative_deployment(namespace, args.name)
+    try:
+        changes = _request_changes(args.command, obj)
+    except ValueError as error:
+        sys.stderr.write(f"{args.name}: {error}; nothing was changed\n")
+        return 1
+    kube.annotate(namespace, args.name, changes, obj["metadata"]["resourceVersion"])
+    shown = " ".join(f"{k}={v}" if v is not None else f"{k}-" for k, v in changes.items())
+    print(f"{api.PLURAL}.{api.GROUP}/{args.name} annotated: {shown}")
+    if args.command == "resume" and obj.get("spec", {}).get("rollout", {}).get("paused"):
+        sys.stderr.write(
+            "warning: spec.rollout.paused is true, so it stays paused until the spec says false\n"
+        )
+        return 1
+    return 0
+
+
+def _request_changes(command: str, obj: dict[str, Any]) -> dict[str, str | None]:
+    """The annotations to set (None: remove) for a command; ValueError when it cannot apply."""
+    from specgate import api, rollout
+
+    requests = api.parse_requests(obj["metadata"].get("annotations"))
+    if command == "pause":
+        return {api.ANNOTATION_PAUSED: "true"}
+    if command == "resume":
+        return {api.ANNOTATION_PAUSED: None}
+    if command == "abort":
+        return {api.ANNOTATION_ABORT: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    status = parse_status(obj.get("status") or {})
+    if requests.abort is None and not rollout.retryable(status):
+        raise ValueError(
+            f"it is {status.phase.value}; retry re-runs a RolledBack or Failed rollout, or one an action paused"
+        )
+    return {api.ANNOTATION_RETRY: str(requests.retries + 1), api.ANNOTATION_ABORT: None}
 
 
 def _format(name: str, obj: dict[str, Any], output: str) -> str:
@@ -221,9 +268,14 @@ def build_parser() -> argparse.ArgumentParser:
         "--prometheus-header", action="append", metavar="'NAME: VALUE'",
         help="a header on every Prometheus query (repeat), e.g. 'X-Scope-OrgID: team-a'",
     )  # fmt: skip
-    run.add_argument(
+    credentials = run.add_mutually_exclusive_group()  # argparse names both options when both are given
+    credentials.add_argument(
         "--prometheus-bearer-token-file", help="send this file's token to Prometheus (read at each reconcile)"
     )
+    credentials.add_argument(
+        "--prometheus-basic-auth-file", metavar="FILE",
+        help="basic auth for Prometheus from this file's line username:password (read at each reconcile)",
+    )  # fmt: skip
     run.add_argument("--interval", type=float, default=10.0, help="seconds between reconciles of an object")
     run.add_argument(
         "--peering",
@@ -241,7 +293,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.set_defaults(func=_run)
 
     status = sub.add_parser("status", help="the timeline of one SpeculativeDeployment")
-    status.add_argument("name")
+    status.add_argument("name").completer = _object_names  # type: ignore[attr-defined]
     status.add_argument("-n", "--namespace", default=None, help="default: the kube context's namespace")
     status.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text")
     status.add_argument(
@@ -253,6 +305,17 @@ def build_parser() -> argparse.ArgumentParser:
     )
     status.add_argument("--interval", type=float, default=5, help="with --watch: seconds between reads")
     status.set_defaults(func=_status)
+
+    for command, text in (
+        ("pause", "hold the rollout where it is (annotation specgate.dev/paused)"),
+        ("resume", "undo pause: the rollout goes on from the phase it was paused in"),
+        ("retry", "re-run a RolledBack or Failed rollout, or one an action paused; clears abort"),
+        ("abort", "roll back now and keep serving the baseline until retry"),
+    ):
+        request = sub.add_parser(command, help=text, description=f"{text}. A GitOps sync does not revert it.")
+        request.add_argument("name").completer = _object_names  # type: ignore[attr-defined]
+        request.add_argument("-n", "--namespace", default=None, help="default: the kube context's namespace")
+        request.set_defaults(func=_request)
 
     plan = sub.add_parser("plan", help="expected speedup, break-even alpha and best K")
     plan.add_argument("--alpha", type=float, required=True, help="acceptance rate: accepted / draft tokens")
@@ -269,8 +332,30 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _object_names(prefix: str, parsed_args: argparse.Namespace, **_: Any) -> list[str]:
+    """NAME completion: the SpeculativeDeployments of the namespace (-n, or the kube context's)."""
+    from specgate import kube
+
+    kube.load_config()
+    namespace = parsed_args.namespace or kube.current_namespace()
+    return [name for name in kube.speculative_deployment_names(namespace) if name.startswith(prefix)]
+
+
+def complete_plugin() -> None:
+    """`kubectl_complete-specgate ARGS... WORD`, which kubectl 1.26+ runs to complete
+    `kubectl specgate`: one candidate a line, then cobra's directive (4: no file names)."""
+    line = " ".join(["specgate", *sys.argv[1:]])
+    os.environ.update(_ARGCOMPLETE="1", COMP_LINE=line, COMP_POINT=str(len(line)), _ARGCOMPLETE_IFS="\n")
+    out = io.StringIO()
+    argcomplete.autocomplete(build_parser(), exit_method=lambda _code: None, output_stream=out)
+    candidates = [word.strip() for word in out.getvalue().splitlines() if word.strip()]
+    print("\n".join([*candidates, ":4"]))
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    argcomplete.autocomplete(parser)  # `eval "$(register-python-argcomplete specgate)"` in a shell
+    args = parser.parse_args(argv)
     code: int = args.func(args)
     return code
 

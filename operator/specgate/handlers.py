@@ -56,7 +56,7 @@ def reconcile(
     generation = int(meta.get("generation", 0))
     current = api.parse_status(dict(status))
     try:
-        decision = step(dict(spec), current, owner, generation, now)
+        decision = step(dict(spec), current, owner, generation, now, dict(meta.get("annotations") or {}))
     except Exception:
         metrics.RECONCILE_ERRORS.labels(owner.namespace, owner.name).inc()
         raise  # kopf logs it and retries on the next tick
@@ -79,11 +79,13 @@ def step(
     owner: Owner,
     generation: int,
     now: datetime,
+    annotations: dict[str, str] | None = None,
 ) -> rollout.Decision:
     """Observe, decide, apply; an invalid spec or a name taken by another object touches no child."""
     try:
         api.check_name(owner.name)
-        spec = api.parse_spec(raw_spec)
+        requests = api.parse_requests(annotations)
+        spec = api.with_requests(api.parse_spec(raw_spec), requests)
     except api.SpecError as error:
         return rollout.invalid_spec(error, current, generation, now)
     deployments = [render.deployment(spec, owner, track, 0) for track in Track]
@@ -95,7 +97,7 @@ def step(
         return rollout.failed(
             rollout.Reason.POD_MONITOR_CRD_MISSING, NO_POD_MONITOR_CRD, current, generation, now
         )
-    observation = observe(spec, current, owner, generation, now)
+    observation = replace(observe(spec, current, owner, generation, now), abort=requests.abort)
     decision = rollout.decide(spec, current, observation, now)
     if decision.touch_children:
         apply_children(spec, owner, decision, observation)

@@ -276,3 +276,19 @@ def get_speculative_deployment(namespace: str, name: str) -> dict[str, Any]:
         api.GROUP, api.VERSION, namespace, api.PLURAL, name
     )
     return cast(dict[str, Any], obj)
+
+
+def annotate(namespace: str, name: str, changes: dict[str, str | None], resource_version: str) -> None:
+    """Set (None: remove) annotations of a SpeculativeDeployment, as of the version that was read:
+    a concurrent change fails with 409 Conflict rather than being overwritten."""
+    body = {"metadata": {"annotations": changes, "resourceVersion": resource_version}}
+    client.CustomObjectsApi().patch_namespaced_custom_object(
+        api.GROUP, api.VERSION, namespace, api.PLURAL, name, body
+    )
+
+
+def speculative_deployment_names(namespace: str) -> list[str]:
+    listed = client.CustomObjectsApi().list_namespaced_custom_object(
+        api.GROUP, api.VERSION, namespace, api.PLURAL
+    )
+    return [item["metadata"]["name"] for item in cast(dict[str, Any], listed)["items"]]

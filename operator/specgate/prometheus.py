@@ -18,9 +18,12 @@ Nothing here raises but MetricsUnavailable, and no figure is NaN or infinite.
 
 from __future__ import annotations
 
+import base64
 import json
 import math
 import os
+import re
+import ssl
 import statistics
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -138,24 +141,41 @@ def _inside(t: float, spans: Iterable[tuple[float, float]]) -> bool:
 Families = dict[str, list[Series]]  # by metric name
 
 
-# Set by `specgate run` from --prometheus-header and --prometheus-bearer-token-file.
+# Set by `specgate run` from --prometheus-header, --prometheus-bearer-token-file and
+# --prometheus-basic-auth-file.
 HEADERS_ENV, TOKEN_FILE_ENV = "SPECGATE_PROMETHEUS_HEADERS", "SPECGATE_PROMETHEUS_TOKEN_FILE"
+BASIC_AUTH_FILE_ENV = "SPECGATE_PROMETHEUS_BASIC_AUTH_FILE"
 
 
 def request_headers() -> dict[str, str]:
     """Extra headers for every query (a tenant's X-Scope-OrgID for Thanos, Mimir, Cortex) and the
-    bearer token, read from its file each time a client is made, so a rotated token is picked up."""
+    credentials: a bearer token, or basic auth (what Prometheus' own --web.config.file checks),
+    read from their file each time a client is made, so a rotated Secret is picked up."""
     headers: dict[str, str] = json.loads(os.environ.get(HEADERS_ENV) or "{}")
-    token_file = os.environ.get(TOKEN_FILE_ENV)
+    token_file, basic_auth_file = os.environ.get(TOKEN_FILE_ENV), os.environ.get(BASIC_AUTH_FILE_ENV)
+    if token_file and basic_auth_file:
+        raise MetricsUnavailable(
+            "both --prometheus-bearer-token-file and --prometheus-basic-auth-file are set: give one"
+        )
     if token_file:
-        try:
-            token = Path(token_file).read_text().strip()
-        except OSError as exc:
+        headers["Authorization"] = f"Bearer {_read_secret(token_file, 'bearer token').strip()}"
+    elif basic_auth_file:
+        # One line, username:password; the first colon splits, as in HTTP basic auth (RFC 7617).
+        credentials = _read_secret(basic_auth_file, "basic auth").strip("\r\n")
+        user, colon, _ = credentials.partition(":")
+        if not colon or not user:
             raise MetricsUnavailable(
-                f"cannot read the Prometheus bearer token file {token_file}: {exc}"
-            ) from exc
-        headers["Authorization"] = f"Bearer {token}"
+                f"the Prometheus basic auth file {basic_auth_file} must hold one line username:password"
+            )
+        headers["Authorization"] = "Basic " + base64.b64encode(credentials.encode()).decode()
     return headers
+
+
+def _read_secret(path: str, what: str) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError as exc:
+        raise MetricsUnavailable(f"cannot read the Prometheus {what} file {path}: {exc}") from exc
 
 
 class PrometheusClient:
@@ -227,8 +247,42 @@ class PrometheusClient:
         try:
             result: list[dict[str, Any]] = prom.custom_query(promql, params={"time": at.timestamp()})
         except QUERY_ERRORS as exc:
-            raise MetricsUnavailable(f"Prometheus query failed: {exc}") from exc
+            raise MetricsUnavailable(query_failure(self._url, exc)) from exc
         return result
+
+
+# PrometheusApiClientException carries the status only in its text: "HTTP Status Code 401 (b'...')".
+_REFUSED = re.compile(r"HTTP Status Code (401|403)\b")
+
+
+def query_failure(url: str, exc: Exception) -> str:
+    """What a failed query says in the MetricsUnavailable status: for the failures a setting fixes
+    (an untrusted certificate, refused credentials), the problem and the setting, not a traceback."""
+    if isinstance(exc, requests.exceptions.SSLError):
+        return (
+            f"TLS with Prometheus {url} failed: {_tls_reason(exc)}; if its certificate comes from a "
+            "private CA, give the operator that CA (Helm value prometheusCA.configMap, or "
+            "REQUESTS_CA_BUNDLE=/path/to/ca.crt for `specgate run`)"
+        )
+    refused = _REFUSED.match(str(exc))
+    if refused:
+        return (
+            f"Prometheus {url} refused the query (HTTP {refused.group(1)}): the credentials are missing, "
+            "wrong or not allowed; check the Helm value prometheusAuth.basicAuthSecret or "
+            ".bearerTokenSecret (--prometheus-basic-auth-file or --prometheus-bearer-token-file)"
+        )
+    return f"Prometheus query failed: {exc}"
+
+
+def _tls_reason(exc: BaseException) -> str:
+    """The ssl module's error under requests' and urllib3's wrappers, e.g.
+    "CERTIFICATE_VERIFY_FAILED: self-signed certificate"."""
+    cause: BaseException | None = exc
+    while cause is not None and not isinstance(cause, ssl.SSLError):
+        cause = cause.__cause__ or cause.__context__
+    if isinstance(cause, ssl.SSLCertVerificationError):
+        return f"{cause.reason}: {cause.verify_message}"
+    return str(cause or exc)
 
 
 # --- figures from samples (pure) ---

@@ -11,7 +11,7 @@ import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
-from specgate import benchmark, capacity, conditions, gates, planning, render
+from specgate import api, benchmark, capacity, conditions, gates, planning, render
 from specgate.api import (
     Action,
     BenchmarkRun,
@@ -46,7 +46,15 @@ TRANSITIONS: dict[Phase, frozenset[Phase]] = {
     Phase.ROLLING_BACK: frozenset({Phase.ROLLED_BACK}),
     Phase.ROLLED_BACK: frozenset(),
     Phase.PAUSED: frozenset(
-        {Phase.BASELINE, Phase.CANARY, Phase.ANALYZING, Phase.PROMOTING, Phase.PROMOTED, Phase.ROLLING_BACK}
+        {
+            Phase.BASELINE,
+            Phase.CANARY,
+            Phase.ANALYZING,
+            Phase.PROMOTING,
+            Phase.PROMOTED,
+            Phase.ROLLING_BACK,
+            Phase.ROLLED_BACK,  # aborted while paused before its canary started
+        }
     ),
     Phase.FAILED: frozenset(),
 }
@@ -55,6 +63,8 @@ TRANSITIONS: dict[Phase, frozenset[Phase]] = {
 # failed in. None of these is a step of the rollout itself.
 # Phases where a person's pause does not hold: a rollback is finishing or has finished.
 UNPAUSABLE = frozenset({Phase.ROLLING_BACK, Phase.ROLLED_BACK, Phase.FAILED})
+# Phases an abort rolls back: the rest are rolling back, rolled back, or touch no pod (Failed).
+ABORTABLE = frozenset(TRANSITIONS) - UNPAUSABLE - {Phase.PENDING}
 # Phases that run the canary of this rollout's template; elsewhere the canary pods keep theirs.
 CANARY_TEMPLATE_PHASES = frozenset({Phase.CANARY, Phase.ANALYZING, Phase.PROMOTING, Phase.PROMOTED})
 
@@ -85,6 +95,7 @@ class Reason:
     INCONCLUSIVE = "Inconclusive"
     GUARD_TRIPPED = "GuardTripped"
     ROLLED_BACK = "RolledBack"
+    ABORTED = "Aborted"
     PAUSED = "Paused"
     RESUMED = "Resumed"
     RUNNING_BENCHMARK = "RunningBenchmark"
@@ -161,6 +172,7 @@ class Observation:
     canary_job_acceptance: tuple[AcceptanceWindow, ...] | None = None
     # Requests the canary finished over that range (None: unavailable): the Job's, unless others came.
     canary_job_requests: float | None = None
+    abort: str | None = None  # the specgate.dev/abort annotation's value, when a person set it
 
 
 @dataclass(frozen=True)
@@ -418,7 +430,9 @@ def decide(
         step.note(Reason.RETRY_IGNORED, f"spec.rollout.retry ignored: the rollout is {status.phase.value}")
     if step.status.template_hash is None:
         _adopt_template(step)
-    if step.status.phase == Phase.PAUSED or (spec.rollout.paused and step.status.phase not in UNPAUSABLE):
+    if observation.abort is not None and step.status.phase in ABORTABLE:
+        _abort(step, observation.abort)
+    elif step.status.phase == Phase.PAUSED or (spec.rollout.paused and step.status.phase not in UNPAUSABLE):
         _paused(step)
     else:
         _HANDLERS[step.status.phase](step)
@@ -434,7 +448,7 @@ def begins_new_rollout(
     if status.template_hash != render.template_hash(spec):
         return True
     retried = status.observed_retry is not None and spec.rollout.retry != status.observed_retry
-    return retried and _retryable(status)
+    return retried and retryable(status)
 
 
 def _adopt_template(step: _Step) -> None:
@@ -447,7 +461,7 @@ def _adopt_template(step: _Step) -> None:
     step.status = step.status.model_copy(update=update)
 
 
-def _retryable(status: SpeculativeDeploymentStatus) -> bool:
+def retryable(status: SpeculativeDeploymentStatus) -> bool:
     waits_for_retry = status.phase == Phase.PAUSED and status.resume_phase is None
     return status.phase in (Phase.ROLLED_BACK, Phase.FAILED) or waits_for_retry
 
@@ -486,7 +500,7 @@ def _paused(step: _Step) -> None:
     step.hold = True
     if step.status.phase != Phase.PAUSED:
         paused_in = step.status.phase
-        step.enter(Phase.PAUSED, Reason.PAUSED, "spec.rollout.paused is set; pods are held as they are")
+        step.enter(Phase.PAUSED, Reason.PAUSED, f"paused ({PAUSED_BY}); pods are held as they are")
         step.status = step.status.model_copy(update={"resume_phase": paused_in})
         return
     resume = step.status.resume_phase
@@ -499,6 +513,25 @@ def _paused(step: _Step) -> None:
     step.enter(resume, Reason.RESUMED, f"unpaused; resuming {resume.value}")
     step.status = step.status.model_copy(update={"resume_phase": None})
     _HANDLERS[resume](step)
+
+
+PAUSED_BY = f"spec.rollout.paused or the {api.ANNOTATION_PAUSED} annotation"
+
+
+def _abort(step: _Step, value: str) -> None:
+    """A person's abort: serve the baseline, and keep serving it while the annotation stays."""
+    message = (
+        f"aborted ({api.ANNOTATION_ABORT}={value!r}); the baseline serves until the annotation is "
+        "removed (`kubectl specgate retry`)"
+    )
+    started = step.status.resume_phase if step.status.phase == Phase.PAUSED else step.status.phase
+    if started in (Phase.BASELINE, Phase.PENDING):
+        step.enter(
+            Phase.ROLLED_BACK, Reason.ABORTED, f"{message}; the canary was never started", warning=True
+        )
+    else:
+        _roll_back(step, Reason.ABORTED, message)
+    step.status = step.status.model_copy(update={"resume_phase": None})
 
 
 def _baseline(step: _Step) -> None:

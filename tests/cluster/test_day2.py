@@ -6,6 +6,8 @@ from __future__ import annotations
 import json
 import os
 import signal
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +15,7 @@ import pytest
 from kubernetes import client
 from tests.cluster.conftest import CACHE
 from tests.cluster.figures import report
+from tests.cluster.operator_process import get_sd
 from tests.cluster.rollouts import run_rollout, sim_rollout
 
 from specgate import api
@@ -77,20 +80,54 @@ def test_a_crash_looping_canary_after_promotion_rolls_back_with_no_spare_gpu(
     report(test="crash_after_promotion", replicas=4, max_surge=0, floor=3, killed=killed[0])
 
 
-def test_pause_changes_no_pod_and_an_edit_reaches_only_the_canary_until_it_passes(
-    lab: dict[str, Any],
+def test_pauses_change_no_pod_an_edit_reaches_only_the_canary_and_abort_and_retry_go_through_kubectl(
+    lab: dict[str, Any], kubectl: str, tmp_path: Path
 ) -> None:
-    """Promoted: pause and unpause (twice, as Argo CD self-heal reverting a `kubectl` pause would)
-    change no pod and restart nothing; then a new draft length serves on canaryReplicas pods at most
-    until its own gates pass, while the gated pods keep their template."""
+    """Promoted: pause and unpause in the spec, then with `kubectl specgate pause|resume` across a
+    GitOps sync of the unchanged spec (server-side apply by another field manager, as Flux does,
+    keeps the annotation): no pod changes, nothing restarts. Then a new draft length serves on
+    canaryReplicas pods at most until its own gates pass, while the gated pods keep their template;
+    `kubectl specgate abort` rolls it back (Aborted) and `kubectl specgate retry` runs it again."""
     api_client, namespace = lab["api_client"], lab["namespace"]
     body = sim_rollout("day2", GOOD)
     body["spec"]["replicas"] = 2
+    from_git = tmp_path / "from-git.yaml"
+    from_git.write_text(json.dumps({"apiVersion": api.API_VERSION, "kind": api.KIND, **body}))
+    plugin_env = {
+        "KUBECONFIG": lab["kubeconfig"],
+        "PATH": f"{Path(sys.executable).parent}:/usr/bin:/bin",  # kubectl finds kubectl-specgate here
+        "HOME": str(tmp_path),
+    }
+
+    def kubectl_run(*argv: str) -> str:
+        done = subprocess.run(
+            [kubectl, *argv, "-n", namespace], env=plugin_env, capture_output=True, text=True
+        )
+        assert done.returncode == 0, f"kubectl {' '.join(argv)}: {done.stdout}{done.stderr}"
+        return done.stdout
+
+    def sync_then_resume() -> None:
+        kubectl_run(
+            "apply", "--server-side", "--field-manager=gitops", "--force-conflicts", "-f", str(from_git)
+        )
+        notes = get_sd(api_client, namespace, "day2")["metadata"]["annotations"]
+        assert notes.get(api.ANNOTATION_PAUSED) == "true", "the sync reverted the pause"
+        completing = [kubectl, "__complete", "specgate", "resume", "-n", namespace, ""]  # the word typed: ""
+        completed = subprocess.run(completing, env=plugin_env, capture_output=True, text=True, check=True)
+        words = completed.stdout.splitlines()  # kubectl ran kubectl_complete-specgate
+        assert "day2" in words and words[-1] == ":4", words
+        kubectl_run("specgate", "resume", "day2")
+
     steps = iter(
-        [{"rollout": {"paused": True}}, {"rollout": {"paused": False}}] * 2
-        + [{"speculative": {"numSpeculativeTokens": 2}}]
-    )
-    seen: dict[str, Any] = {"pods": None, "edit": None, "most_new": 0, "new_hash": None}
+        [
+            ("Promoted", lambda: patch_rollout(api_client, namespace, "day2", {"rollout": {"paused": True}})),
+            ("Paused", lambda: patch_rollout(api_client, namespace, "day2", {"rollout": {"paused": False}})),
+            ("Promoted", lambda: kubectl_run("specgate", "pause", "day2")),
+            ("Paused", sync_then_resume),
+            ("Promoted", lambda: patch_rollout(api_client, namespace, "day2", {"speculative": {"numSpeculativeTokens": 2}})),
+        ]
+    )  # fmt: skip
+    seen: dict[str, Any] = {"pods": None, "next": next(steps), "edit": None, "most_new": 0, "new_hash": None}
 
     def drive(obj: dict[str, Any]) -> None:
         status = obj.get("status", {})
@@ -102,10 +139,12 @@ def test_pause_changes_no_pod_and_an_edit_reaches_only_the_canary_until_it_passe
                 seen["pods"] = pods
             assert pods == seen["pods"], "pausing or unpausing changed the pods"
             assert "NewGeneration" not in [h["reason"] for h in status["history"][1:]]
-            change = next(steps)
-            if "speculative" in change:
-                seen["edit"] = obj["metadata"]["generation"] + 1
-            patch_rollout(api_client, namespace, "day2", change)
+            phase, action = seen["next"]
+            if status["phase"] == phase:  # the last step took effect (a request bumps no generation)
+                seen["next"] = next(steps, None)
+                if seen["next"] is None:
+                    seen["edit"] = obj["metadata"]["generation"] + 1
+                action()
             return
         new_hash = status.get("templateHash")
         if status.get("observedGeneration") == seen["edit"] and new_hash != status.get("passedTemplateHash"):
@@ -117,6 +156,18 @@ def test_pause_changes_no_pod_and_an_edit_reaches_only_the_canary_until_it_passe
             ]
             seen["most_new"] = max(seen["most_new"], len(running_new))
             assert len(running_new) <= 1, f"ungated config on {len(running_new)} pods in {status['phase']}"
+            notes = obj["metadata"].get("annotations") or {}
+            if (
+                status["phase"] == "Analyzing"
+                and api.ANNOTATION_RETRY not in notes
+                and api.ANNOTATION_ABORT not in notes
+            ):
+                kubectl_run("specgate", "abort", "day2")
+            elif (status["phase"], status["reason"]) == (
+                "RolledBack",
+                "Aborted",
+            ) and api.ANNOTATION_ABORT in notes:
+                kubectl_run("specgate", "retry", "day2")
 
     def promoted_again(obj: dict[str, Any]) -> bool:
         status = obj.get("status", {})
@@ -126,11 +177,15 @@ def test_pause_changes_no_pod_and_an_edit_reaches_only_the_canary_until_it_passe
             and (status.get("phase") == "Promoted")
         )
 
-    run = run_rollout(body=body, during=drive, until=promoted_again, timeout=600, **lab)
+    run = run_rollout(body=body, during=drive, until=promoted_again, timeout=720, **lab)
     phases = run.phases
-    assert phases.count("Paused") == 2 and phases.count("Baseline") == 2, phases
+    assert phases.count("Paused") == 2 and phases.count("Baseline") == 3, phases
+    assert "RolledBack" in phases and phases[-1] == "Promoted", phases
+    assert "Aborted" in [h["reason"] for h in run.status["history"]]
     assert seen["most_new"] == 1  # the new config did run, on the canary's share only
-    report(test="pause_and_edit_after_promotion", phases="-".join(phases), most_pods_on_new_config=1)
+    notes = get_sd(api_client, namespace, "day2")["metadata"]["annotations"]
+    assert api.ANNOTATION_ABORT not in notes and notes[api.ANNOTATION_RETRY] == "1"
+    report(test="day2_pauses_edit_abort_retry", phases="-".join(phases), most_pods_on_new_config=1)
 
 
 def _pending_generation(obj: dict[str, Any]) -> bool:

@@ -11,7 +11,7 @@ import json
 import os
 import subprocess
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -65,11 +65,18 @@ def _duration(seconds: float) -> str:
 
 @contextmanager
 def prometheus_server(
-    tmp_path: Path, scrape_interval_s: float, flavour: str = "3"
+    tmp_path: Path,
+    scrape_interval_s: float,
+    flavour: str = "3",
+    *,
+    web_config: Path | None = None,
+    ready: Callable[[str], bool] | None = None,
 ) -> Iterator[tuple[str, Path]]:
     """Start a Prometheus of `flavour` on a free loopback port, scraping the targets in
     tmp_path/targets/*.json (file_sd, re-read every second) every `scrape_interval_s` seconds; yield
-    its base URL and the targets directory; stop it at exit."""
+    its base URL and the targets directory; stop it at exit. With `web_config` (--web.config.file,
+    which must set tls_server_config) the URL is https:// and `ready(url)` tells when it answers,
+    since /-/ready then needs the test's CA and credentials."""
     binary = prometheus_binary(flavour)
     targets = tmp_path / "targets"
     targets.mkdir(parents=True, exist_ok=True)
@@ -83,19 +90,21 @@ def prometheus_server(
         "        refresh_interval: 1s\n"
     )
     port = free_port()
-    url = f"http://127.0.0.1:{port}"
+    url = f"{'https' if web_config else 'http'}://127.0.0.1:{port}"
+    is_ready = ready or (lambda base: answers_ok(f"{base}/-/ready"))
     log_path = tmp_path / "prometheus.log"
     argv = [
         str(binary),
         f"--config.file={config}",
         f"--storage.tsdb.path={tmp_path / 'data'}",
         f"--web.listen-address=127.0.0.1:{port}",
+        *([f"--web.config.file={web_config}"] if web_config else []),
     ]
     with log_path.open("ab") as out:
         proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline = time.monotonic() + READY_TIMEOUT_S
-        while not answers_ok(f"{url}/-/ready"):
+        while not is_ready(url):
             if proc.poll() is not None or time.monotonic() > deadline:
                 tail = log_path.read_text(errors="replace")[-2000:]
                 how = f"exited with {proc.returncode}" if proc.poll() is not None else "not ready in time"

@@ -1,20 +1,22 @@
 """How the operator reaches Prometheus, against real local servers: TLS verified (a certificate made
-here with openssl), a bearer token from a file and extra headers (a tenant's X-Scope-OrgID)."""
+here with openssl), a bearer token or basic auth from a file and extra headers (a tenant's
+X-Scope-OrgID). tests/integration/test_prometheus_tls_auth.py does TLS and basic auth against the
+real Prometheus 3."""
 
 from __future__ import annotations
 
+import base64
 import json
 import ssl
-import subprocess
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
-from tests.local_server import serving
+from tests.local_server import self_signed_cert, serving
 
-from specgate import prometheus
+from specgate import cli, prometheus
 from specgate.api import MetricsSource
 from specgate.prometheus import MetricsUnavailable, PrometheusClient, Selector
 from specgate.rollout import Window
@@ -36,12 +38,7 @@ class EmptyAnswers(BaseHTTPRequestHandler):
 @pytest.fixture
 def https_prometheus(tmp_path: Path) -> Iterator[tuple[str, Path]]:
     """A Prometheus-shaped HTTPS endpoint with a self-signed certificate for 127.0.0.1, and the cert."""
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(
-        ["openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", str(key), "-out", str(cert),
-         "-days", "1", "-subj", "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1"],
-        check=True, capture_output=True,
-    )  # fmt: skip
+    cert, key = self_signed_cert(tmp_path)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.load_cert_chain(cert, key)
     with serving(EmptyAnswers, context) as url:
@@ -91,6 +88,62 @@ def test_an_unreadable_token_file_is_metrics_unavailable_naming_it(monkeypatch: 
         ask("http://127.0.0.1:9")
 
 
+class BasicAuthOnly(EmptyAnswers):
+    """Answers only the user specgate with the password pa:ss (a colon in it), as Prometheus' own
+    web config (basic_auth_users) does."""
+
+    def do_GET(self) -> None:
+        if self.headers.get("Authorization") == "Basic " + base64.b64encode(b"specgate:pa:ss").decode():
+            super().do_GET()
+            return
+        self.send_response(401)
+        self.end_headers()
+
+
+def test_the_basic_auth_file_reaches_prometheus_and_is_read_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Set as `specgate run --prometheus-basic-auth-file F` sets it: wrong credentials are a 401
+    naming the options to check; the corrected file is read again (a rotated Secret)."""
+    credentials = tmp_path / "credentials"
+    credentials.write_text("specgate:wrong\n")
+    monkeypatch.setenv(prometheus.BASIC_AUTH_FILE_ENV, str(credentials))
+    with serving(BasicAuthOnly) as url:
+        with pytest.raises(MetricsUnavailable, match=r"\(HTTP 401\).*--prometheus-basic-auth-file"):
+            ask(url)
+        credentials.write_text("specgate:pa:ss\n")
+        assert ask(url) is None
+
+
+def test_a_basic_auth_file_without_a_user_and_a_colon_is_metrics_unavailable_naming_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    credentials = tmp_path / "credentials"
+    credentials.write_text("just-a-password\n")
+    monkeypatch.setenv(prometheus.BASIC_AUTH_FILE_ENV, str(credentials))
+    with pytest.raises(MetricsUnavailable, match=f"{credentials} must hold one line username:password"):
+        ask("http://127.0.0.1:9")
+
+
+def test_a_bearer_token_and_basic_auth_together_are_refused_naming_both(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        cli.build_parser().parse_args(
+            ["run", "--prometheus-bearer-token-file", "t", "--prometheus-basic-auth-file", "b"]
+        )
+    assert "--prometheus-basic-auth-file: not allowed with argument --prometheus-bearer-token-file" in (
+        capsys.readouterr().err
+    )
+    # The same through the environment `specgate run` sets: MetricsUnavailable, never a query.
+    monkeypatch.setenv(prometheus.TOKEN_FILE_ENV, "t")
+    monkeypatch.setenv(prometheus.BASIC_AUTH_FILE_ENV, "b")
+    with pytest.raises(
+        MetricsUnavailable, match="--prometheus-bearer-token-file and --prometheus-basic-auth-file"
+    ):
+        ask("http://127.0.0.1:9")
+
+
 def ask(url: str) -> object:
     now = datetime.now(UTC)
     selector = Selector("ns", "llama", "canary", MetricsSource())
@@ -103,7 +156,7 @@ def test_an_untrusted_certificate_is_metrics_unavailable_naming_the_failure(
     monkeypatch.delenv("REQUESTS_CA_BUNDLE", raising=False)
     monkeypatch.delenv("CURL_CA_BUNDLE", raising=False)
     url, _ = https_prometheus
-    with pytest.raises(MetricsUnavailable, match="CERTIFICATE_VERIFY_FAILED"):
+    with pytest.raises(MetricsUnavailable, match=r"CERTIFICATE_VERIFY_FAILED.*prometheusCA"):
         ask(url)
 
 

@@ -642,13 +642,14 @@ TABLE: list[Row] = [
     Row(at(Phase.ROLLING_BACK), {}, {"baseline": ready(2)}, Phase.ROLLED_BACK),
     *[Row(at(phase), PAUSE, children, Phase.PAUSED, EDITED) for phase, children in CHILDREN.items()],
     *[Row(at(Phase.PAUSED, resume_phase=p), {}, CHILDREN[p], p, EDITED) for p in CHILDREN],
-]
+    # `kubectl specgate abort` while paused: the held canary rolls back; none started, none to roll back.
+    Row(at(Phase.PAUSED, resume_phase=Phase.PROMOTING), PAUSE, {**CHILDREN[Phase.PROMOTING], "abort": "now"},
+        Phase.ROLLING_BACK),
+    Row(at(Phase.PAUSED, resume_phase=Phase.BASELINE), PAUSE, {**CHILDREN[Phase.BASELINE], "abort": "now"},
+        Phase.ROLLED_BACK),
+]  # fmt: skip
 # Arrows no input reaches, and why (decide() still never takes an arrow outside TRANSITIONS).
-UNREACHABLE = {
-    # A pause records the phase it holds in resumePhase, and RollingBack is never paused (UNPAUSABLE);
-    # a Failed spec that resumes RollingBack resumes it directly, not through Paused.
-    (Phase.PAUSED, Phase.ROLLING_BACK): "no pause holds a rollback",
-}
+UNREACHABLE: dict[tuple[Phase, Phase], str] = {}
 
 
 def arrows_taken(
