@@ -36,9 +36,10 @@ fmt: venv ## format the code
 	$(VENV)/bin/ruff format operator tests bench
 
 .PHONY: crd
-crd: venv ## regenerate the checked-in CRD (and the chart's copy) from the pydantic models
+crd: venv ## regenerate the checked-in CRD (and the chart's copies) from the pydantic models
 	$(VENV)/bin/specgate crd > crds/specgate.dev_speculativedeployments.yaml
-	cp crds/specgate.dev_speculativedeployments.yaml crds/kopf.dev_peerings.yaml charts/specgate/crds/
+	cp crds/specgate.dev_speculativedeployments.yaml charts/specgate/files/
+	cp crds/kopf.dev_peerings.yaml charts/specgate/crds/
 
 .PHONY: lock
 lock: ## re-pin the operator image's runtime dependencies (requirements.lock)

@@ -15,6 +15,8 @@ ETCD_VERSION=v3.6.16
 KWOK_VERSION=v0.8.0
 HELM_VERSION=v3.22.0
 KUBECONFORM_VERSION=v0.7.0
+# Only its CRDs (ServiceMonitor, PodMonitor, PrometheusRule), for kubeconform: no binary.
+PROMETHEUS_OPERATOR_VERSION=v0.85.0
 # Prometheus 3.x is published as module versions v0.3xx.y (v0.316.0 is Prometheus 3.16.0).
 PROMETHEUS_VERSION=v0.316.0
 PROMETHEUS_RELEASE="${PROMETHEUS_VERSION#v0.}" # 316.0
@@ -116,6 +118,47 @@ go_install() { # name version package
   mv "$tmp/$(basename "${pkg%%@*}")" "$BIN/$name-$version"
 }
 
+# helm with the -X flags of helm's own Makefile, which `go install` lacks: its version, and the
+# Kubernetes version `helm template` and `helm lint` assume without a cluster, from the client-go
+# it is built with (v0.37 gives 1.37). Unset, that is 1.20, and the chart's kubeVersion (>=1.30)
+# refuses to render. The name carries it, so a cache holding a plain build (helm-v3.22.0) rebuilds.
+build_helm() {
+  local gomod client_go minor
+  gomod="$(cd "$CACHE" && go mod download -json "helm.sh/helm/v3@$HELM_VERSION" | sed -n 's/^\t"GoMod": "\(.*\)",$/\1/p')"
+  client_go="$(awk '$1 == "k8s.io/client-go" {print $2}' "$gomod")" # v0.37.0
+  minor="${client_go#v0.}"
+  minor="${minor%%.*}"
+  HELM_BUILD="$HELM_VERSION-kube1.$minor"
+  have helm "$HELM_BUILD" && return
+  log "building helm $HELM_VERSION (Kubernetes 1.$minor by default)"
+  local pkg=helm.sh/helm/v3 tmp="$CACHE/go/gobin-helm"
+  local ldflags="-s -w -X $pkg/internal/version.version=$HELM_VERSION -X $pkg/internal/version.gitTreeState=clean"
+  for p in pkg/chartutil pkg/lint/rules; do
+    ldflags+=" -X $pkg/$p.k8sVersionMajor=1 -X $pkg/$p.k8sVersionMinor=$minor"
+  done
+  mkdir -p "$tmp"
+  GOBIN="$tmp" GOFLAGS= go install -p "$PARALLEL" -trimpath -ldflags "$ldflags" "$pkg/cmd/helm@$HELM_VERSION"
+  mv "$tmp/helm" "$BIN/helm-$HELM_BUILD"
+}
+
+# The Prometheus Operator's CRDs from its module (example/prometheus-operator-crd/), pinned, into
+# $CACHE/crds/prometheus-operator: kubeconform checks the chart's ServiceMonitor and PrometheusRule
+# and the operator's PodMonitor against them (tests/cluster/test_monitoring_schemas.py).
+fetch_prometheus_operator_crds() {
+  local dir="$CACHE/crds/prometheus-operator-$PROMETHEUS_OPERATOR_VERSION" src
+  if [ ! -d "$dir" ]; then
+    log "fetching the Prometheus Operator $PROMETHEUS_OPERATOR_VERSION CRDs"
+    src="$(cd "$CACHE" && go mod download -json "github.com/prometheus-operator/prometheus-operator@$PROMETHEUS_OPERATOR_VERSION" |
+      sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')"
+    mkdir -p "$dir.tmp"
+    for kind in podmonitors servicemonitors prometheusrules; do
+      install -m 644 "$src/example/prometheus-operator-crd/monitoring.coreos.com_$kind.yaml" "$dir.tmp/"
+    done
+    mv "$dir.tmp" "$dir"
+  fi
+  ln -sfn "$(basename "$dir")" "$CACHE/crds/prometheus-operator"
+}
+
 # Prometheus 3 as `prometheus3` (Debian's 2.x stays /usr/bin/prometheus). Only the file and HTTP
 # service discoveries (remove_all_sd: ~1040 packages to compile instead of ~1520) and no embedded
 # web UI (the lab uses the API only). Its version is set as promu sets it, or it reports 0.0.0.
@@ -135,14 +178,15 @@ go_install kwok "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok
 go_install kwokctl "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwokctl
 build_etcd
 build_kube
-go_install helm "$HELM_VERSION" helm.sh/helm/v3/cmd/helm
+build_helm
 go_install kubeconform "$KUBECONFORM_VERSION" github.com/yannh/kubeconform/cmd/kubeconform
 build_prometheus
+fetch_prometheus_operator_crds
 
 # Stable names for scripts and tests.
 for pair in "kube-apiserver $KUBE_VERSION" "kube-controller-manager $KUBE_VERSION" "kube-scheduler $KUBE_VERSION" \
   "kubectl $KUBE_VERSION" "etcd $ETCD_VERSION" "kwok $KWOK_VERSION" "kwokctl $KWOK_VERSION" \
-  "helm $HELM_VERSION" "kubeconform $KUBECONFORM_VERSION"; do
+  "helm $HELM_BUILD" "kubeconform $KUBECONFORM_VERSION"; do
   set -- $pair
   ln -sfn "$1-$2" "$BIN/$1"
 done

@@ -287,6 +287,11 @@ class MetricsSource(Model):
     pod_monitor: bool = Field(
         False, description="Also create a PodMonitor (Prometheus Operator) that produces these labels."
     )
+    pod_monitor_labels: dict[str, str] = Field(
+        default_factory=dict,
+        description="Labels on the PodMonitor, for the Prometheus that selects it: kube-prometheus-stack "
+        "selects by release: <its Helm release> (its podMonitorSelector).",
+    )
     scrape_interval: Duration = duration(
         "15s",
         "How often Prometheus scrapes the engines (the PodMonitor's interval). Acceptance windows "

@@ -127,7 +127,10 @@ def openapi_schema(model: type[api.Model]) -> Schema:
 def crd() -> Schema:
     spec_schema = openapi_schema(api.SpeculativeDeploymentSpec)
     status_schema = openapi_schema(api.SpeculativeDeploymentStatus)
-    status_schema.pop("default", None)
+    # A new object reads {observedGeneration: 0, phase: Pending} from its creation (the API server
+    # defaults it on every read), not an empty status: kstatus, and so Flux and `kubectl wait`, see
+    # generation 1 not yet observed (InProgress) instead of a resource with no status (Current).
+    status_schema["default"] = {"observedGeneration": 0}
     root: Schema = {
         "type": "object",
         "description": "A vLLM model server whose speculative decoding config is rolled out in stages: "

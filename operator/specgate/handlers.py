@@ -246,7 +246,10 @@ def _named_children(spec: SpeculativeDeploymentSpec, owner: Owner) -> list[Manif
     if spec.benchmarks:
         children += [render.service(owner, track) for track in Track]
     if spec.rollout.metrics.pod_monitor:
-        children.append(render.pod_monitor(owner, spec.rollout.metrics.scrape_interval))
+        metrics_source = spec.rollout.metrics
+        children.append(
+            render.pod_monitor(owner, metrics_source.scrape_interval, metrics_source.pod_monitor_labels)
+        )
     return children
 
 

@@ -337,13 +337,15 @@ def benchmark_job(
     }
 
 
-def pod_monitor(owner: Owner, scrape_interval: str) -> Manifest:
+def pod_monitor(owner: Owner, scrape_interval: str, labels: dict[str, str] | None = None) -> Manifest:
     """Prometheus Operator PodMonitor producing the target labels the gates query by, scraping at
-    the interval the operator sizes its windows by."""
+    the interval the operator sizes its windows by; `labels` let a Prometheus select it."""
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PodMonitor",
-        "metadata": _metadata(owner, owner.name, {"app.kubernetes.io/managed-by": "specgate"}),
+        "metadata": _metadata(
+            owner, owner.name, {**(labels or {}), "app.kubernetes.io/managed-by": "specgate"}
+        ),
         "spec": {
             "selector": {"matchLabels": {LABEL_DEPLOYMENT: owner.name}},
             "podMetricsEndpoints": [{"port": "http", "path": "/metrics", "interval": scrape_interval}],

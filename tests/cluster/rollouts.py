@@ -201,7 +201,10 @@ def run_rollout(
             deadline = time.monotonic() + timeout
             while time.monotonic() < deadline:
                 obj = get_sd(api_client, namespace, name)
-                phase = obj.get("status", {}).get("phase")
+                status = obj.get("status", {})
+                phase = (
+                    status.get("phase") if status.get("observedGeneration") else None
+                )  # 0: the CRD's default
                 if phase and (not seen or seen[-1] != phase):
                     seen.append(phase)
                 if during is not None:

@@ -184,6 +184,7 @@ def test_a_pod_monitor_without_the_prometheus_operator_is_a_failed_status_naming
     body = tiny("monitored")
     body["spec"]["podAnnotations"] = {"specgate.dev/lab-engine": "sim"}
     body["spec"]["rollout"]["metrics"]["podMonitor"] = True
+    body["spec"]["rollout"]["metrics"]["podMonitorLabels"] = {"release": "kube-prometheus-stack"}
     create_sd(api_client, namespace, body)
     operator = lab_operator(lab["kubeconfig"], namespace, lab["prometheus_url"], lab["log_dir"])
     try:
@@ -198,6 +199,7 @@ def test_a_pod_monitor_without_the_prometheus_operator_is_a_failed_status_naming
             )
             monitor = wait_for(lambda: _pod_monitor(api_client, namespace, "monitored"), 60, "its PodMonitor")
             assert monitor["metadata"]["ownerReferences"][0]["name"] == "monitored"
+            assert monitor["metadata"]["labels"]["release"] == "kube-prometheus-stack"  # what selects it
     finally:
         with suppress(ApiException):
             extensions.delete_custom_resource_definition(POD_MONITOR_CRD["metadata"]["name"])

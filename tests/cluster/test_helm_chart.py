@@ -18,7 +18,7 @@ from tests.cluster.rollouts import run_rollout, sim_rollout
 from tests.conftest import ROOT
 
 from specgate import cli
-from specgate.lab.crds import PEERING_CRDS_PATH, install_crd
+from specgate.lab.crds import CRD_PATH, PEERING_CRDS_PATH, install_crd
 
 pytestmark = pytest.mark.cluster
 
@@ -47,10 +47,67 @@ def test_values_schema_rejects_bad_values() -> None:
     assert done.returncode != 0 and "replicas" in done.stderr
 
 
+def test_the_chart_refuses_a_kubernetes_older_than_its_kube_version() -> None:
+    """Chart.yaml's kubeVersion (the CRD's CEL rules with fieldPath need 1.30): an older cluster is
+    refused with Helm's message before anything is applied. Without a cluster helm assumes the
+    Kubernetes of its client-go, which build-binaries.sh sets as helm's own Makefile does (a plain
+    `go install` says 1.20, and every `helm template` here would fail)."""
+    done = subprocess.run(
+        [HELM, "template", "x", str(CHART), "--kube-version", "1.29.15"], capture_output=True, text=True
+    )
+    refusal = "chart requires kubeVersion: >=1.30.0-0 which is incompatible with Kubernetes v1.29.15"
+    assert done.returncode != 0 and refusal in done.stderr, done.stderr
+    run(HELM, "template", "x", str(CHART), "--kube-version", "1.30.0")
+    run(HELM, "template", "x", str(CHART))  # as every other test here renders it
+
+
+def test_the_crd_template_is_the_generated_crd_with_helms_labels() -> None:
+    """templates/crd.yaml renders `make crd`'s file unchanged but for the chart's labels and, with
+    crds.keep (default), the policy that keeps it on `helm uninstall`; crds.install=false renders
+    none. (The copy in the chart equals crds/: tests/unit/test_packaging.py.)"""
+
+    def crd(*values: str) -> list[dict[str, Any]]:
+        out = run(HELM, "template", "specgate", str(CHART), "--namespace", RELEASE_NS, *values)
+        return [d for d in yaml.safe_load_all(out) if d and d["kind"] == "CustomResourceDefinition"]
+
+    (kept,) = crd()
+    generated = yaml.safe_load(CRD_PATH.read_text())
+    metadata = kept.pop("metadata")
+    assert kept == {k: v for k, v in generated.items() if k != "metadata"}
+    assert metadata["name"] == generated["metadata"]["name"]
+    assert metadata["annotations"] == {"helm.sh/resource-policy": "keep"}
+    version = yaml.safe_load((CHART / "Chart.yaml").read_text())["version"]
+    assert metadata["labels"]["helm.sh/chart"] == f"specgate-{version}"
+    (dropped,) = crd("--set", "crds.keep=false")
+    assert "annotations" not in dropped["metadata"]
+    assert crd("--set", "crds.install=false") == []
+
+
+def strict(schema: Any) -> Any:
+    """An OpenAPI schema as a JSON schema for kubeconform -strict, which only refuses what a schema
+    refuses: an object that lists its properties takes no others (the API server drops or refuses
+    them) unless it says x-kubernetes-preserve-unknown-fields. The walk follows the schema's
+    structure, so a field named like a keyword ("items", "properties") stays a field."""
+    if not isinstance(schema, dict):
+        return schema
+    out = dict(schema)
+    if "properties" in out:
+        out["properties"] = {name: strict(sub) for name, sub in out["properties"].items()}
+        if not out.get("x-kubernetes-preserve-unknown-fields"):
+            out.setdefault("additionalProperties", False)
+    for key in ("items", "additionalProperties", "not"):
+        if isinstance(out.get(key), dict):
+            out[key] = strict(out[key])
+    for key in ("allOf", "anyOf", "oneOf"):
+        if key in out:
+            out[key] = [strict(sub) for sub in out[key]]
+    return out
+
+
 def cluster_schemas(kubectl: str, kubeconfig: str, out: Path, kinds: set[tuple[str, str]]) -> Path:
     """kubeconform schemas for the given (apiVersion, kind) from the local cluster's OpenAPI."""
     swagger = json.loads(run(kubectl, "--kubeconfig", kubeconfig, "get", "--raw", "/openapi/v2"))
-    definitions = swagger["definitions"]
+    definitions = {name: strict(schema) for name, schema in swagger["definitions"].items()}
     for name, schema in definitions.items():
         for gvk in schema.get("x-kubernetes-group-version-kind", []):
             api_version = f"{gvk['group']}/{gvk['version']}" if gvk["group"] else gvk["version"]
@@ -80,11 +137,22 @@ def test_rendered_manifests_validate_against_the_cluster_openapi(
         docs = [d for d in yaml.safe_load_all(rendered) if d]
         kinds = {(d["apiVersion"], d["kind"]) for d in docs}
         schemas = cluster_schemas(kubectl, kubeconfig, tmp_path, kinds)
-        out = run(
-            KUBECONFORM, "-strict", "-summary", "-schema-location",
-            f"{schemas}/{{{{ .ResourceKind }}}}{{{{ .KindSuffix }}}}.json", input=rendered,
-        )  # fmt: skip
+        location = f"{schemas}/{{{{ .ResourceKind }}}}{{{{ .KindSuffix }}}}.json"
+        out = run(KUBECONFORM, "-strict", "-summary", "-schema-location", location, input=rendered)
         assert "Invalid: 0, Errors: 0" in out, out
+    # The schemas are strict: a misspelt field of the Deployment, and of the CRD the chart renders
+    # since 0.2.0, is refused.
+    for doc in docs:
+        if doc["kind"] == "Deployment":
+            doc["spec"]["replica"] = doc["spec"].pop("replicas")
+        if doc["kind"] == "CustomResourceDefinition":
+            doc["spec"]["names"]["shortName"] = doc["spec"]["names"].pop("shortNames")
+    done = subprocess.run(
+        [KUBECONFORM, "-strict", "-summary", "-schema-location", location],
+        input=yaml.safe_dump_all(docs), capture_output=True, text=True,
+    )  # fmt: skip
+    assert "additional properties 'replica' not allowed" in done.stdout, done.stdout
+    assert "additional properties 'shortName' not allowed" in done.stdout, done.stdout
 
 
 def test_chart_installs_and_its_rbac_runs_a_rollout(
@@ -97,6 +165,9 @@ def test_chart_installs_and_its_rbac_runs_a_rollout(
     tmp_path: Path,
 ) -> None:
     env = {"KUBECONFIG": kubeconfig, "PATH": "/usr/bin:/bin", "HOME": str(tmp_path)}
+    # The lab's CRD is the test harness's, applied as `kubectl apply --server-side -f crds/` would:
+    # a user who manages the CRD outside Helm says so with crds.install=false. (Taking it over is
+    # test_helm_crd_upgrade.py's.)
     run(
         HELM,
         "upgrade",
@@ -107,6 +178,8 @@ def test_chart_installs_and_its_rbac_runs_a_rollout(
         RELEASE_NS,
         "--create-namespace",
         "--wait=false",
+        "--set",
+        "crds.install=false",
         env=env,
     )
     try:
@@ -260,3 +333,23 @@ def test_values_for_namespaces_service_monitor_and_security_reach_the_manifests(
         "readOnlyRootFilesystem": False,
         "capabilities": {"drop": ["ALL"]},
     }
+
+
+def test_basic_auth_from_a_secret_reaches_the_operator_and_excludes_the_bearer_token() -> None:
+    """prometheusAuth.basicAuthSecret: the whole Secret mounted (so a rotation reaches the file) and
+    its key named by --prometheus-basic-auth-file; with bearerTokenSecret too, helm refuses both."""
+    basic = ("--set", "prometheusAuth.basicAuthSecret.name=prom-basic")
+    rendered = run(HELM, "template", "specgate", str(CHART), "--namespace", RELEASE_NS, *basic)
+    (deployment,) = [o for o in yaml.safe_load_all(rendered) if o and o["kind"] == "Deployment"]
+    pod = deployment["spec"]["template"]["spec"]
+    container = pod["containers"][0]
+    (volume,) = [v for v in pod["volumes"] if v["name"] == "prometheus-basic-auth"]
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] == "prometheus-basic-auth"]
+    assert volume["secret"] == {"secretName": "prom-basic"} and "subPath" not in mount
+    assert f"--prometheus-basic-auth-file={mount['mountPath']}/credentials" in container["args"]
+    assert not any(a.startswith("--prometheus-bearer-token-file") for a in container["args"])
+    both = subprocess.run(
+        [HELM, "template", "x", str(CHART), *basic, "--set", "prometheusAuth.bearerTokenSecret.name=t"],
+        capture_output=True, text=True,
+    )  # fmt: skip
+    assert both.returncode != 0 and "bearerTokenSecret.name or basicAuthSecret.name, not both" in both.stderr

@@ -23,7 +23,7 @@ def children(sample: str) -> list[dict[str, Any]]:
         render.deployment(spec, OWNER, Track.BASELINE, 3),
         render.deployment(spec, OWNER, Track.CANARY, 1),
         render.service(OWNER),
-        render.pod_monitor(OWNER, "15s"),
+        render.pod_monitor(OWNER, "15s", spec.rollout.metrics.pod_monitor_labels),
     ]
 
 
