@@ -1,3 +1,3 @@
 """specgate: safe rollouts of speculative decoding on vLLM."""
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"

@@ -733,7 +733,7 @@ def parse_spec(raw: dict[str, Any]) -> SpeculativeDeploymentSpec:
 # (Argo CD's three-way merge, Flux's server-side apply) and leave annotations they never wrote, so
 # the request is not reverted at the next sync. The spec's own fields keep working beside them.
 ANNOTATION_PAUSED = f"{GROUP}/paused"  # "true": hold the rollout, as spec.rollout.paused does
-ANNOTATION_RETRY = f"{GROUP}/retry"  # a count, added to spec.rollout.retry
+ANNOTATION_RETRY = f"{GROUP}/retry"  # a count, added to spec.rollout.retry (only a rise re-runs)
 ANNOTATION_ABORT = f"{GROUP}/abort"  # any value (the CLI writes the time): roll back, stay rolled back
 
 
@@ -755,7 +755,7 @@ def parse_requests(annotations: Mapping[str, str] | None) -> Requests:
             root="metadata",
         )
     retries = notes.get(ANNOTATION_RETRY, "0")
-    if not retries.isdigit():
+    if not re.fullmatch("[0-9]{1,9}", retries):  # not str.isdigit: it takes "²", which int() refuses
         raise SpecError(
             f"annotations[{ANNOTATION_RETRY}]",
             f"{retries!r} is not a whole number: `kubectl specgate retry` counts it up",

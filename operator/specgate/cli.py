@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 import argcomplete
+import argcomplete.io
 import yaml
 
 from specgate.api import BenchmarkStatus, Measurement, SpeculativeDeploymentStatus, parse_status
@@ -80,14 +81,23 @@ EXIT_PROMOTED, EXIT_ROLLED_BACK, EXIT_TIMEOUT = 0, 1, 2
 
 
 def watch_exit_code(obj: dict[str, Any]) -> int | None:
-    """The verdict of the object's current generation as an exit code; None while it is undecided
-    (a status of an older generation, or a rollout still running or paused)."""
-    status = obj.get("status") or {}
-    if status.get("observedGeneration") != obj.get("metadata", {}).get("generation"):
+    """The verdict of the object's current generation as an exit code; None while it is undecided:
+    a status of an older generation or of an older retry (a `kubectl specgate retry` bumps no
+    generation), a Promoted object being aborted, or a rollout still running or paused."""
+    from specgate import api
+
+    status, meta = obj.get("status") or {}, obj.get("metadata", {})
+    if status.get("observedGeneration") != meta.get("generation"):
         return None
-    return {"Promoted": EXIT_PROMOTED, "RolledBack": EXIT_ROLLED_BACK, "Failed": EXIT_ROLLED_BACK}.get(
-        status.get("phase", "")
-    )
+    try:
+        requests = api.parse_requests(meta.get("annotations"))
+    except api.SpecError:
+        return None  # the operator is about to say Failed, naming the annotation
+    retry = obj.get("spec", {}).get("rollout", {}).get("retry", 0) + requests.retries
+    phase = status.get("phase", "")
+    if status.get("observedRetry", retry) < retry or (phase == "Promoted" and requests.abort is not None):
+        return None
+    return {"Promoted": EXIT_PROMOTED, "RolledBack": EXIT_ROLLED_BACK, "Failed": EXIT_ROLLED_BACK}.get(phase)
 
 
 def _status(args: argparse.Namespace) -> int:
@@ -121,13 +131,19 @@ def _request(args: argparse.Namespace) -> int:
 
     kube.load_config()
     namespace = args.namespace or kube.current_namespace()
-    obj = kube.get_speculative_deployment(namespace, args.name)
-    try:
-        changes = _request_changes(args.command, obj)
-    except ValueError as error:
-        sys.stderr.write(f"{args.name}: {error}; nothing was changed\n")
-        return 1
-    kube.annotate(namespace, args.name, changes, obj["metadata"]["resourceVersion"])
+    for attempt in range(3):  # the operator writes status often: a 409 means read again
+        obj = kube.get_speculative_deployment(namespace, args.name)
+        try:
+            changes = _request_changes(args.command, obj)
+        except ValueError as error:
+            sys.stderr.write(f"{args.name}: {error}; nothing was changed\n")
+            return 1
+        try:
+            kube.annotate(namespace, args.name, changes, obj["metadata"]["resourceVersion"])
+            break
+        except kube.Conflict:
+            if attempt == 2:
+                raise
     shown = " ".join(f"{k}={v}" if v is not None else f"{k}-" for k, v in changes.items())
     print(f"{api.PLURAL}.{api.GROUP}/{args.name} annotated: {shown}")
     if args.command == "resume" and obj.get("spec", {}).get("rollout", {}).get("paused"):
@@ -142,14 +158,16 @@ def _request_changes(command: str, obj: dict[str, Any]) -> dict[str, str | None]
     """The annotations to set (None: remove) for a command; ValueError when it cannot apply."""
     from specgate import api, rollout
 
-    requests = api.parse_requests(obj["metadata"].get("annotations"))
     if command == "pause":
         return {api.ANNOTATION_PAUSED: "true"}
     if command == "resume":
         return {api.ANNOTATION_PAUSED: None}
     if command == "abort":
         return {api.ANNOTATION_ABORT: time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
+    requests = api.parse_requests(obj["metadata"].get("annotations"))
     status = parse_status(obj.get("status") or {})
+    if status.phase == api.Phase.ROLLING_BACK:  # the operator would ignore the count until RolledBack
+        raise ValueError("it is RollingBack; retry once it is RolledBack")
     if requests.abort is None and not rollout.retryable(status):
         raise ValueError(
             f"it is {status.phase.value}; retry re-runs a RolledBack or Failed rollout, or one an action paused"
@@ -336,9 +354,13 @@ def _object_names(prefix: str, parsed_args: argparse.Namespace, **_: Any) -> lis
     """NAME completion: the SpeculativeDeployments of the namespace (-n, or the kube context's)."""
     from specgate import kube
 
-    kube.load_config()
-    namespace = parsed_args.namespace or kube.current_namespace()
-    return [name for name in kube.speculative_deployment_names(namespace) if name.startswith(prefix)]
+    try:
+        kube.load_config()
+        names = kube.speculative_deployment_names(parsed_args.namespace or kube.current_namespace())
+    except Exception as error:  # no cluster, no kubeconfig: no names, and the reason for --debug
+        argcomplete.io.warn(f"specgate: cannot list SpeculativeDeployments: {error}")
+        return []
+    return [name for name in names if name.startswith(prefix)]
 
 
 def complete_plugin() -> None:

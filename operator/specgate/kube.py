@@ -278,17 +278,26 @@ def get_speculative_deployment(namespace: str, name: str) -> dict[str, Any]:
     return cast(dict[str, Any], obj)
 
 
+class Conflict(Exception):
+    """The object changed since it was read."""
+
+
 def annotate(namespace: str, name: str, changes: dict[str, str | None], resource_version: str) -> None:
     """Set (None: remove) annotations of a SpeculativeDeployment, as of the version that was read:
-    a concurrent change fails with 409 Conflict rather than being overwritten."""
+    a concurrent change raises Conflict rather than being overwritten."""
     body = {"metadata": {"annotations": changes, "resourceVersion": resource_version}}
-    client.CustomObjectsApi().patch_namespaced_custom_object(
-        api.GROUP, api.VERSION, namespace, api.PLURAL, name, body
-    )
+    try:
+        client.CustomObjectsApi().patch_namespaced_custom_object(
+            api.GROUP, api.VERSION, namespace, api.PLURAL, name, body
+        )
+    except ApiException as exc:
+        if exc.status == 409:
+            raise Conflict(str(exc.reason)) from exc
+        raise
 
 
 def speculative_deployment_names(namespace: str) -> list[str]:
     listed = client.CustomObjectsApi().list_namespaced_custom_object(
-        api.GROUP, api.VERSION, namespace, api.PLURAL
+        api.GROUP, api.VERSION, namespace, api.PLURAL, _request_timeout=5
     )
     return [item["metadata"]["name"] for item in cast(dict[str, Any], listed)["items"]]

@@ -426,7 +426,7 @@ def decide(
         _restart(step)
     elif status.phase == Phase.FAILED and status.resume_phase is not None:
         _resume(step, status.resume_phase, "the spec is valid again and the pods' template is unchanged")
-    elif status.observed_retry is not None and spec.rollout.retry != status.observed_retry:
+    elif status.observed_retry is not None and spec.rollout.retry > status.observed_retry:
         step.note(Reason.RETRY_IGNORED, f"spec.rollout.retry ignored: the rollout is {status.phase.value}")
     if step.status.template_hash is None:
         _adopt_template(step)
@@ -447,7 +447,9 @@ def begins_new_rollout(
         return status.observed_generation != generation
     if status.template_hash != render.template_hash(spec):
         return True
-    retried = status.observed_retry is not None and spec.rollout.retry != status.observed_retry
+    # Only a count that goes up: an annotation removed (or a retry reverted in Git) lowers the sum,
+    # and that must not re-run a rollout nobody asked to re-run.
+    retried = status.observed_retry is not None and spec.rollout.retry > status.observed_retry
     return retried and retryable(status)
 
 
@@ -521,8 +523,8 @@ PAUSED_BY = f"spec.rollout.paused or the {api.ANNOTATION_PAUSED} annotation"
 def _abort(step: _Step, value: str) -> None:
     """A person's abort: serve the baseline, and keep serving it while the annotation stays."""
     message = (
-        f"aborted ({api.ANNOTATION_ABORT}={value!r}); the baseline serves until the annotation is "
-        "removed (`kubectl specgate retry`)"
+        f"aborted ({api.ANNOTATION_ABORT}={value!r}); the baseline serves until `kubectl specgate "
+        "retry` removes the annotation and runs the rollout again"
     )
     started = step.status.resume_phase if step.status.phase == Phase.PAUSED else step.status.phase
     if started in (Phase.BASELINE, Phase.PENDING):

@@ -150,7 +150,11 @@ def test_helm_upgrade_brings_the_crd_from_chart_0_1_0_and_uninstall_keeps_it(
         served = crd()
         assert spec_properties(served)["podTemplate"]["description"] == "Changed by the next chart."
         assert served["metadata"]["labels"]["helm.sh/chart"] == "specgate-0.2.1"
+        assert served["metadata"]["annotations"]["helm.sh/resource-policy"] == "keep"
     finally:
+        # Whatever failed above, the uninstall must not delete the CRD every other test shares
+        # (with it, every object of it): the chart's keep is asserted above, this only guards.
+        kube("annotate", "crd", CRD_NAME, "helm.sh/resource-policy=keep", "--overwrite")
         uninstalled = helm("uninstall", RELEASE)
     assert uninstalled.returncode == 0, uninstalled.stderr
     # keep: the CRD, and with it the users' objects, survive the release.

@@ -26,6 +26,8 @@ def test_annotations_parse_into_requests_and_a_malformed_one_names_itself() -> N
     assert api.parse_requests(notes) == api.Requests(paused=True, retries=3, abort=ABORT)
     with pytest.raises(api.SpecError, match=r"metadata\.annotations\[specgate\.dev/retry\]: 'two' is not"):
         api.parse_requests({api.ANNOTATION_RETRY: "two"})
+    with pytest.raises(api.SpecError, match=r"'²' is not a whole number"):  # "²".isdigit() is True
+        api.parse_requests({api.ANNOTATION_RETRY: "²"})
     with pytest.raises(api.SpecError, match=r"annotations\[specgate\.dev/paused\]: 'yes' is neither"):
         api.parse_requests({api.ANNOTATION_PAUSED: "yes"})
 
@@ -124,8 +126,10 @@ def test_the_cli_asks_for_annotations_and_refuses_a_retry_that_would_be_ignored(
         cli._request_changes("retry", obj("Analyzing"))
     retried = cli._request_changes("retry", obj("RolledBack", **{api.ANNOTATION_RETRY: "2"}))
     assert retried == {api.ANNOTATION_RETRY: "3", api.ANNOTATION_ABORT: None}
-    aborting = obj("RollingBack", **{api.ANNOTATION_ABORT: ABORT})  # retry clears an abort at any time
-    assert cli._request_changes("retry", aborting) == {api.ANNOTATION_RETRY: "1", api.ANNOTATION_ABORT: None}
+    aborted = obj("RolledBack", **{api.ANNOTATION_ABORT: ABORT})
+    assert cli._request_changes("retry", aborted) == {api.ANNOTATION_RETRY: "1", api.ANNOTATION_ABORT: None}
+    with pytest.raises(ValueError, match="it is RollingBack; retry once it is RolledBack"):
+        cli._request_changes("retry", obj("RollingBack", **{api.ANNOTATION_ABORT: ABORT}))
 
 
 def test_kubectl_plugin_completion_prints_candidates_then_cobras_directive() -> None:
@@ -137,3 +141,39 @@ def test_kubectl_plugin_completion_prints_candidates_then_cobras_directive() -> 
         [sys.executable, "-c", code, "status", "--w"], capture_output=True, text=True, check=True
     )
     assert done.stdout.splitlines() == ["--watch", ":4"]
+
+
+def test_removing_the_retry_annotation_re_runs_nothing() -> None:
+    """Only a rise of spec.rollout.retry + the annotation's count re-runs a rollout that ended."""
+    run = Run()
+    run.spec = api.with_requests(make_spec(), api.Requests(retries=2))
+    run.step(baseline=ready(2))
+    run.step(abort=ABORT, baseline=ready(2))
+    assert run.phase == Phase.ROLLED_BACK and run.status.observed_retry == 2
+    run.spec = make_spec()  # `kubectl annotate sd NAME specgate.dev/retry- specgate.dev/abort-`
+    d = run.step(baseline=ready(2))
+    assert run.phase == Phase.ROLLED_BACK and d.events == () and run.status.observed_retry == 0
+    run.spec = api.with_requests(make_spec(), api.Requests(retries=1))  # counted up from there
+    run.step(baseline=ready(2))
+    assert run.phase == Phase.BASELINE
+
+
+def watched(phase: str, observed_retry: int, **annotations: str) -> dict[str, Any]:
+    return {
+        "metadata": {"generation": 3, "annotations": annotations},
+        "spec": {"rollout": {"retry": 1}},
+        "status": {"phase": phase, "observedGeneration": 3, "observedRetry": observed_retry},
+    }
+
+
+def test_status_watch_waits_for_the_verdict_of_the_latest_request() -> None:
+    """A request bumps no generation: the watch's verdict must be of the retry and abort asked for."""
+    assert cli.watch_exit_code(watched("RolledBack", 1)) == cli.EXIT_ROLLED_BACK
+    assert (
+        cli.watch_exit_code(watched("RolledBack", 1, **{api.ANNOTATION_RETRY: "1"})) is None
+    )  # retry 2 unseen
+    assert cli.watch_exit_code(watched("Promoted", 2, **{api.ANNOTATION_RETRY: "1"})) == cli.EXIT_PROMOTED
+    assert cli.watch_exit_code(watched("Promoted", 1, **{api.ANNOTATION_ABORT: ABORT})) is None
+    assert (
+        cli.watch_exit_code(watched("RolledBack", 1, **{api.ANNOTATION_ABORT: ABORT})) == cli.EXIT_ROLLED_BACK
+    )
