@@ -87,6 +87,21 @@ def release_finalizers(api_client: client.ApiClient, namespace: str) -> None:
 
 
 @pytest.fixture
+def gpu_cluster_classes(api_client: client.ApiClient, namespace: str) -> Iterator[str]:
+    """A RuntimeClass and a PriorityClass, as a GPU cluster has (the API server's admission checks
+    that a pod's classes exist), named after the test's namespace and deleted after it."""
+    node = client.NodeV1Api(api_client)
+    scheduling = client.SchedulingV1Api(api_client)
+    node.create_runtime_class({"metadata": {"name": namespace}, "handler": "nvidia"})
+    scheduling.create_priority_class({"metadata": {"name": namespace}, "value": 1000})
+    try:
+        yield namespace
+    finally:
+        node.delete_runtime_class(namespace)
+        scheduling.delete_priority_class(namespace)
+
+
+@pytest.fixture
 def lab(
     api_client: client.ApiClient,
     namespace: str,

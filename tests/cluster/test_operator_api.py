@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 import urllib.request
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -108,21 +107,6 @@ def test_schema_errors_name_the_field(
     with pytest.raises(ApiException) as err:
         create_sd(api_client, namespace, sd("bad", spec), dry_run=True)
     assert err.value.status == 422 and field in err.value.body
-
-
-@pytest.fixture
-def gpu_cluster_classes(api_client: client.ApiClient, namespace: str) -> Iterator[str]:
-    """A RuntimeClass and a PriorityClass, as a GPU cluster has (the API server's admission checks
-    that a pod's classes exist), named after the test's namespace and deleted after it."""
-    node = client.NodeV1Api(api_client)
-    scheduling = client.SchedulingV1Api(api_client)
-    node.create_runtime_class({"metadata": {"name": namespace}, "handler": "nvidia"})
-    scheduling.create_priority_class({"metadata": {"name": namespace}, "value": 1000})
-    try:
-        yield namespace
-    finally:
-        node.delete_runtime_class(namespace)
-        scheduling.delete_priority_class(namespace)
 
 
 def test_operator_creates_the_baseline(

@@ -21,6 +21,7 @@ from tests.cluster.rollouts import Rollout, run_rollout, sim_rollout
 from tests.conftest import ROOT
 
 from specgate import api
+from specgate.render import LABEL_DEPLOYMENT, LABEL_TRACK
 
 pytestmark = pytest.mark.cluster
 
@@ -34,14 +35,15 @@ def reasons(api_client: client.ApiClient, namespace: str) -> list[str]:
     return [e.reason for e in client.CoreV1Api(api_client).list_namespaced_event(namespace).items]
 
 
-def test_good_candidate_is_promoted_while_another_writer_and_an_hpa_change_the_object(
-    lab: dict[str, Any],
+def test_a_gpu_pod_template_is_promoted_while_another_writer_and_an_hpa_change_the_object(
+    lab: dict[str, Any], gpu_cluster_classes: str
 ) -> None:
     """A GitOps tool or `kubectl annotate` writes the object throughout, so its resourceVersion keeps
     moving under the operator: status is written by merge patch and children by server-side apply,
     neither conditional on a resourceVersion, so no write may fail with 409 Conflict. Meanwhile a
     real HorizontalPodAutoscaler (the lab's controller manager) raises replicas 1 -> 2 through the
-    scale subresource: the tracks rescale in place and the rollout goes on, never restarting."""
+    scale subresource: the tracks rescale in place and the rollout goes on, never restarting. The
+    pods of both tracks carry what a GPU cluster needs (spec.podTemplate)."""
     objects = client.CustomObjectsApi(lab["api_client"])
     hpa = {
         "apiVersion": "autoscaling/v2",
@@ -58,17 +60,35 @@ def test_good_candidate_is_promoted_while_another_writer_and_an_hpa_change_the_o
         lab["namespace"], hpa
     )
     writes: list[int] = []
+    pod_specs: dict[str, Any] = {}  # by track, as the API server admitted them
 
     def annotate(obj: dict[str, Any]) -> None:
+        pods = client.CoreV1Api(lab["api_client"]).list_namespaced_pod(
+            lab["namespace"], label_selector=f"{LABEL_DEPLOYMENT}=good"
+        )
+        pod_specs.update({p.metadata.labels[LABEL_TRACK]: p.spec for p in pods.items})
         writes.append(len(writes))
         touched = {"metadata": {"annotations": {"example.com/touched": str(len(writes))}}}
         objects.patch_namespaced_custom_object(
             api.GROUP, api.VERSION, lab["namespace"], api.PLURAL, obj["metadata"]["name"], touched
         )
 
-    run = run_rollout(body=sim_rollout("good", {"SPECGATE_SIM_ALPHA": "0.8"}), during=annotate, **lab)
+    body = sim_rollout("good", {"SPECGATE_SIM_ALPHA": "0.8"})
+    body["spec"]["podTemplate"] = {
+        "runtimeClassName": gpu_cluster_classes,
+        "priorityClassName": gpu_cluster_classes,
+        "imagePullSecrets": ["registry"],
+        "shmSizeLimit": "1Gi",
+    }
+    run = run_rollout(body=body, during=annotate, **lab)
     status = run.status
     assert status["phase"] == "Promoted", status.get("message")
+    assert sorted(pod_specs) == ["baseline", "canary"]
+    for spec in pod_specs.values():
+        assert (spec.runtime_class_name, spec.priority_class_name) == (gpu_cluster_classes,) * 2
+        assert spec.priority == 1000 and [s.name for s in spec.image_pull_secrets] == ["registry"]
+        shm = next(v.empty_dir for v in spec.volumes if v.name == "dshm")
+        assert (shm.medium, shm.size_limit) == ("Memory", "1Gi")
     assert len(writes) > 20
     assert "Conflict" not in run.operator_log, run.operator_log[-2000:]
     assert run.phases[:2] == ["Baseline", "Canary"] and "Analyzing" in run.phases

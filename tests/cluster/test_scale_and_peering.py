@@ -51,8 +51,11 @@ def test_fifty_rollouts_at_once_reach_their_verdicts(lab: dict[str, Any]) -> Non
             env = {"SPECGATE_SIM_ALPHA": str(alphas[name]), "SPECGATE_SIM_SEED": str(i)}
             # The verdicts here are about alpha. The simulated step stall (+10 %) falls inside vLLM's
             # 25-50 ms bucket, where telling it from the default 50 % takes more steps than 50
-            # objects' share of two cores serves in 8 min (the latency gates have their own tests).
-            gates = {"maxP99ItlRegression": 1.0}
+            # objects' share of two cores serves in 8 min; and 100 engines on two cores make each
+            # pod's P99 pace a measure of the machine's contention more than of its config (the
+            # latency gates have their own tests). A CI run once rolled one low-alpha object back
+            # for another reason than AcceptanceBelowGate (the verdict right, the reason not kept).
+            gates = {"maxP99ItlRegression": 1.0, "maxP99PerTokenRegression": 1.0}
             body = sim_rollout(name, env, maxAnalysisDuration="8m", progressDeadline="8m", gates=gates)
             pin_to_node(body, node, taint=namespace)
             create_sd(api_client, namespace, body)
@@ -78,9 +81,12 @@ def test_fifty_rollouts_at_once_reach_their_verdicts(lab: dict[str, Any]) -> Non
     )
     assert len(objects) == ROLLOUTS
     assert wrong == {}, f"wrong verdicts: {wrong}"
-    assert all(
-        reason == "AcceptanceBelowGate" for phase, reason in verdicts.values() if phase == "RolledBack"
-    )
+    other_reasons = {
+        name: (reason, messages[name])
+        for name, (phase, reason) in verdicts.items()
+        if phase == "RolledBack" and reason != "AcceptanceBelowGate"
+    }
+    assert other_reasons == {}, other_reasons
     for obj in objects:
         alpha = obj["status"]["canary"]["alpha"]
         assert alpha == pytest.approx(alphas[obj["metadata"]["name"]], abs=0.08), obj["metadata"]["name"]
