@@ -18,6 +18,7 @@ import argcomplete
 import argcomplete.io
 import yaml
 
+from specgate import api
 from specgate.api import BenchmarkStatus, Measurement, SpeculativeDeploymentStatus, parse_status
 
 
@@ -84,8 +85,6 @@ def watch_exit_code(obj: dict[str, Any]) -> int | None:
     """The verdict of the object's current generation as an exit code; None while it is undecided:
     a status of an older generation or of an older retry (a `kubectl specgate retry` bumps no
     generation), a Promoted object being aborted, or a rollout still running or paused."""
-    from specgate import api
-
     status, meta = obj.get("status") or {}, obj.get("metadata", {})
     if status.get("observedGeneration") != meta.get("generation"):
         return None
@@ -127,7 +126,7 @@ def _status(args: argparse.Namespace) -> int:
 
 def _request(args: argparse.Namespace) -> int:
     """pause, resume, retry or abort: an annotation a GitOps sync leaves in place (see api.Requests)."""
-    from specgate import api, kube
+    from specgate import kube
 
     kube.load_config()
     namespace = args.namespace or kube.current_namespace()
@@ -156,7 +155,7 @@ def _request(args: argparse.Namespace) -> int:
 
 def _request_changes(command: str, obj: dict[str, Any]) -> dict[str, str | None]:
     """The annotations to set (None: remove) for a command; ValueError when it cannot apply."""
-    from specgate import api, rollout
+    from specgate import rollout
 
     if command == "pause":
         return {api.ANNOTATION_PAUSED: "true"}

@@ -527,12 +527,7 @@ def _abort(step: _Step, value: str) -> None:
         "retry` removes the annotation and runs the rollout again"
     )
     started = step.status.resume_phase if step.status.phase == Phase.PAUSED else step.status.phase
-    if started in (Phase.BASELINE, Phase.PENDING):
-        step.enter(
-            Phase.ROLLED_BACK, Reason.ABORTED, f"{message}; the canary was never started", warning=True
-        )
-    else:
-        _roll_back(step, Reason.ABORTED, message)
+    _roll_back_from(step, started, Reason.ABORTED, message)
     step.status = step.status.model_copy(update={"resume_phase": None})
 
 
@@ -747,15 +742,7 @@ def _driver_error(job: BenchmarkJob) -> str:
 
 def _measurement_failed(step: _Step, message: str) -> None:
     """Never a silent pass: before the canary exists, stop with the baseline serving."""
-    if step.status.phase == Phase.BASELINE:
-        step.enter(
-            Phase.ROLLED_BACK,
-            Reason.MEASUREMENT_FAILED,
-            f"{message}; the canary was never started",
-            warning=True,
-        )
-    else:
-        _roll_back(step, Reason.MEASUREMENT_FAILED, message)
+    _roll_back_from(step, step.status.phase, Reason.MEASUREMENT_FAILED, message)
 
 
 def _promoting(step: _Step) -> None:
@@ -938,6 +925,19 @@ def _roll_back(step: _Step, reason: str, message: str) -> None:
         step.enter(Phase.ROLLED_BACK, reason, message, warning=False)
 
 
+def _roll_back_from(step: _Step, started: Phase | None, reason: str, message: str) -> None:
+    """Roll back what the rollout `started` (its phase) ran; before any canary, just stop."""
+    if started in (Phase.BASELINE, Phase.PENDING):
+        _stop_before_canary(step, reason, message)
+    else:
+        _roll_back(step, reason, message)
+
+
+def _stop_before_canary(step: _Step, reason: str, message: str) -> None:
+    """Nothing to roll back yet: stop with the baseline serving."""
+    step.enter(Phase.ROLLED_BACK, reason, f"{message}; the canary was never started", warning=True)
+
+
 def _take_action(step: _Step, action: Action, reason: str, message: str) -> None:
     if action == Action.PAUSE:
         step.enter(
@@ -981,8 +981,7 @@ def _metrics_or_budget(step: _Step, metrics: TrackMetrics | None) -> TrackMetric
 
 def _take_action_from_any(step: _Step, reason: str, message: str) -> None:
     if step.status.phase == Phase.BASELINE:
-        # Nothing to roll back yet: stop with the baseline serving.
-        step.enter(Phase.ROLLED_BACK, reason, f"{message}; the canary was never started", warning=True)
+        _stop_before_canary(step, reason, message)
     else:
         _take_action(step, step.spec.rollout.on_metrics_unavailable, reason, message)
 
