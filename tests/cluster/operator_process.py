@@ -20,6 +20,13 @@ from tests.conftest import ROOT
 from specgate import api
 
 
+def run(*argv: str, **kwargs: Any) -> str:
+    """A command that must succeed: its stdout, or a failure showing both outputs."""
+    done = subprocess.run(argv, capture_output=True, text=True, **kwargs)
+    assert done.returncode == 0, f"{' '.join(argv)} failed:\n{done.stdout}\n{done.stderr}"
+    return done.stdout
+
+
 def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 1.0) -> Any:
     """Poll until predicate() is truthy; fail with what was awaited."""
     deadline = time.monotonic() + timeout

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
@@ -15,7 +14,7 @@ import pytest
 from kubernetes import client
 from tests.cluster.conftest import CACHE
 from tests.cluster.figures import report
-from tests.cluster.operator_process import get_sd
+from tests.cluster.operator_process import get_sd, run
 from tests.cluster.rollouts import run_rollout, sim_rollout
 
 from specgate import api
@@ -100,11 +99,7 @@ def test_pauses_change_no_pod_an_edit_reaches_only_the_canary_and_abort_and_retr
     }
 
     def kubectl_run(*argv: str) -> str:
-        done = subprocess.run(
-            [kubectl, *argv, "-n", namespace], env=plugin_env, capture_output=True, text=True
-        )
-        assert done.returncode == 0, f"kubectl {' '.join(argv)}: {done.stdout}{done.stderr}"
-        return done.stdout
+        return run(kubectl, *argv, "-n", namespace, env=plugin_env)
 
     def sync_then_resume() -> None:
         kubectl_run(
@@ -112,9 +107,10 @@ def test_pauses_change_no_pod_an_edit_reaches_only_the_canary_and_abort_and_retr
         )
         notes = get_sd(api_client, namespace, "day2")["metadata"]["annotations"]
         assert notes.get(api.ANNOTATION_PAUSED) == "true", "the sync reverted the pause"
-        completing = [kubectl, "__complete", "specgate", "resume", "-n", namespace, ""]  # the word typed: ""
-        completed = subprocess.run(completing, env=plugin_env, capture_output=True, text=True, check=True)
-        words = completed.stdout.splitlines()  # kubectl ran kubectl_complete-specgate
+        # kubectl runs kubectl_complete-specgate; the word being typed is "".
+        words = run(
+            kubectl, "__complete", "specgate", "resume", "-n", namespace, "", env=plugin_env
+        ).splitlines()
         assert "day2" in words and words[-1] == ":4", words
         kubectl_run("specgate", "resume", "day2")
 
@@ -177,11 +173,11 @@ def test_pauses_change_no_pod_an_edit_reaches_only_the_canary_and_abort_and_retr
             and (status.get("phase") == "Promoted")
         )
 
-    run = run_rollout(body=body, during=drive, until=promoted_again, timeout=720, **lab)
-    phases = run.phases
+    rollout = run_rollout(body=body, during=drive, until=promoted_again, timeout=720, **lab)
+    phases = rollout.phases
     assert phases.count("Paused") == 2 and phases.count("Baseline") == 3, phases
     assert "RolledBack" in phases and phases[-1] == "Promoted", phases
-    assert "Aborted" in [h["reason"] for h in run.status["history"]]
+    assert "Aborted" in [h["reason"] for h in rollout.status["history"]]
     assert seen["most_new"] == 1  # the new config did run, on the canary's share only
     notes = get_sd(api_client, namespace, "day2")["metadata"]["annotations"]
     assert api.ANNOTATION_ABORT not in notes and notes[api.ANNOTATION_RETRY] == "1"

@@ -13,7 +13,7 @@ import pytest
 import yaml
 from kubernetes import client
 from tests.cluster.conftest import CACHE
-from tests.cluster.operator_process import wait_for
+from tests.cluster.operator_process import run, wait_for
 from tests.cluster.rollouts import run_rollout, sim_rollout
 from tests.conftest import ROOT
 
@@ -27,12 +27,6 @@ HELM = str(CACHE / "bin" / "helm")
 KUBECONFORM = str(CACHE / "bin" / "kubeconform")
 RELEASE_NS = "specgate-system"
 DASHBOARD = CHART / "dashboards" / "specgate.json"
-
-
-def run(*argv: str, **kwargs: Any) -> str:
-    done = subprocess.run(argv, capture_output=True, text=True, **kwargs)
-    assert done.returncode == 0, f"{' '.join(argv)} failed:\n{done.stdout}\n{done.stderr}"
-    return done.stdout
 
 
 def test_helm_lint() -> None:

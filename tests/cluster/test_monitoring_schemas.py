@@ -12,7 +12,8 @@ from typing import Any
 import pytest
 import yaml
 from tests.cluster.conftest import CACHE
-from tests.cluster.test_helm_chart import CHART, HELM, KUBECONFORM, run, strict
+from tests.cluster.operator_process import run
+from tests.cluster.test_helm_chart import CHART, HELM, KUBECONFORM, strict
 
 from specgate import render
 
