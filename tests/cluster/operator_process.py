@@ -106,11 +106,14 @@ class Operator:
         self.logs.append(self.log_dir / f"operator{suffix}.log")
         self.proc = _spawn(self.kubeconfig, self.logs[-1], self.extra)
 
-    def kill_and_restart(self) -> None:
+    def kill(self) -> None:
         """SIGKILL, as an OOM kill or a node loss would: no shutdown handlers run."""
         assert self.proc is not None and self.proc.poll() is None, "the operator died by itself"
         _stop(self.proc, signal.SIGKILL)
         self.kills += 1
+
+    def kill_and_restart(self) -> None:
+        self.kill()
         self.start()
 
     def stop(self) -> None:

@@ -13,7 +13,7 @@ import pytest
 import yaml
 from tests.cluster.conftest import CACHE
 from tests.cluster.operator_process import run
-from tests.cluster.test_helm_chart import CHART, HELM, KUBECONFORM, strict
+from tests.cluster.test_helm_chart import CHART, HELM, KUBECONFORM, schema_location, strict
 
 from specgate import render
 
@@ -42,9 +42,8 @@ def write_schemas(out: Path) -> Path:
 
 def kubeconform(schemas: Path, docs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
     """Each document's result by kind (statusValid, statusInvalid with its message, ...)."""
-    location = f"{schemas}/{{{{ .ResourceKind }}}}{{{{ .KindSuffix }}}}.json"
     done = subprocess.run(
-        [KUBECONFORM, "-strict", "-verbose", "-output", "json", "-schema-location", location],
+        [KUBECONFORM, "-strict", "-verbose", "-output", "json", "-schema-location", schema_location(schemas)],
         input=yaml.safe_dump_all(docs), capture_output=True, text=True,
     )  # fmt: skip
     assert done.returncode in (0, 1), done.stderr  # 1: something is invalid

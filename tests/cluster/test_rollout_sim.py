@@ -5,11 +5,11 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
+from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +19,7 @@ from tests.cluster.conftest import CACHE, fresh_namespace, lab_in
 from tests.cluster.operator_process import specgate_status
 from tests.cluster.rollouts import Rollout, run_rollout, sim_rollout
 from tests.conftest import ROOT
+from tests.integration.prometheus_server import prometheus_server
 
 from specgate import api
 from specgate.render import LABEL_DEPLOYMENT, LABEL_TRACK
@@ -269,22 +270,22 @@ def test_guard_rolls_back_when_alpha_drifts_after_promotion_keeping_every_replic
 
 
 def test_prometheus_outage_never_promotes(lab: dict[str, Any]) -> None:
-    pid_file = CACHE / "cluster" / "prometheus.pid"
-    stopped: list[bool] = []
-
-    def stop_prometheus_once_analyzing(obj: dict[str, Any]) -> None:
-        if obj.get("status", {}).get("phase") == "Analyzing" and not stopped:
-            os.kill(int(pid_file.read_text()), signal.SIGTERM)
-            stopped.append(True)
-
-    try:
-        run = run_rollout(
-            body=sim_rollout("outage", {"SPECGATE_SIM_ALPHA": "0.9"}),
-            during=stop_prometheus_once_analyzing,
-            **lab,
+    """The operator's Prometheus (the test's own, scraping the lab's 2 s targets as the lab's does)
+    stops mid-analysis and stays down: the rollout rolls back as MetricsUnavailable, never promoted.
+    The shared Prometheus of the other tests is not touched."""
+    with ExitStack() as outage:
+        url, _ = outage.enter_context(
+            prometheus_server(lab["log_dir"] / "prometheus", 2, targets=CACHE / "cluster" / "targets" / "2s")
         )
-    finally:
-        subprocess.run([str(ROOT / "hack" / "cluster-up.sh")], check=True, capture_output=True)
+        stopped: list[bool] = []
+
+        def stop_prometheus_once_analyzing(obj: dict[str, Any]) -> None:
+            if obj.get("status", {}).get("phase") == "Analyzing" and not stopped:
+                outage.close()
+                stopped.append(True)
+
+        body = sim_rollout("outage", {"SPECGATE_SIM_ALPHA": "0.9"})
+        run = run_rollout(body=body, during=stop_prometheus_once_analyzing, **{**lab, "prometheus_url": url})
     status = run.status
     assert stopped, "the rollout never reached Analyzing"
     assert "Promoting" not in run.phases and "Promoted" not in run.phases

@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 from tests.cluster.capacity import CapacityMonitor
-from tests.cluster.operator_process import RECONCILE_LINE, create_sd, wait_for
+from tests.cluster.operator_process import RECONCILE_LINE, Operator, create_sd, wait_for
 from tests.cluster.rollouts import (
     SETTLED,
     Load,
@@ -30,6 +30,7 @@ pytestmark = pytest.mark.cluster
 
 ROLLOUTS = 50
 GOOD_ALPHA, BAD_ALPHA = 0.8, 0.3
+TAKEOVER = "Resuming operations"  # kopf logs it when no live peer outranks the replica any more
 
 
 def test_fifty_rollouts_at_once_reach_their_verdicts(lab: dict[str, Any]) -> None:
@@ -101,16 +102,19 @@ def all_settled(api_client: client.ApiClient, namespace: str) -> list[dict[str, 
     return items if len(settled) == len(items) == ROLLOUTS else None
 
 
-def test_two_peered_replicas_one_acts_and_the_standby_takes_over(lab: dict[str, Any]) -> None:
-    """kopf peering: the replica of the higher priority acts, the other one waits; when the active
-    one stops mid-analysis, the standby resumes from status and reaches the verdict."""
+def test_three_peered_replicas_hand_over_on_sigterm_and_after_a_sigkill(lab: dict[str, Any]) -> None:
+    """kopf peering: only the live replica of the highest priority acts. The first one stops with
+    SIGTERM once the canary runs (a rolling update: it says goodbye, the second takes over at once);
+    the second is SIGKILLed mid-analysis (an OOM kill or a lost node: no goodbye, so the third
+    waits until the dead peer's heartbeat is older than kopf's peering lifetime, 60 s). Each
+    resumes from status, and the rollout reaches its verdict."""
     api_client, namespace, log_dir = lab["api_client"], lab["namespace"], lab["log_dir"]
     install_crd(api_client, PEERING_CRDS_PATH)
     peering = {"apiVersion": "kopf.dev/v1", "kind": "KopfPeering", "metadata": {"name": "specgate"}}
     objects = client.CustomObjectsApi(api_client)
     objects.create_namespaced_custom_object("kopf.dev", "v1", namespace, "kopfpeerings", peering)
 
-    def replica(role: str, priority: int) -> Any:
+    def replica(role: str, priority: int) -> Operator:
         (log_dir / role).mkdir()
         args = ("--peering", "specgate", "--priority", str(priority), "--verbose")
         return lab_operator(lab["kubeconfig"], namespace, lab["prometheus_url"], log_dir / role, *args)
@@ -119,34 +123,43 @@ def test_two_peered_replicas_one_acts_and_the_standby_takes_over(lab: dict[str, 
         peers = objects.get_namespaced_custom_object("kopf.dev", "v1", namespace, "kopfpeerings", "specgate")
         return len(peers.get("status") or {})
 
-    active, standby = replica("active", 200), replica("standby", 100)
-    stopped_at: list[str] = []
+    first, second, third = replica("first", 300), replica("second", 200), replica("third", 100)
+    stopped_at: dict[str, str] = {}
 
-    def stop_active_mid_analysis(obj: dict[str, Any]) -> None:
-        if not stopped_at and (obj.get("status", {}).get("canary") or {}).get("windowEnd"):
-            active.stop()
-            stopped_at.append(obj["status"]["phase"])
+    def hand_over(obj: dict[str, Any]) -> None:
+        status = obj.get("status", {})
+        if "first" not in stopped_at and status.get("phase") == "Canary":
+            first.stop()
+            stopped_at["first"] = status["phase"]
+        elif (
+            "second" not in stopped_at
+            and (status.get("canary") or {}).get("windowEnd")
+            and TAKEOVER in second.log_text()
+        ):
+            second.kill()
+            stopped_at["second"] = status["phase"]
 
-    with active:
-        wait_for(lambda: heartbeats() == 1, 60, "the active replica's heartbeat")
-        with standby:
-            # With a named peering kopf starts paused and resumes only when no live peer outranks it.
-            wait_for(lambda: heartbeats() == 2, 60, "the standby's heartbeat")
+    with first:
+        wait_for(lambda: heartbeats() == 1, 60, "the first replica's heartbeat")
+        # With a named peering kopf starts paused and resumes only when no live peer outranks it.
+        with second, third:
+            wait_for(lambda: heartbeats() == 3, 60, "the standbys' heartbeats")
             body = sim_rollout("peered", {"SPECGATE_SIM_ALPHA": str(GOOD_ALPHA)})
-            run = run_rollout(body=body, operator=active, during=stop_active_mid_analysis, timeout=480, **lab)
+            run = run_rollout(body=body, operator=first, during=hand_over, timeout=480, **lab)
 
     status = run.status
     assert status["phase"] == "Promoted", status.get("message")
-    assert stopped_at == ["Analyzing"]
-    active_log, standby_log = active.log_text(), standby.log_text()
-    waiting, _, resumed = standby_log.partition("Resuming operations")
-    assert resumed, f"the standby never resumed:\n{standby_log[-2000:]}"
-    report(
-        active_reconciles=len(RECONCILE_LINE.findall(active_log)),
-        standby_reconciles_while_active=len(RECONCILE_LINE.findall(waiting)),
-        standby_reconciles_after_takeover=len(RECONCILE_LINE.findall(resumed)),
-    )
-    assert RECONCILE_LINE.search(active_log), active_log[-2000:]
-    assert not RECONCILE_LINE.search(waiting), "the standby acted while the active replica was alive"
-    assert RECONCILE_LINE.search(resumed), "the standby did not take over"
+    assert stopped_at == {"first": "Canary", "second": "Analyzing"}
+    first_log = first.log_text()
+    assert RECONCILE_LINE.search(first_log), first_log[-2000:]
+    for role, standby in (("second", second), ("third", third)):
+        waiting, _, resumed = standby.log_text().partition(TAKEOVER)
+        assert resumed, f"the {role} replica never resumed:\n{waiting[-2000:]}"
+        report(
+            replica=role,
+            reconciles_while_outranked=len(RECONCILE_LINE.findall(waiting)),
+            reconciles_after_takeover=len(RECONCILE_LINE.findall(resumed)),
+        )
+        assert not RECONCILE_LINE.search(waiting), f"the {role} replica acted while outranked"
+        assert RECONCILE_LINE.search(resumed), f"the {role} replica did not take over"
     assert orphaned_pods(api_client, namespace) == []

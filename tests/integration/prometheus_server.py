@@ -71,15 +71,18 @@ def prometheus_server(
     *,
     web_config: Path | None = None,
     ready: Callable[[str], bool] | None = None,
+    targets: Path | None = None,
 ) -> Iterator[tuple[str, Path]]:
     """Start a Prometheus of `flavour` on a free loopback port, scraping the targets in
     tmp_path/targets/*.json (file_sd, re-read every second) every `scrape_interval_s` seconds; yield
     its base URL and the targets directory; stop it at exit. With `web_config` (--web.config.file,
     which must set tls_server_config) the URL is https:// and `ready(url)` tells when it answers,
-    since /-/ready then needs the test's CA and credentials."""
+    since /-/ready then needs the test's CA and credentials. With `targets`, it scrapes that
+    directory's target files instead (e.g. those the lab's bridge writes for one interval)."""
     binary = prometheus_binary(flavour)
-    targets = tmp_path / "targets"
+    targets = targets or tmp_path / "targets"
     targets.mkdir(parents=True, exist_ok=True)
+    tmp_path.mkdir(parents=True, exist_ok=True)
     interval = _duration(scrape_interval_s)
     config = tmp_path / "prometheus.yml"
     config.write_text(
