@@ -108,6 +108,11 @@ def engine_command(
         # machine then queue behind each other for minutes. One unpinned thread each shares fairly.
         "VLLM_CPU_OMP_THREADS_BIND": "nobind",
         "OMP_NUM_THREADS": "1",
+        # vLLM 0.32's CPU build saves its AOT-compiled model but cannot load it back ("'function'
+        # object has no attribute 'finalize_loading'"), so every start traced and compiled again
+        # (75-150 s under load). The older torch.compile cache loads: warm starts then take about
+        # 45 s standalone instead of 75, with the same numerics (same alpha, same step times).
+        "VLLM_USE_AOT_COMPILE": env.get("VLLM_USE_AOT_COMPILE", "0"),
         "HF_HUB_OFFLINE": "1",
         "TRANSFORMERS_OFFLINE": "1",
         "VLLM_NO_USAGE_STATS": "1",
