@@ -22,6 +22,7 @@ from tests.conftest import ROOT
 from tests.integration.prometheus_server import prometheus_server
 
 from specgate import api
+from specgate.lab.calibrate import answers_ok
 from specgate.render import LABEL_DEPLOYMENT, LABEL_TRACK
 
 pytestmark = pytest.mark.cluster
@@ -291,3 +292,4 @@ def test_prometheus_outage_never_promotes(lab: dict[str, Any]) -> None:
     assert "Promoting" not in run.phases and "Promoted" not in run.phases
     assert (status["phase"], status["reason"]) == ("RolledBack", "MetricsUnavailable"), status.get("message")
     assert "MetricsUnavailable" in reasons(lab["api_client"], lab["namespace"])
+    assert answers_ok(f"{lab['prometheus_url']}/-/ready"), "the shared Prometheus went down"
