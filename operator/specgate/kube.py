@@ -260,8 +260,22 @@ def _pod_failure(pod: Any) -> str | None:
     for cs in (pod.status.container_statuses or []) if pod.status else []:
         waiting = cs.state.waiting if cs.state else None
         if waiting is not None and waiting.reason in FATAL_WAITING_REASONS:
-            return f"pod {pod.metadata.name}: {waiting.reason}: {waiting.message or ''}".strip()
+            failure = f"pod {pod.metadata.name}: {waiting.reason}: {waiting.message or ''}".strip()
+            return failure + _last_exit(cs)
     return None
+
+
+LAST_MESSAGE_CHARS = 300  # of the container's termination message: status and Events stay short
+
+
+def _last_exit(container_status: Any) -> str:
+    """How the container last ended (exit code, reason such as OOMKilled, its termination message):
+    kept in status and the rollback's Event, it outlives the pods the rollback deletes."""
+    last = container_status.last_state.terminated if container_status.last_state else None
+    if last is None:
+        return ""
+    message = " ".join((last.message or "").split())[-LAST_MESSAGE_CHARS:]
+    return f"; last exit {last.exit_code} ({last.reason or 'unknown'})" + (f": {message}" if message else "")
 
 
 def _pod_unscheduled(pod: Any) -> str | None:

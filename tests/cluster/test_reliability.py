@@ -206,6 +206,11 @@ def test_failing_canary_rolls_back_as_unhealthy(
     assert canary.spec.replicas == 0
     wait_for(lambda: not live_pods(api_client, namespace, name, Track.CANARY), 30, "canary pods gone")
     assert orphaned_pods(api_client, namespace) == []
+    if mode == "crashloop":  # how the engine ended outlives its pods, in status and the Event
+        events = client.CoreV1Api(api_client).list_namespaced_event(namespace).items
+        unhealthy = [e.message for e in events if e.reason == "CanaryUnhealthy"]
+        assert "last exit 1 (Error)" in status["message"], status["message"]
+        assert any("last exit 1 (Error)" in m for m in unhealthy), unhealthy
     report(mode=mode, canary_to_rolled_back_s=round(took), progress_deadline_s=deadline, false_promotions=0)
 
 

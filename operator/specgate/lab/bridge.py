@@ -82,6 +82,7 @@ class Engine:
     ready: bool = False
     restarts: int = 0
     exited_at: float | None = None
+    last_exit_code: int | None = None  # the engine process's, for the pod's lastState
     failing_since: float | None = None  # loop time of the first /health failure in a row
 
     @property
@@ -342,6 +343,7 @@ class Bridge:
             loop_time = asyncio.get_running_loop().time()
             if engine.exited_at is None:
                 engine.exited_at = loop_time
+                engine.last_exit_code = proc.returncode
                 log.warning("%s/%s exited with %s", engine.namespace, engine.pod, proc.returncode)
             elif loop_time - engine.exited_at >= RESTART_BACKOFF_SECONDS * (engine.restarts + 1):
                 engine.restarts += 1
@@ -380,6 +382,13 @@ class Bridge:
                 "waiting": {"reason": "CrashLoopBackOff", "message": f"engine exited; see {engine.log_path}"}
             }
         container = pod.spec.containers[0]
+        # As the kubelet reports a container that ended: exit code, and "Error" for a non-zero one.
+        last = (
+            {"terminated": {"exitCode": engine.last_exit_code, "reason": "Error" if engine.last_exit_code else "Completed",
+                            "finishedAt": now}}
+            if crashing and engine.last_exit_code is not None
+            else {}
+        )  # fmt: skip
         body = {
             "status": {
                 "conditions": [
@@ -387,7 +396,7 @@ class Bridge:
                 ],
                 "containerStatuses": [
                     {"name": container.name, "image": container.image, "imageID": "", "ready": engine.ready,
-                     "restartCount": engine.restarts, "started": not crashing, "state": state}
+                     "restartCount": engine.restarts, "started": not crashing, "state": state, "lastState": last}
                 ],
             }
         }  # fmt: skip
