@@ -249,6 +249,11 @@ def judged_windows(windows: Sequence[AcceptanceWindow]) -> list[AcceptanceWindow
     return [w for w in windows if w.usable() and w.draft_tokens > 0]
 
 
+def meets_acceptance_gate(alpha: float, min_rate: float) -> bool:
+    """The acceptance threshold on a measured alpha (the benchmark's): at or above the gate passes."""
+    return alpha >= min_rate
+
+
 def acceptance_gate(
     windows: Sequence[AcceptanceWindow],
     min_rate: float,
