@@ -94,6 +94,14 @@ class Verdict(StrEnum):
     METRICS_UNAVAILABLE = "MetricsUnavailable"
 
 
+def worst(verdicts: Sequence[Verdict]) -> Verdict:
+    """Several gates' verdict: Fail, else MetricsUnavailable, else InsufficientData, else Pass."""
+    for v in (Verdict.FAIL, Verdict.METRICS_UNAVAILABLE, Verdict.INSUFFICIENT_DATA):
+        if v in verdicts:
+            return v
+    return Verdict.PASS
+
+
 @dataclass(frozen=True)
 class AcceptanceWindow:
     """Increases over one time window, summed over pods and engines."""
