@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from enum import StrEnum
 
 from specgate import api, benchmark, capacity, conditions, gates, planning, render
 from specgate.api import (
@@ -69,7 +70,7 @@ ABORTABLE = frozenset(TRANSITIONS) - UNPAUSABLE - {Phase.PENDING}
 CANARY_TEMPLATE_PHASES = frozenset({Phase.CANARY, Phase.ANALYZING, Phase.PROMOTING, Phase.PROMOTED})
 
 
-class Reason:
+class Reason(StrEnum):
     """Machine-readable reasons, shared by status, conditions, Events and runbooks/."""
 
     NEW_GENERATION = "NewGeneration"
