@@ -23,7 +23,7 @@ from specgate.api import (
     PointComparison,
     SpeculativeDeploymentSpec,
 )
-from specgate.gates import AcceptanceWindow, GateResult, Verdict
+from specgate.gates import AcceptanceWindow, GateResult, Verdict, meets_acceptance_gate
 
 RESULT_DIR = "/tmp/specgate-bench"
 # The benchmark's alpha and Prometheus' may differ by rounding and by the few scrapes at the
@@ -187,10 +187,11 @@ def evaluate(
             "raise benchmark.numPrompts or benchmark.outputLen"
         )
     gate = gates_spec.min_acceptance_rate
+    passed = meets_acceptance_gate(alpha, gate)
     acceptance = GateResult(
-        Verdict.PASS if alpha >= gate else Verdict.FAIL,
+        Verdict.PASS if passed else Verdict.FAIL,
         alpha, None, None, drafts,
-        f"alpha {alpha:.3f} ({source}, {drafts:.0f} drafts) {'>=' if alpha >= gate else '<'} gate {gate}",
+        f"alpha {alpha:.3f} ({source}, {drafts:.0f} drafts) {'>=' if passed else '<'} gate {gate}",
     )  # fmt: skip
     point = comparison.gate
     latency = GateResult(

@@ -94,6 +94,14 @@ class Verdict(StrEnum):
     METRICS_UNAVAILABLE = "MetricsUnavailable"
 
 
+def worst(verdicts: Sequence[Verdict]) -> Verdict:
+    """Several gates' verdict: Fail, else MetricsUnavailable, else InsufficientData, else Pass."""
+    for v in (Verdict.FAIL, Verdict.METRICS_UNAVAILABLE, Verdict.INSUFFICIENT_DATA):
+        if v in verdicts:
+            return v
+    return Verdict.PASS
+
+
 @dataclass(frozen=True)
 class AcceptanceWindow:
     """Increases over one time window, summed over pods and engines."""
@@ -247,6 +255,11 @@ def sprt_log_lr(
 def judged_windows(windows: Sequence[AcceptanceWindow]) -> list[AcceptanceWindow]:
     """The windows acceptance_gate judges (and status.canary reports): usable, with draft tokens."""
     return [w for w in windows if w.usable() and w.draft_tokens > 0]
+
+
+def meets_acceptance_gate(alpha: float, min_rate: float) -> bool:
+    """The acceptance threshold on a measured alpha (the benchmark's): at or above the gate passes."""
+    return alpha >= min_rate
 
 
 def acceptance_gate(

@@ -36,6 +36,7 @@ import requests
 from prometheus_api_client import PrometheusConnect
 from prometheus_api_client.exceptions import PrometheusApiClientException
 
+from specgate import vllm_metrics
 from specgate.api import MetricsSource, is_http_url
 from specgate.gates import (
     MIN_ACCEPTANCE_WINDOW_SECONDS,
@@ -45,19 +46,20 @@ from specgate.gates import (
     histogram_quantile,
 )
 from specgate.rollout import TrackMetrics, Window
+from specgate.vllm_metrics import total
 
 # vLLM >= 0.10.2 names inter-token latency inter_token_latency_seconds; older versions (removed by
 # 0.13) call the same per-step histogram time_per_output_token_seconds. The first with data wins.
-ITL_METRICS = ("vllm:inter_token_latency_seconds", "vllm:time_per_output_token_seconds")
-TTFT = "vllm:time_to_first_token_seconds"
-PER_TOKEN = "vllm:request_time_per_output_token_seconds"
-DRAFTS = "vllm:spec_decode_num_drafts_total"
-DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens_total"
-ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
-ACCEPTED_PER_POS = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
-GENERATED = "vllm:generation_tokens_total"
-SUCCEEDED = "vllm:request_success_total"
-RUNNING = "vllm:num_requests_running"
+ITL_METRICS = (vllm_metrics.INTER_TOKEN_LATENCY, vllm_metrics.TIME_PER_OUTPUT_TOKEN)
+TTFT = vllm_metrics.TIME_TO_FIRST_TOKEN
+PER_TOKEN = vllm_metrics.REQUEST_TIME_PER_OUTPUT_TOKEN
+DRAFTS = total(vllm_metrics.SPEC_DECODE_NUM_DRAFTS)
+DRAFT_TOKENS = total(vllm_metrics.SPEC_DECODE_NUM_DRAFT_TOKENS)
+ACCEPTED = total(vllm_metrics.SPEC_DECODE_NUM_ACCEPTED_TOKENS)
+ACCEPTED_PER_POS = total(vllm_metrics.SPEC_DECODE_NUM_ACCEPTED_TOKENS_PER_POS)
+GENERATED = total(vllm_metrics.GENERATION_TOKENS)
+SUCCEEDED = total(vllm_metrics.REQUEST_SUCCESS)
+RUNNING = vllm_metrics.NUM_REQUESTS_RUNNING
 HISTOGRAMS = (*ITL_METRICS, TTFT, PER_TOKEN)
 FAMILIES = (
     DRAFTS, DRAFT_TOKENS, ACCEPTED, ACCEPTED_PER_POS, GENERATED, SUCCEEDED, RUNNING,

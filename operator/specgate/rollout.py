@@ -10,6 +10,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from enum import StrEnum
 
 from specgate import api, benchmark, capacity, conditions, gates, planning, render
 from specgate.api import (
@@ -69,7 +70,7 @@ ABORTABLE = frozenset(TRANSITIONS) - UNPAUSABLE - {Phase.PENDING}
 CANARY_TEMPLATE_PHASES = frozenset({Phase.CANARY, Phase.ANALYZING, Phase.PROMOTING, Phase.PROMOTED})
 
 
-class Reason:
+class Reason(StrEnum):
     """Machine-readable reasons, shared by status, conditions, Events and runbooks/."""
 
     NEW_GENERATION = "NewGeneration"
@@ -631,7 +632,7 @@ def _analyzing(step: _Step) -> None:
             return  # rolled back: the benchmark failed
         results += bench
     verdicts = [result.verdict for _, result in results]
-    step.status = step.status.model_copy(update={"verdict": _verdict(verdicts)})
+    step.status = step.status.model_copy(update={"verdict": gates.worst(verdicts).value})
     message = "; ".join(result.message for _, result in results)
     failed = next(((reason, r) for reason, r in results if r.verdict == Verdict.FAIL), None)
     traffic_window_passed = step.elapsed() >= _seconds(spec.rollout.analysis_window)
@@ -1063,13 +1064,6 @@ def _stored_load(stored: Measurement | None) -> Load | None:
     if stored is None or stored.pods is None:
         return None
     return Load(stored.pods, stored.requests_per_second_per_pod, stored.running_per_pod)
-
-
-def _verdict(verdicts: list[Verdict]) -> str:
-    for v in (Verdict.FAIL, Verdict.METRICS_UNAVAILABLE, Verdict.INSUFFICIENT_DATA):
-        if v in verdicts:
-            return v.value
-    return Verdict.PASS.value
 
 
 def _ms(seconds: float | None) -> float | None:

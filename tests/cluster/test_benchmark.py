@@ -12,6 +12,8 @@ from tests.cluster.conftest import CACHE
 from tests.cluster.rollouts import fast_rollout, report, run_rollout
 from tests.conftest import load_sample
 
+from specgate.vllm_metrics import SPEC_DECODE_NUM_ACCEPTED_TOKENS, SPEC_DECODE_NUM_DRAFT_TOKENS, total
+
 pytestmark = [pytest.mark.cluster, pytest.mark.engine]
 
 SELF_DRAFT = {"method": "draft_model", "draftModel": "specgate/tiny-llama", "numSpeculativeTokens": 3}
@@ -45,17 +47,13 @@ def engine_counters(namespace: str, pod_prefix: str) -> tuple[float, float]:
     state = json.loads((CACHE / "cluster" / "bridge-state.json").read_text())
     port = next(v["port"] for k, v in state.items() if k.startswith(f"{namespace}/{pod_prefix}"))
     text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
-    totals = {
-        "vllm:spec_decode_num_accepted_tokens_total": 0.0,
-        "vllm:spec_decode_num_draft_tokens_total": 0.0,
-    }
+    accepted, drafted = total(SPEC_DECODE_NUM_ACCEPTED_TOKENS), total(SPEC_DECODE_NUM_DRAFT_TOKENS)
+    totals = {accepted: 0.0, drafted: 0.0}
     for line in text.splitlines():
         name = line.split("{", 1)[0].split(" ", 1)[0]
         if name in totals:
             totals[name] += float(line.rsplit(" ", 1)[1])
-    return totals["vllm:spec_decode_num_accepted_tokens_total"], totals[
-        "vllm:spec_decode_num_draft_tokens_total"
-    ]
+    return totals[accepted], totals[drafted]
 
 
 def check_benchmark_status(status: dict[str, Any]) -> dict[str, Any]:

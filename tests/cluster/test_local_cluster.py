@@ -12,6 +12,8 @@ from kubernetes import client
 from tests.cluster.capacity import CapacityMonitor
 from tests.cluster.operator_process import wait_for
 
+from specgate.vllm_metrics import NUM_REQUESTS_RUNNING
+
 pytestmark = pytest.mark.cluster
 
 KWOK_TOLERATION = client.V1Toleration(key="kwok.x-k8s.io/node", operator="Exists", effect="NoSchedule")
@@ -107,9 +109,7 @@ def test_bridge_engine_is_scraped_with_pod_labels_and_removed_with_the_pod(
         0
     ]
     selector = f'{{namespace="{namespace}",pod="{pod.metadata.name}",specgate_dev_track="canary"}}'
-    series = wait_for(
-        lambda: prom_query(prometheus_url, f"vllm:num_requests_running{selector}"), 60, "series"
-    )
+    series = wait_for(lambda: prom_query(prometheus_url, f"{NUM_REQUESTS_RUNNING}{selector}"), 60, "series")
     assert series[0]["metric"]["specgate_dev_deployment"] == "demo"
     assert series[0]["metric"]["specgate_dev_method"] == "eagle3"
 
@@ -130,7 +130,7 @@ def test_bridge_engine_is_scraped_with_pod_labels_and_removed_with_the_pod(
         "the replacement pod",
     )[0]
     new_selector = f'{{namespace="{namespace}",pod="{new_pod.metadata.name}"}}'
-    wait_for(lambda: prom_query(prometheus_url, f"vllm:num_requests_running{new_selector}"), 60, "new series")
+    wait_for(lambda: prom_query(prometheus_url, f"{NUM_REQUESTS_RUNNING}{new_selector}"), 60, "new series")
 
 
 def test_service_router_spreads_traffic_over_ready_pods(

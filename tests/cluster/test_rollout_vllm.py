@@ -22,6 +22,9 @@ from tests.cluster.figures import report
 from tests.cluster.rollouts import fast_rollout, run_rollout
 from tests.conftest import load_sample
 
+from specgate import vllm_metrics
+from specgate.vllm_metrics import total
+
 pytestmark = [pytest.mark.cluster, pytest.mark.engine]
 
 SELF_DRAFT = {"method": "draft_model", "draftModel": "specgate/tiny-llama", "numSpeculativeTokens": 4}
@@ -32,9 +35,9 @@ NOISY_DRAFT = {
     "numSpeculativeTokens": 4,
 }
 COUNTERS = {
-    "vllm:spec_decode_num_drafts": "drafts",
-    "vllm:spec_decode_num_draft_tokens": "draft_tokens",
-    "vllm:spec_decode_num_accepted_tokens": "accepted",
+    vllm_metrics.SPEC_DECODE_NUM_DRAFTS: "drafts",
+    vllm_metrics.SPEC_DECODE_NUM_DRAFT_TOKENS: "draft_tokens",
+    vllm_metrics.SPEC_DECODE_NUM_ACCEPTED_TOKENS: "accepted",
 }
 RECONCILE_SECONDS = 10  # the operator's timer (handlers.INTERVAL_SECONDS)
 
@@ -116,7 +119,7 @@ def scrape_times(prometheus_url: str, namespace: str, start: float, end: float) 
     """When Prometheus scraped the canary within [start, end] (timestamps only: the values the
     test compares come from the engine)."""
     selector = f'{{namespace="{namespace}",specgate_dev_track="canary"}}'
-    query = f"vllm:spec_decode_num_drafts_total{selector}[{int(end - start) + 60}s]"
+    query = f"{total(vllm_metrics.SPEC_DECODE_NUM_DRAFTS)}{selector}[{int(end - start) + 60}s]"
     params = urllib.parse.urlencode({"query": query, "time": end})
     with urllib.request.urlopen(f"{prometheus_url}/api/v1/query?{params}", timeout=10) as resp:
         result = json.loads(resp.read())["data"]["result"]

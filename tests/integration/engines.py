@@ -13,6 +13,7 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from specgate import vllm_metrics
 from specgate.lab.calibrate import _healthy, free_port, real_engine
 
 __all__ = ["SPEC_FAMILIES", "metric_families", "real_engine", "scrape", "sim_engine", "spec_args"]
@@ -20,10 +21,10 @@ __all__ = ["SPEC_FAMILIES", "metric_families", "real_engine", "scrape", "sim_eng
 
 # The spec-decode families vLLM exports only when a speculative config is set.
 SPEC_FAMILIES = {
-    "vllm:spec_decode_num_drafts",
-    "vllm:spec_decode_num_draft_tokens",
-    "vllm:spec_decode_num_accepted_tokens",
-    "vllm:spec_decode_num_accepted_tokens_per_pos",
+    vllm_metrics.SPEC_DECODE_NUM_DRAFTS,
+    vllm_metrics.SPEC_DECODE_NUM_DRAFT_TOKENS,
+    vllm_metrics.SPEC_DECODE_NUM_ACCEPTED_TOKENS,
+    vllm_metrics.SPEC_DECODE_NUM_ACCEPTED_TOKENS_PER_POS,
 }
 
 

@@ -29,8 +29,20 @@ from specgate.api import MetricsSource
 from specgate.gates import Histogram, acceptance_gate
 from specgate.lab.calibrate import complete
 from specgate.loadgen import run_load
-from specgate.prometheus import MetricsUnavailable, PrometheusClient, Selector
+from specgate.prometheus import (
+    ACCEPTED,
+    ACCEPTED_PER_POS,
+    DRAFT_TOKENS,
+    DRAFTS,
+    GENERATED,
+    RUNNING,
+    SUCCEEDED,
+    MetricsUnavailable,
+    PrometheusClient,
+    Selector,
+)
 from specgate.rollout import Window
+from specgate.vllm_metrics import INTER_TOKEN_LATENCY
 
 SPEC = {"method": "eagle3", "model": "specgate/tiny-llama-eagle3", "num_speculative_tokens": 3}
 
@@ -76,7 +88,7 @@ def engine_totals(urls: list[str]) -> tuple[dict[str, float], Histogram]:
             for sample in family.samples:
                 if sample.name.endswith(("_total", "_sum", "_count")):
                     counters[sample.name] = counters.get(sample.name, 0.0) + sample.value
-                if sample.name == "vllm:inter_token_latency_seconds_bucket":
+                if sample.name == ITL_BUCKET:
                     le = float(sample.labels["le"])
                     buckets[le] = buckets.get(le, 0.0) + sample.value
     bounds = tuple(sorted(buckets))
@@ -147,21 +159,16 @@ def test_figures_through_prometheus_equal_the_engines_own_at_15_30_and_60_s(
         (c0, h0), (c1, h1) = before[name], after[name]
         assert metrics is not None, where
         for family, summed in (
-            ("vllm:spec_decode_num_drafts_total", sum(w.drafts for w in metrics.acceptance)),
-            ("vllm:spec_decode_num_draft_tokens_total", sum(w.draft_tokens for w in metrics.acceptance)),
+            (DRAFTS, sum(w.drafts for w in metrics.acceptance)),
+            (DRAFT_TOKENS, sum(w.draft_tokens for w in metrics.acceptance)),
             (
-                "vllm:spec_decode_num_accepted_tokens_total",
+                ACCEPTED,
                 sum(w.accepted_tokens for w in metrics.acceptance),
             ),
         ):
             assert summed == c1[family] - c0[family], (where, family)
-        drafted = (
-            c1["vllm:spec_decode_num_draft_tokens_total"] - c0["vllm:spec_decode_num_draft_tokens_total"]
-        )
-        accepted = (
-            c1["vllm:spec_decode_num_accepted_tokens_total"]
-            - c0["vllm:spec_decode_num_accepted_tokens_total"]
-        )
+        drafted = c1[DRAFT_TOKENS] - c0[DRAFT_TOKENS]
+        accepted = c1[ACCEPTED] - c0[ACCEPTED]
         assert drafted > 200, where
         result = acceptance_gate(metrics.acceptance, 0.55, min_drafts=1)
         assert result.estimate == pytest.approx(accepted / drafted, abs=0.01), where
@@ -170,7 +177,7 @@ def test_figures_through_prometheus_equal_the_engines_own_at_15_30_and_60_s(
         engine_itl = Histogram(h1.bounds, tuple(b - a for a, b in zip(h0.counts, h1.counts, strict=True)))
         assert metrics.itl == engine_itl, where
         itl_sum, itl_count = (
-            c1[f"vllm:inter_token_latency_seconds_{part}"] - c0[f"vllm:inter_token_latency_seconds_{part}"]
+            c1[f"{INTER_TOKEN_LATENCY}_{part}"] - c0[f"{INTER_TOKEN_LATENCY}_{part}"]
             for part in ("sum", "count")
         )
         assert metrics.mean_itl_ms == pytest.approx(1000 * itl_sum / itl_count, abs=0.001), (
@@ -185,11 +192,13 @@ async def load_all(urls: list[str]) -> None:
     await asyncio.gather(*(run_load(url, "tiny", concurrency=2, duration=130, max_tokens=32) for url in urls))
 
 
-ITL_BUCKET = "vllm:inter_token_latency_seconds_bucket"
+ITL_BUCKET = f"{INTER_TOKEN_LATENCY}_bucket"
 MALFORMED = {
     "not JSON": b"<html>proxy error</html>",
     "no data": b'{"status": "success"}',
-    "values without a number": b'{"status":"success","data":{"resultType":"matrix","result":[{"metric":{"__name__":"vllm:spec_decode_num_drafts_total"},"values":[[1]]}]}}',
+    "values without a number": b'{"status":"success","data":{"resultType":"matrix","result":[{"metric":{"__name__":"'
+    + DRAFTS.encode()
+    + b'"},"values":[[1]]}]}}',
     "bucket without le": b'{"status":"success","data":{"resultType":"matrix","result":[{"metric":{"__name__":"'
     + ITL_BUCKET.encode()
     + b'"},"values":[[1,"2"]]}]}}',
@@ -246,21 +255,21 @@ def matrix(*series: tuple[dict[str, str], list[str]]) -> bytes:
 
 def non_finite_answer(_: str) -> bytes:
     """Samples Prometheus can hold: NaN and infinities in counters, histograms and gauges."""
-    itl = "vllm:inter_token_latency_seconds"
+    itl = INTER_TOKEN_LATENCY
     return matrix(
         ({"__name__": f"{itl}_bucket", "le": "0.01"}, ["0", "1", "2"]),
         ({"__name__": f"{itl}_bucket", "le": "0.025"}, ["0", "NaN", "3"]),
         ({"__name__": f"{itl}_bucket", "le": "+Inf"}, ["0", "3", "4"]),
         ({"__name__": f"{itl}_sum"}, ["NaN", "NaN", "NaN"]),
         ({"__name__": f"{itl}_count"}, ["0", "0", "0"]),
-        ({"__name__": "vllm:spec_decode_num_drafts_total"}, ["10", "NaN", "20"]),
-        ({"__name__": "vllm:spec_decode_num_draft_tokens_total"}, ["+Inf", "40", "80"]),
-        ({"__name__": "vllm:spec_decode_num_accepted_tokens_total"}, ["5", "20", "NaN"]),
-        ({"__name__": "vllm:spec_decode_num_accepted_tokens_per_pos_total", "position": "0"}, ["5", "NaN"]),
-        ({"__name__": "vllm:spec_decode_num_accepted_tokens_per_pos_total", "position": "1"}, ["+Inf", "2"]),
-        ({"__name__": "vllm:generation_tokens_total"}, ["0", "+Inf"]),
-        ({"__name__": "vllm:request_success_total"}, ["-Inf", "NaN"]),
-        ({"__name__": "vllm:num_requests_running"}, ["NaN"]),
+        ({"__name__": DRAFTS}, ["10", "NaN", "20"]),
+        ({"__name__": DRAFT_TOKENS}, ["+Inf", "40", "80"]),
+        ({"__name__": ACCEPTED}, ["5", "20", "NaN"]),
+        ({"__name__": ACCEPTED_PER_POS, "position": "0"}, ["5", "NaN"]),
+        ({"__name__": ACCEPTED_PER_POS, "position": "1"}, ["+Inf", "2"]),
+        ({"__name__": GENERATED}, ["0", "+Inf"]),
+        ({"__name__": SUCCEEDED}, ["-Inf", "NaN"]),
+        ({"__name__": RUNNING}, ["NaN"]),
     )
 
 
@@ -314,7 +323,7 @@ def test_an_idle_track_reads_none_where_prometheus_says_nan(prometheus: tuple[st
         time.sleep(5)  # idle scrapes after it
         end = datetime.now(UTC)
         window = Window(end - timedelta(seconds=3), end)
-        itl = "vllm:inter_token_latency_seconds"
+        itl = INTER_TOKEN_LATENCY
         mean = f"sum(increase({itl}_sum{SELECTOR}[3s])) / sum(increase({itl}_count{SELECTOR}[3s]))"
         raw = _get(
             f"{prom_url}/api/v1/query?{urllib.parse.urlencode({'query': mean, 'time': end.timestamp()})}"

@@ -9,23 +9,29 @@ import pytest
 from tests.integration.engines import SPEC_FAMILIES, metric_families, real_engine, scrape, spec_args
 
 from specgate.lab.calibrate import CALIBRATION, counter, cpu_model, draft_for_alpha, measured_alpha
+from specgate.vllm_metrics import (
+    INTER_TOKEN_LATENCY,
+    SPEC_DECODE_NUM_ACCEPTED_TOKENS,
+    SPEC_DECODE_NUM_DRAFT_TOKENS,
+    SPEC_DECODE_NUM_DRAFTS,
+    total,
+)
 
 pytestmark = pytest.mark.engine
 
 
 def test_self_draft_accepts_every_token(engines: dict[str, str]) -> None:
     url = engines["self"]
-    drafts = counter(url, "vllm:spec_decode_num_drafts_total")
+    drafts = counter(url, total(SPEC_DECODE_NUM_DRAFTS))
     assert drafts > 0
-    assert counter(url, "vllm:spec_decode_num_accepted_tokens_total") == counter(
-        url, "vllm:spec_decode_num_draft_tokens_total"
-    )
-    assert counter(url, "vllm:spec_decode_num_draft_tokens_total") == 4 * drafts
+    draft_tokens = counter(url, total(SPEC_DECODE_NUM_DRAFT_TOKENS))
+    assert counter(url, total(SPEC_DECODE_NUM_ACCEPTED_TOKENS)) == draft_tokens
+    assert draft_tokens == 4 * drafts
 
 
 def test_speculation_off_has_no_spec_counters(engines: dict[str, str]) -> None:
     families = metric_families(scrape(engines["off"]))
-    assert "vllm:inter_token_latency_seconds" in families
+    assert INTER_TOKEN_LATENCY in families
     assert not SPEC_FAMILIES & set(families)
 
 

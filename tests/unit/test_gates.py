@@ -23,6 +23,7 @@ from specgate.gates import (
     residual_variance,
     sprt_log_lr,
     wald_bounds,
+    worst,
 )
 from specgate.sim.streams import draft_windows
 
@@ -339,3 +340,10 @@ def test_a_p99_beyond_the_last_bucket_is_never_a_pass() -> None:
 def test_latency_needs_samples_on_both_tracks() -> None:
     result = latency_gate(shaped(0.04, n=50), shaped(0.2, n=5000), min_count=100)
     assert result.verdict == Verdict.INSUFFICIENT_DATA and "need 100" in result.message
+
+
+def test_worst_verdict_fail_then_unavailable_then_insufficient() -> None:
+    order = [Verdict.FAIL, Verdict.METRICS_UNAVAILABLE, Verdict.INSUFFICIENT_DATA, Verdict.PASS]
+    for i, expected in enumerate(order):
+        assert worst(order[i:]) == worst([*reversed(order[i + 1 :]), expected]) == expected
+    assert worst([]) == Verdict.PASS

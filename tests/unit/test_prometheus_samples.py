@@ -14,6 +14,7 @@ from specgate import api, prometheus
 from specgate.gates import AcceptanceWindow
 from specgate.prometheus import ACCEPTED, DRAFT_TOKENS, DRAFTS, Selector, Series
 from specgate.rollout import Window
+from specgate.vllm_metrics import INTER_TOKEN_LATENCY, TIME_PER_OUTPUT_TOKEN
 
 T0 = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)
 K = 4  # draft tokens per draft
@@ -117,8 +118,8 @@ def test_benchmark_requests_do_not_move_the_traffic_alpha() -> None:
 
 # --- the ITL histogram's older name and custom target labels ---
 
-OLD_ITL = "vllm:time_per_output_token_seconds"  # vLLM before 0.10.2 (removed by 0.13)
-NEW_ITL = "vllm:inter_token_latency_seconds"
+OLD_ITL = TIME_PER_OUTPUT_TOKEN  # vLLM before 0.10.2 (removed by 0.13)
+NEW_ITL = INTER_TOKEN_LATENCY
 
 
 def itl_series(name: str, per_scrape: tuple[float, float], minutes: float = 2) -> dict[str, list[Series]]:

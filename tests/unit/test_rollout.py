@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import json
 import math
 import random
 from dataclasses import replace
@@ -836,3 +837,11 @@ def test_mean_acceptance_length_counts_only_the_windows_the_gate_uses(left_out: 
     measurement = rollout._canary_measurement(track, acceptance, T0)
     assert measurement.drafts == acceptance.samples == 100
     assert measurement.mean_acceptance_length == 4.2
+
+
+def test_reasons_are_written_as_plain_strings() -> None:
+    status = api.SpeculativeDeploymentStatus().model_copy(update={"reason": Reason.GUARD_TRIPPED})
+    written = status.model_dump(by_alias=True, mode="json")["reason"]
+    assert type(written) is str and json.dumps(written) == '"GuardTripped"'
+    assert f"{Reason.PAUSED}" == str(Reason.PAUSED) == "Paused"
+    assert "MetricsUnavailable" in rollout.DEGRADED_REASONS

@@ -18,6 +18,7 @@ from pathlib import Path
 
 from specgate.lab.engines import engine_command
 from specgate.lab.tiny_models import NOISE_PREFIX
+from specgate.vllm_metrics import SPEC_DECODE_NUM_ACCEPTED_TOKENS, SPEC_DECODE_NUM_DRAFT_TOKENS, total
 
 CALIBRATION = Path(__file__).with_name("calibration.json")
 K = 4
@@ -95,8 +96,8 @@ def counter(url: str, name: str) -> float:
 def measured_alpha(url: str, model: str) -> float:
     for prompt in PROMPTS:
         complete(url, model, prompt)
-    drafted = counter(url, "vllm:spec_decode_num_draft_tokens_total")
-    return counter(url, "vllm:spec_decode_num_accepted_tokens_total") / drafted
+    drafted = counter(url, total(SPEC_DECODE_NUM_DRAFT_TOKENS))
+    return counter(url, total(SPEC_DECODE_NUM_ACCEPTED_TOKENS)) / drafted
 
 
 def draft_args(draft: str) -> list[str]:

@@ -9,6 +9,8 @@ from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
+from specgate import vllm_metrics
+
 LABELS = ["model_name", "engine"]
 TTFT_BUCKETS = (
     0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0,
@@ -47,30 +49,30 @@ class EngineMetrics:
         r = CollectorRegistry()
         return cls(
             registry=r,
-            running=Gauge("vllm:num_requests_running", "Number of requests in model execution batches.", LABELS, registry=r),
-            waiting=Gauge("vllm:num_requests_waiting", "Number of requests waiting to be processed.", LABELS, registry=r),
-            kv_cache=Gauge("vllm:kv_cache_usage_perc", "KV-cache usage. 1 means 100 percent usage.", LABELS, registry=r),
-            prompt_tokens=Counter("vllm:prompt_tokens", "Number of prefill tokens processed.", LABELS, registry=r),
+            running=Gauge(vllm_metrics.NUM_REQUESTS_RUNNING, "Number of requests in model execution batches.", LABELS, registry=r),
+            waiting=Gauge(vllm_metrics.NUM_REQUESTS_WAITING, "Number of requests waiting to be processed.", LABELS, registry=r),
+            kv_cache=Gauge(vllm_metrics.KV_CACHE_USAGE_PERC, "KV-cache usage. 1 means 100 percent usage.", LABELS, registry=r),
+            prompt_tokens=Counter(vllm_metrics.PROMPT_TOKENS, "Number of prefill tokens processed.", LABELS, registry=r),
             generation_tokens=Counter(
-                "vllm:generation_tokens", "Number of generation tokens processed.", LABELS, registry=r
+                vllm_metrics.GENERATION_TOKENS, "Number of generation tokens processed.", LABELS, registry=r
             ),
             request_success=Counter(
-                "vllm:request_success", "Count of successfully processed requests.", [*LABELS, "finished_reason"], registry=r
+                vllm_metrics.REQUEST_SUCCESS, "Count of successfully processed requests.", [*LABELS, "finished_reason"], registry=r
             ),
             ttft=Histogram(
-                "vllm:time_to_first_token_seconds", "Histogram of time to first token in seconds.", LABELS,
+                vllm_metrics.TIME_TO_FIRST_TOKEN, "Histogram of time to first token in seconds.", LABELS,
                 buckets=TTFT_BUCKETS, registry=r,
             ),
             itl=Histogram(
-                "vllm:inter_token_latency_seconds", "Histogram of inter-token latency in seconds.", LABELS,
+                vllm_metrics.INTER_TOKEN_LATENCY, "Histogram of inter-token latency in seconds.", LABELS,
                 buckets=ITL_BUCKETS, registry=r,
             ),
             per_token=Histogram(
-                "vllm:request_time_per_output_token_seconds",
+                vllm_metrics.REQUEST_TIME_PER_OUTPUT_TOKEN,
                 "Histogram of time_per_output_token_seconds per request.", LABELS, buckets=ITL_BUCKETS, registry=r,
             ),
             e2e=Histogram(
-                "vllm:e2e_request_latency_seconds", "Histogram of e2e request latency in seconds.", LABELS,
+                vllm_metrics.E2E_REQUEST_LATENCY, "Histogram of e2e request latency in seconds.", LABELS,
                 buckets=REQUEST_LATENCY_BUCKETS, registry=r,
             ),
             spec=SpecDecodeMetrics.create(r) if speculative else None,
@@ -87,13 +89,13 @@ class SpecDecodeMetrics:
     @classmethod
     def create(cls, r: CollectorRegistry) -> SpecDecodeMetrics:
         return cls(
-            drafts=Counter("vllm:spec_decode_num_drafts", "Number of spec decoding drafts.", LABELS, registry=r),
-            draft_tokens=Counter("vllm:spec_decode_num_draft_tokens", "Number of draft tokens.", LABELS, registry=r),
+            drafts=Counter(vllm_metrics.SPEC_DECODE_NUM_DRAFTS, "Number of spec decoding drafts.", LABELS, registry=r),
+            draft_tokens=Counter(vllm_metrics.SPEC_DECODE_NUM_DRAFT_TOKENS, "Number of draft tokens.", LABELS, registry=r),
             accepted_tokens=Counter(
-                "vllm:spec_decode_num_accepted_tokens", "Number of accepted tokens.", LABELS, registry=r
+                vllm_metrics.SPEC_DECODE_NUM_ACCEPTED_TOKENS, "Number of accepted tokens.", LABELS, registry=r
             ),
             accepted_per_pos=Counter(
-                "vllm:spec_decode_num_accepted_tokens_per_pos",
+                vllm_metrics.SPEC_DECODE_NUM_ACCEPTED_TOKENS_PER_POS,
                 "Accepted tokens per draft position.", [*LABELS, "position"], registry=r,
             ),
         )  # fmt: skip
