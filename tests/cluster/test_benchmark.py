@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import urllib.request
 from typing import Any
 
 import pytest
@@ -12,6 +11,7 @@ from tests.cluster.conftest import CACHE
 from tests.cluster.rollouts import fast_rollout, report, run_rollout
 from tests.conftest import load_sample
 
+from specgate.lab.calibrate import counter
 from specgate.vllm_metrics import SPEC_DECODE_NUM_ACCEPTED_TOKENS, SPEC_DECODE_NUM_DRAFT_TOKENS, total
 
 pytestmark = [pytest.mark.cluster, pytest.mark.engine]
@@ -46,14 +46,10 @@ def engine_counters(namespace: str, pod_prefix: str) -> tuple[float, float]:
     """(accepted, draft) tokens from the engine's own /metrics, read directly, not via Prometheus."""
     state = json.loads((CACHE / "cluster" / "bridge-state.json").read_text())
     port = next(v["port"] for k, v in state.items() if k.startswith(f"{namespace}/{pod_prefix}"))
-    text = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
-    accepted, drafted = total(SPEC_DECODE_NUM_ACCEPTED_TOKENS), total(SPEC_DECODE_NUM_DRAFT_TOKENS)
-    totals = {accepted: 0.0, drafted: 0.0}
-    for line in text.splitlines():
-        name = line.split("{", 1)[0].split(" ", 1)[0]
-        if name in totals:
-            totals[name] += float(line.rsplit(" ", 1)[1])
-    return totals[accepted], totals[drafted]
+    url = f"http://127.0.0.1:{port}"
+    return counter(url, total(SPEC_DECODE_NUM_ACCEPTED_TOKENS)), counter(
+        url, total(SPEC_DECODE_NUM_DRAFT_TOKENS)
+    )
 
 
 def check_benchmark_status(status: dict[str, Any]) -> dict[str, Any]:

@@ -80,9 +80,9 @@ def prometheus_server(
     since /-/ready then needs the test's CA and credentials. With `targets`, it scrapes that
     directory's target files instead (e.g. those the lab's bridge writes for one interval)."""
     binary = prometheus_binary(flavour)
+    tmp_path.mkdir(parents=True, exist_ok=True)
     targets = targets or tmp_path / "targets"
     targets.mkdir(parents=True, exist_ok=True)
-    tmp_path.mkdir(parents=True, exist_ok=True)
     interval = _duration(scrape_interval_s)
     config = tmp_path / "prometheus.yml"
     config.write_text(
