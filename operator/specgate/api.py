@@ -857,6 +857,18 @@ class Measurement(StatusModel):
         default_factory=list, description="Baseline only: as itlBucketCounts, for the per-token latency."
     )
 
+    def figures(self) -> str:
+        """One line of the track's figures, the same in status messages, the CLI and the demo."""
+        line = (
+            f"p99_itl_ms={self.p99_itl_ms} p99_ttft_ms={self.p99_ttft_ms} "
+            f"p99_per_token_ms={self.p99_per_token_latency_ms} per_token_ms={self.per_token_latency_ms} "
+            f"tok/s={self.output_tokens_per_second} req/s/pod={self.requests_per_second_per_pod} "
+            f"running/pod={self.running_per_pod}"
+        )
+        if self.alpha is not None:
+            line += f" alpha={self.alpha:.3f} [{self.alpha_lower}, {self.alpha_upper}]"
+        return line
+
 
 class HistoryEntry(StatusModel):
     time: str = Field(description="When (RFC 3339).")

@@ -19,7 +19,7 @@ import argcomplete.io
 import yaml
 
 from specgate import api
-from specgate.api import BenchmarkStatus, Measurement, SpeculativeDeploymentStatus, parse_status
+from specgate.api import BenchmarkStatus, SpeculativeDeploymentStatus, parse_status
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -189,17 +189,11 @@ def render_timeline(name: str, status: SpeculativeDeploymentStatus) -> str:
     for entry in status.history:
         lines.append(f"  {entry.time}  {entry.phase.value:<12} {entry.reason}: {entry.message}")
 
-    def figures(track: str, m: Measurement | None) -> None:
-        if m is not None:
-            alpha = "" if m.alpha is None else f" alpha={m.alpha:.3f} [{m.alpha_lower}, {m.alpha_upper}]"
-            lines.append(
-                f"  {track:<8} p99_itl_ms={m.p99_itl_ms} p99_per_token_ms={m.p99_per_token_latency_ms} "
-                f"per_token_ms={m.per_token_latency_ms} tok/s={m.output_tokens_per_second} "
-                f"req/s/pod={m.requests_per_second_per_pod} running/pod={m.running_per_pod}{alpha}"
-            )
-
-    figures("baseline", status.baseline)
-    figures("canary", status.canary)
+    lines += [
+        f"  {track:<8} {m.figures()}"
+        for track, m in (("baseline", status.baseline), ("canary", status.canary))
+        if m
+    ]
     lines += _benchmark_lines(status.benchmark)
     if status.guard:
         g = status.guard

@@ -17,6 +17,7 @@ import kopf
 
 from specgate import api, kube, metrics, render, rollout
 from specgate.api import Phase, SpeculativeDeploymentSpec, SpeculativeDeploymentStatus
+from specgate.observation import Observation, Window
 from specgate.prometheus import MetricsUnavailable, PrometheusClient, Selector
 from specgate.render import Manifest, Owner, Track
 
@@ -104,7 +105,7 @@ def step(
     return replace(decision, status=decision.status.model_copy(update=scale_status(owner, observation)))
 
 
-def scale_status(owner: Owner, observation: rollout.Observation) -> dict[str, Any]:
+def scale_status(owner: Owner, observation: Observation) -> dict[str, Any]:
     """What the scale subresource reads (an HPA, KEDA, `kubectl scale`): the pods both tracks ask
     for as observed, and the selector of their pods."""
     selector = ",".join(f"{k}={v}" for k, v in sorted(render.serving_selector(owner).items()))
@@ -117,14 +118,14 @@ def observe(
     owner: Owner,
     generation: int,
     now: datetime,
-) -> rollout.Observation:
+) -> Observation:
     tracks = {
         track: kube.track_state(
             owner.namespace, render.deployment_name(owner, track), render.selector_labels(owner, track)
         )
         for track in Track
     }
-    observation = rollout.Observation(generation, tracks[Track.BASELINE], tracks[Track.CANARY])
+    observation = Observation(generation, tracks[Track.BASELINE], tracks[Track.CANARY])
     if rollout.begins_new_rollout(spec, status, generation):
         return observation  # the last rollout's figures are about to be forgotten
     if spec.benchmarks:
@@ -158,13 +159,13 @@ NO_PROMETHEUS = "no Prometheus URL: set spec.rollout.metrics.prometheusUrl or ru
 
 
 def _benchmark_spans(
-    spec: SpeculativeDeploymentSpec, observation: rollout.Observation, now: datetime
-) -> list[rollout.Window]:
+    spec: SpeculativeDeploymentSpec, observation: Observation, now: datetime
+) -> list[Window]:
     """The benchmark Jobs' runs, which the traffic windows leave out (measurement `both`), from a
     scrape interval before each Job to the scrapes that saw its last requests."""
     before, after = rollout.scrape_interval(spec), rollout.benchmark_settle(spec)
     return [
-        rollout.Window(job.start - before, (job.end or now) + after)
+        Window(job.start - before, (job.end or now) + after)
         for job in (observation.baseline_job, observation.canary_job)
         if job is not None and job.start is not None
     ]
@@ -178,9 +179,9 @@ def _observe_benchmarks(
     spec: SpeculativeDeploymentSpec,
     status: SpeculativeDeploymentStatus,
     owner: Owner,
-    observation: rollout.Observation,
+    observation: Observation,
     now: datetime,
-) -> rollout.Observation:
+) -> Observation:
     """The benchmark Job of the phase's track and, once the canary's has run, its alpha in Prometheus."""
     rollout_generation = status.rollout_generation or observation.generation
     if status.phase == Phase.BASELINE:
@@ -199,7 +200,7 @@ def _observe_benchmarks(
         return observation
     # The scrape before the Job starts the first increase; the scrapes after it end the last.
     interval = rollout.scrape_interval(spec)
-    window = rollout.Window(job.start - interval, max(job.end or now, now))
+    window = Window(job.start - interval, max(job.end or now, now))
     try:
         selector = _selector(spec, owner, Track.CANARY)
         totals, finished = PrometheusClient(url).job_totals(selector, window, interval.total_seconds())
@@ -218,7 +219,7 @@ def apply_children(
     spec: SpeculativeDeploymentSpec,
     owner: Owner,
     decision: rollout.Decision,
-    observation: rollout.Observation,
+    observation: Observation,
 ) -> None:
     """Shrinking Deployments first (their GPUs free up sooner), then the rest. A Deployment whose
     template is kept (decision.keep_template) is only scaled: its pods keep what they run."""

@@ -14,8 +14,8 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 from specgate import api
+from specgate.observation import BenchmarkJob, TrackState
 from specgate.render import ANNOTATION_TEMPLATE, LABEL_DEPLOYMENT, Manifest, Owner
-from specgate.rollout import BenchmarkJob, TrackState
 
 FIELD_MANAGER = "specgate"
 MONITORING_GROUP = "monitoring.coreos.com"

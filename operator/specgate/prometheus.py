@@ -45,7 +45,7 @@ from specgate.gates import (
     Load,
     histogram_quantile,
 )
-from specgate.rollout import TrackMetrics, Window
+from specgate.observation import TrackMetrics, Window
 from specgate.vllm_metrics import total
 
 # vLLM >= 0.10.2 names inter-token latency inter_token_latency_seconds; older versions (removed by

@@ -29,7 +29,8 @@ from specgate.api import (
     Strategy,
     parse_duration,
 )
-from specgate.gates import AcceptanceWindow, Histogram, Load, Verdict
+from specgate.gates import Histogram, Load, Verdict
+from specgate.observation import BenchmarkJob, Observation, TrackMetrics, TrackState, Window
 
 HISTORY_LIMIT = 30
 MIN_GUARD_WINDOW = timedelta(seconds=60)
@@ -108,74 +109,6 @@ class Reason(StrEnum):
 DEGRADED_REASONS = frozenset({Reason.METRICS_UNAVAILABLE, Reason.ROLLBACK_STALLED})
 
 
-# --- what the handler observed ---
-
-
-@dataclass(frozen=True)
-class TrackState:
-    """A track's Deployment as the API server reports it."""
-
-    exists: bool = False
-    replicas: int = 0
-    ready_replicas: int = 0
-    failure: str | None = None  # a reason that needs a new spec, e.g. CrashLoopBackOff
-    waiting: str | None = None  # a reason that may clear up, e.g. Unschedulable (progressDeadline bounds it)
-    template_hash: str | None = None  # render.ANNOTATION_TEMPLATE of the Deployment
-
-    def ready(self, want: int) -> bool:
-        return self.exists and want > 0 and self.ready_replicas >= want
-
-
-@dataclass(frozen=True)
-class TrackMetrics:
-    """One track's figures over the measurement window, from Prometheus."""
-
-    acceptance: tuple[AcceptanceWindow, ...] = ()
-    accepted_per_position: tuple[float, ...] = ()
-    itl: Histogram | None = None  # per engine step: the stall
-    per_token: Histogram | None = None  # per request: its time per output token
-    mean_itl_ms: float | None = None
-    window_start: datetime | None = None
-    p99_ttft_ms: float | None = None
-    per_token_latency_ms: float | None = None
-    output_tokens_per_second: float | None = None
-    requests_per_second: float | None = None
-    concurrency: float | None = None
-    load: Load | None = None
-    scrape_interval_seconds: float | None = None
-    acceptance_window_seconds: float | None = None
-
-
-@dataclass(frozen=True)
-class BenchmarkJob:
-    """A track's benchmark Job as the API server reports it."""
-
-    name: str
-    exists: bool = False
-    finished: bool = False
-    failure: str | None = None  # the Job failed, or its pod cannot start
-    report: str | None = None  # the pod's termination message: bench_driver's report
-    start: datetime | None = None
-    end: datetime | None = None
-
-
-@dataclass(frozen=True)
-class Observation:
-    generation: int
-    baseline: TrackState = TrackState()
-    canary: TrackState = TrackState()
-    baseline_metrics: TrackMetrics | None = None
-    canary_metrics: TrackMetrics | None = None
-    metrics_error: str | None = None  # set when Prometheus failed or returned nothing usable
-    baseline_job: BenchmarkJob | None = None
-    canary_job: BenchmarkJob | None = None
-    # The canary's spec-decode counters over its benchmark Job's time range (None: unavailable).
-    canary_job_acceptance: tuple[AcceptanceWindow, ...] | None = None
-    # Requests the canary finished over that range (None: unavailable): the Job's, unless others came.
-    canary_job_requests: float | None = None
-    abort: str | None = None  # the specgate.dev/abort annotation's value, when a person set it
-
-
 @dataclass(frozen=True)
 class Event:
     type: str  # Normal or Warning
@@ -194,14 +127,6 @@ class Decision:
     # serving pods stay on their gated config until the new rollout reaches them.
     keep_template: frozenset[str] = frozenset()
     touch_children: bool = True  # False: invalid spec or name conflict, nothing is applied
-
-
-@dataclass(frozen=True)
-class Window:
-    """The time range the handler should measure for the current phase."""
-
-    start: datetime
-    end: datetime
 
 
 # --- time helpers (status stores RFC 3339 strings) ---
@@ -1149,10 +1074,4 @@ def _benchmark_figures(track: str, runs: BenchmarkStatus | None, spec: Speculati
 
 
 def _figures(track: str, m: Measurement | None) -> str:
-    if m is None:
-        return f"{track}: no figures"
-    return (
-        f"{track}: P99 ITL {m.p99_itl_ms} ms, P99 TTFT {m.p99_ttft_ms} ms, "
-        f"{m.per_token_latency_ms} ms/token, {m.output_tokens_per_second} tok/s "
-        f"at concurrency {m.concurrency}"
-    )
+    return f"{track}: {m.figures() if m is not None else 'no figures'}"

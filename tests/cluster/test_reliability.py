@@ -38,6 +38,7 @@ from tests.conftest import load_sample
 
 from specgate import api, render, rollout
 from specgate.lab.crds import install_crd
+from specgate.observation import Observation, TrackState
 from specgate.render import LABEL_DEPLOYMENT, LABEL_TRACK, Owner, Track
 
 pytestmark = pytest.mark.cluster
@@ -473,8 +474,8 @@ def operator_verdict(raw_spec: dict[str, Any]) -> str | None:
     for track in Track:
         render.deployment(spec, owner, track, spec.replicas)
     now = datetime.now(UTC)
-    ready = rollout.TrackState(exists=True, replicas=spec.replicas, ready_replicas=spec.replicas)
-    observation = rollout.Observation(generation=1, baseline=ready, canary=ready)
+    ready = TrackState(exists=True, replicas=spec.replicas, ready_replicas=spec.replicas)
+    observation = Observation(generation=1, baseline=ready, canary=ready)
     long_ago = rollout.iso(now - timedelta(hours=1))
     for phase in api.Phase:
         status = api.SpeculativeDeploymentStatus(

@@ -29,6 +29,7 @@ from specgate.api import MetricsSource
 from specgate.gates import Histogram, acceptance_gate
 from specgate.lab.calibrate import complete
 from specgate.loadgen import run_load
+from specgate.observation import Window
 from specgate.prometheus import (
     ACCEPTED,
     ACCEPTED_PER_POS,
@@ -41,7 +42,6 @@ from specgate.prometheus import (
     PrometheusClient,
     Selector,
 )
-from specgate.rollout import Window
 from specgate.vllm_metrics import INTER_TOKEN_LATENCY
 
 SPEC = {"method": "eagle3", "model": "specgate/tiny-llama-eagle3", "num_speculative_tokens": 3}

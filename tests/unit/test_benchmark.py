@@ -17,8 +17,9 @@ from specgate import api, bench_driver, benchmark, render
 from specgate.api import BenchmarkRun, BenchmarkStatus, Phase
 from specgate.cli import render_timeline
 from specgate.gates import AcceptanceWindow, Verdict
+from specgate.observation import BenchmarkJob
 from specgate.render import Owner, Track
-from specgate.rollout import BenchmarkJob, Reason
+from specgate.rollout import Reason
 
 OWNER = Owner(name="llama", namespace="ml", uid="u-1")
 POINTS = [1, 8]

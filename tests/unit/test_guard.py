@@ -19,6 +19,7 @@ from specgate.gates import (
     guard_threshold,
     spread_with_horizon,
 )
+from specgate.observation import Window
 from specgate.sim.streams import draft_windows
 
 GATE, DELTA = 0.55, 0.05
@@ -127,4 +128,4 @@ def test_the_guard_history_starts_on_the_grid_of_windows_from_the_promotion() ->
     # 45 min 7 s after promotion, a 30 min history: 907 s before it, 60 whole 15-s windows fit.
     now = promoted + timedelta(minutes=45, seconds=7)
     window = rollout.measurement_window(run.spec, run.status, now)
-    assert window == rollout.Window(promoted + timedelta(seconds=900), now)
+    assert window == Window(promoted + timedelta(seconds=900), now)

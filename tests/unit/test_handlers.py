@@ -14,9 +14,10 @@ from tests.unit.test_rollout import T0, Run, make_spec, metrics, ready
 
 from specgate import api, handlers, kube
 from specgate.api import Phase
+from specgate.observation import TrackMetrics, TrackState, Window
 from specgate.prometheus import MetricsUnavailable, Selector
 from specgate.render import Manifest, Owner
-from specgate.rollout import Decision, Reason, TrackMetrics, TrackState, Window
+from specgate.rollout import Decision, Reason
 
 OWNER = Owner(name="llama", namespace="ml", uid="u-1")
 PROMETHEUS = "http://prometheus.monitoring:9090"

@@ -18,8 +18,8 @@ from tests.local_server import self_signed_cert, serving
 
 from specgate import cli, prometheus
 from specgate.api import MetricsSource
+from specgate.observation import Window
 from specgate.prometheus import MetricsUnavailable, PrometheusClient, Selector
-from specgate.rollout import Window
 
 EMPTY = json.dumps({"status": "success", "data": {"resultType": "matrix", "result": []}}).encode()
 

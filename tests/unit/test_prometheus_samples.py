@@ -12,8 +12,8 @@ import pytest
 
 from specgate import api, prometheus
 from specgate.gates import AcceptanceWindow
+from specgate.observation import Window
 from specgate.prometheus import ACCEPTED, DRAFT_TOKENS, DRAFTS, Selector, Series
-from specgate.rollout import Window
 from specgate.vllm_metrics import INTER_TOKEN_LATENCY, TIME_PER_OUTPUT_TOKEN
 
 T0 = datetime(2026, 11, 23, 12, 0, tzinfo=UTC)

@@ -14,7 +14,8 @@ from tests.unit.test_rollout import Run, make_spec, metrics, ready
 
 from specgate import api, cli, handlers, rollout
 from specgate.api import Phase
-from specgate.rollout import Reason, TrackState
+from specgate.observation import TrackState
+from specgate.rollout import Reason
 
 ABORT = "2026-11-24T10:00:00Z"
 HALF_READY = TrackState(exists=True, replicas=2, ready_replicas=1)

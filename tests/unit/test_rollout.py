@@ -15,8 +15,10 @@ import pytest
 
 from specgate import api, gates, render, rollout
 from specgate.api import Phase
+from specgate.cli import render_timeline
 from specgate.gates import AcceptanceWindow, Histogram, Load
-from specgate.rollout import Decision, Observation, Reason, TrackMetrics, TrackState
+from specgate.observation import Observation, TrackMetrics, TrackState
+from specgate.rollout import Decision, Reason
 
 T0 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 ITL_BOUNDS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, math.inf)
@@ -845,3 +847,17 @@ def test_reasons_are_written_as_plain_strings() -> None:
     assert type(written) is str and json.dumps(written) == '"GuardTripped"'
     assert f"{Reason.PAUSED}" == str(Reason.PAUSED) == "Paused"
     assert "MetricsUnavailable" in rollout.DEGRADED_REASONS
+
+
+def test_status_and_the_cli_show_a_measurement_in_the_same_words() -> None:
+    run = Run()
+    run.to_promoted()
+    baseline, canary = run.status.baseline, run.status.canary
+    assert baseline is not None and canary is not None and canary.alpha is not None
+    measured = next(h for h in run.status.history if h.reason == Reason.BASELINE_MEASURED)
+    assert measured.message == f"baseline: {baseline.figures()}"
+    assert "p99_itl_ms=" in measured.message and "p99_ttft_ms=" in measured.message
+    timeline = render_timeline("x", run.status).splitlines()
+    assert f"  baseline {baseline.figures()}" in timeline
+    assert f"  canary   {canary.figures()}" in timeline
+    assert f"alpha={canary.alpha:.3f}" in canary.figures()

@@ -10,7 +10,8 @@ from tests.unit.test_rollout import Run, edit, make_spec, metrics, ready
 
 from specgate import api, rollout
 from specgate.api import Phase
-from specgate.rollout import Reason, TrackState
+from specgate.observation import TrackState
+from specgate.rollout import Reason
 
 BAD_DRAFT = api.SpecError("speculative.draftModel", "draftModel is required")
 

@@ -44,19 +44,6 @@ def say(text: str) -> None:
     print(f"[{time.strftime('%H:%M:%S')}] {text}", flush=True)
 
 
-def figures(m: dict[str, Any] | None) -> str:
-    if not m:
-        return ""
-    parts = [
-        f"p99_itl={m.get('p99ItlMs')}ms",
-        f"per_token={m.get('perTokenLatencyMs')}ms",
-        f"tok/s={m.get('outputTokensPerSecond')}",
-    ]
-    if m.get("alpha") is not None:
-        parts.append(f"alpha={m['alpha']:.2f} [{m.get('alphaLower')}, {m.get('alphaUpper')}]")
-    return " ".join(parts)
-
-
 def result_line(name: str, status: dict[str, Any]) -> str:
     canary, baseline = status.get("canary") or {}, status.get("baseline") or {}
     alpha = canary.get("alpha")
@@ -161,10 +148,9 @@ def watch(api_client: client.ApiClient, name: str, timeout: float) -> dict[str, 
         ):
             break
         time.sleep(3)
-    if status.get("baseline"):
-        say(f"baseline {figures(status['baseline'])}")
-    if status.get("canary"):
-        say(f"canary   {figures(status['canary'])}")
+    for track in ("baseline", "canary"):
+        if status.get(track):
+            say(f"{track:<8} {api.Measurement.model_validate(status[track]).figures()}")
     return status
 
 
