@@ -227,7 +227,7 @@ def apply_children(
     states = {Track.BASELINE: observation.baseline, Track.CANARY: observation.canary}
     wanted = {track: n for track, n in counts.items() if n is not None}
     for track, replicas in sorted(wanted.items(), key=lambda item: item[1] >= states[item[0]].replicas):
-        if track.value in decision.keep_template and states[track].exists:
+        if track in decision.keep_template and states[track].exists:
             kube.scale_deployment(owner.namespace, render.deployment_name(owner, track), replicas)
         else:
             kube.apply(render.deployment(spec, owner, track, replicas))
@@ -260,7 +260,7 @@ def _other_children(
     children = _named_children(spec, owner)
     if decision.benchmark_track is not None:
         generation = decision.status.rollout_generation or decision.status.observed_generation or 0
-        children.append(render.benchmark_job(spec, owner, Track(decision.benchmark_track), generation))
+        children.append(render.benchmark_job(spec, owner, decision.benchmark_track, generation))
     return children
 
 

@@ -31,6 +31,7 @@ from specgate.api import (
 )
 from specgate.gates import Histogram, Load, Verdict
 from specgate.observation import BenchmarkJob, Observation, TrackMetrics, TrackState, Window
+from specgate.render import Track
 
 HISTORY_LIMIT = 30
 MIN_GUARD_WINDOW = timedelta(seconds=60)
@@ -122,10 +123,10 @@ class Decision:
     baseline_replicas: int
     canary_replicas: int | None  # None: no canary Deployment (yet)
     events: tuple[Event, ...] = field(default_factory=tuple)
-    benchmark_track: str | None = None  # the track whose benchmark Job must exist now
+    benchmark_track: Track | None = None  # the track whose benchmark Job must exist now
     # Tracks whose existing Deployment keeps its pod template (only its replicas change): the
     # serving pods stay on their gated config until the new rollout reaches them.
-    keep_template: frozenset[str] = frozenset()
+    keep_template: frozenset[Track] = frozenset()
     touch_children: bool = True  # False: invalid spec or name conflict, nothing is applied
 
 
@@ -205,7 +206,7 @@ class _Step:
     baseline_replicas: int  # the phase's target; decision() moves toward it within the budget
     canary_replicas: int | None
     events: list[Event] = field(default_factory=list)
-    benchmark_track: str | None = None
+    benchmark_track: Track | None = None
     hold: bool = False  # paused: replicas and templates stay exactly as observed
 
     def enter(self, phase: Phase, reason: str, message: str, warning: bool = False) -> None:
@@ -278,10 +279,10 @@ class _Step:
         )
         return b, (None if self.canary_replicas is None and not self.obs.canary.exists else c)
 
-    def _kept_templates(self) -> frozenset[str]:
+    def _kept_templates(self) -> frozenset[Track]:
         if self.hold:
-            return frozenset({"baseline", "canary"})
-        return frozenset() if self.status.phase in CANARY_TEMPLATE_PHASES else frozenset({"canary"})
+            return frozenset(Track)
+        return frozenset() if self.status.phase in CANARY_TEMPLATE_PHASES else frozenset({Track.CANARY})
 
 
 def _side(track: TrackState) -> capacity.Side:
@@ -465,7 +466,7 @@ def _baseline(step: _Step) -> None:
     if not obs.baseline.ready(spec.replicas) or obs.canary.replicas > 0:
         step.status = step.status.model_copy(update={"ready_since": None})
         _wait_for_ready(
-            step, "baseline", obs.baseline, Reason.WAITING_FOR_BASELINE, Reason.BASELINE_UNHEALTHY
+            step, Track.BASELINE, obs.baseline, Reason.WAITING_FOR_BASELINE, Reason.BASELINE_UNHEALTHY
         )
         return
     if step.status.ready_since is None:
@@ -477,15 +478,15 @@ def _baseline(step: _Step) -> None:
     measured_from = _baseline_measurement_start(spec, step.status)
     if measured_from is None or step.now < measured_from:
         return
-    if spec.benchmarks and _benchmark_run(step, "baseline") is None:
+    if spec.benchmarks and _benchmark_run(step, Track.BASELINE) is None:
         return
     if spec.measures_traffic and not _traffic_baseline(step, measured_from):
         return
     step.canary_replicas = _canary_replicas(spec)
     step.baseline_replicas = _baseline_replicas_beside_canary(spec)
-    figures = [_figures("baseline", step.status.baseline)] if spec.measures_traffic else []
+    figures = [_figures(Track.BASELINE, step.status.baseline)] if spec.measures_traffic else []
     if spec.benchmarks:
-        figures.append(_benchmark_figures("baseline", step.status.benchmark, spec))
+        figures.append(_benchmark_figures(Track.BASELINE, step.status.benchmark, spec))
     step.enter(Phase.CANARY, Reason.BASELINE_MEASURED, "; ".join(figures))
 
 
@@ -539,7 +540,7 @@ def _canary(step: _Step) -> None:
             + (f"; {obs.canary.waiting})" if obs.canary.waiting else ")"),
         )
     else:
-        step.note(Reason.WAITING_FOR_CANARY, _waiting_message("canary", obs.canary))
+        step.note(Reason.WAITING_FOR_CANARY, _waiting_message(Track.CANARY, obs.canary))
 
 
 def _analyzing(step: _Step) -> None:
@@ -597,7 +598,7 @@ def _traffic_gates(step: _Step) -> GateResults | None:
 def _benchmark_gates(step: _Step) -> GateResults | None:
     """The gates on the canary's benchmark against the baseline's: InsufficientData while the Job
     runs; None after rolling back because it failed."""
-    run = _benchmark_run(step, "canary")
+    run = _benchmark_run(step, Track.CANARY)
     if step.status.phase != Phase.ANALYZING:
         return None
     settled = parse_time(run.completion_time if run else None)
@@ -622,14 +623,14 @@ def _benchmark_gates(step: _Step) -> GateResults | None:
     ]
 
 
-def _benchmark_run(step: _Step, track: str) -> BenchmarkRun | None:
+def _benchmark_run(step: _Step, track: Track) -> BenchmarkRun | None:
     """The track's benchmark once its Job has finished, kept in status; meanwhile the Job is
     requested and None returned. A failed Job fails the measurement (MeasurementFailed)."""
     runs = step.status.benchmark or BenchmarkStatus()
-    done: BenchmarkRun | None = getattr(runs, track)
+    done = _run_of(runs, track)
     if done is not None:
         return done
-    job = step.obs.baseline_job if track == "baseline" else step.obs.canary_job
+    job = step.obs.baseline_job if track is Track.BASELINE else step.obs.canary_job
     bench = step.spec.rollout.benchmark
     if job is None or not job.finished:
         step.benchmark_track = track
@@ -654,7 +655,7 @@ def _benchmark_run(step: _Step, track: str) -> BenchmarkRun | None:
         completion_time=iso(job.end) if job.end else None,
         points=points,
     )
-    step.status = step.status.model_copy(update={"benchmark": runs.model_copy(update={track: run})})
+    step.status = step.status.model_copy(update={"benchmark": runs.model_copy(update={track.value: run})})
     return run
 
 
@@ -685,7 +686,7 @@ def _promoting(step: _Step) -> None:
     elif step.elapsed() > _seconds(spec.rollout.progress_deadline):
         _roll_back(step, Reason.CANARY_UNHEALTHY, f"canary did not scale to {spec.replicas} Ready replicas")
     else:
-        step.note(Reason.GATES_PASSED, _waiting_message("canary", obs.canary))
+        step.note(Reason.GATES_PASSED, _waiting_message(Track.CANARY, obs.canary))
 
 
 def _promoted(step: _Step) -> None:
@@ -761,7 +762,7 @@ def _canary_serves(step: _Step) -> bool:
             step,
             Reason.CANARY_UNHEALTHY,
             f"promoted canary below {spec.replicas} Ready replicas for progressDeadline {deadline} "
-            f"({_waiting_message('canary', canary)})",
+            f"({_waiting_message(Track.CANARY, canary)})",
         )
         return False
     return True
@@ -798,7 +799,7 @@ def _rolling_back(step: _Step) -> None:
     elif step.elapsed() > _seconds(spec.rollout.progress_deadline):
         step.note(
             Reason.ROLLBACK_STALLED,
-            f"rollback stalled: {_waiting_message('baseline', obs.baseline)} after progressDeadline "
+            f"rollback stalled: {_waiting_message(Track.BASELINE, obs.baseline)} after progressDeadline "
             f"{spec.rollout.progress_deadline}; the canary keeps serving until the baseline is Ready",
             warning=True,
         )
@@ -873,14 +874,14 @@ def _take_action(step: _Step, action: Action, reason: str, message: str) -> None
         _roll_back(step, reason, message)
 
 
-def _wait_for_ready(step: _Step, track: str, state: TrackState, waiting: str, unhealthy: str) -> None:
+def _wait_for_ready(step: _Step, track: Track, state: TrackState, waiting: str, unhealthy: str) -> None:
     if state.failure:
         step.note(unhealthy, f"{track} is unhealthy: {state.failure}")
     else:
         step.note(waiting, _waiting_message(track, state))
 
 
-def _waiting_message(track: str, state: TrackState) -> str:
+def _waiting_message(track: Track, state: TrackState) -> str:
     detail = f" ({state.waiting})" if state.waiting else ""
     return f"waiting for {track}: {state.ready_replicas}/{state.replicas} ready{detail}"
 
@@ -1061,8 +1062,12 @@ def _recommendation(metrics: TrackMetrics) -> Recommendation | None:
     )
 
 
-def _benchmark_figures(track: str, runs: BenchmarkStatus | None, spec: SpeculativeDeploymentSpec) -> str:
-    run = getattr(runs, track) if runs is not None else None
+def _run_of(runs: BenchmarkStatus, track: Track) -> BenchmarkRun | None:
+    return runs.baseline if track is Track.BASELINE else runs.canary
+
+
+def _benchmark_figures(track: Track, runs: BenchmarkStatus | None, spec: SpeculativeDeploymentSpec) -> str:
+    run = _run_of(runs, track) if runs is not None else None
     concurrency = spec.rollout.benchmark.gate_point()
     point = next((p for p in run.points if p.concurrency == concurrency), None) if run else None
     if point is None:
@@ -1073,5 +1078,5 @@ def _benchmark_figures(track: str, runs: BenchmarkStatus | None, spec: Speculati
     )
 
 
-def _figures(track: str, m: Measurement | None) -> str:
+def _figures(track: Track, m: Measurement | None) -> str:
     return f"{track}: {m.figures() if m is not None else 'no figures'}"
