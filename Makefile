@@ -15,10 +15,10 @@ TEST_PREREQS :=
 help: ## list the targets
 	@grep -hE '^[a-zA-Z_-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  %-18s %s\n", $$1, $$2}'
 
-$(VENV)/.installed: pyproject.toml
+$(VENV)/.installed: pyproject.toml lab/pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q -e '.[dev]'
+	$(PY) -m pip install -q -e '.[dev]' -e ./lab
 	touch $@
 
 .PHONY: venv
@@ -26,14 +26,14 @@ venv: $(VENV)/.installed ## create .venv with specgate and the dev tools
 
 .PHONY: lint
 lint: venv ## ruff and mypy
-	$(VENV)/bin/ruff check operator tests bench
-	$(VENV)/bin/ruff format --check operator tests bench
+	$(VENV)/bin/ruff check operator lab tests bench
+	$(VENV)/bin/ruff format --check operator lab tests bench
 	$(VENV)/bin/mypy
 
 .PHONY: fmt
 fmt: venv ## format the code
-	$(VENV)/bin/ruff check --fix operator tests bench
-	$(VENV)/bin/ruff format operator tests bench
+	$(VENV)/bin/ruff check --fix operator lab tests bench
+	$(VENV)/bin/ruff format operator lab tests bench
 
 .PHONY: crd
 crd: venv ## regenerate the checked-in CRD (and the chart's copies) from the pydantic models
@@ -57,7 +57,7 @@ KEEP ?= 0
 
 .PHONY: demo
 demo: venv engines cluster-up ## roll out the tiny sample on the local cluster (SCENARIO=low-alpha, KEEP=1)
-	@rc=0; $(PY) -m specgate.lab.demo --scenario $(SCENARIO) --kubeconfig $(SPECGATE_CACHE)/kubeconfig || rc=$$?; \
+	@rc=0; $(PY) -m specgate_lab.demo --scenario $(SCENARIO) --kubeconfig $(SPECGATE_CACHE)/kubeconfig || rc=$$?; \
 	if [ "$(KEEP)" != 1 ]; then hack/cluster-down.sh; else echo "cluster kept: export KUBECONFIG=$(SPECGATE_CACHE)/kubeconfig"; fi; \
 	exit $$rc
 

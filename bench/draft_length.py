@@ -14,9 +14,10 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "operator"))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lab"))
 
 from specgate.planning import CostModel, recommend_k
-from specgate.sim.model import (
+from specgate_lab.sim.model import (
     Knobs,
     Speculation,
     conditional_rates,

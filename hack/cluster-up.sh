@@ -134,7 +134,7 @@ EOF
 # single source), each reading the targets the bridge writes into targets/<interval>/.
 write_prometheus_config() { # binary
   local intervals
-  intervals="$("$PY" -c 'from specgate.lab.bridge import SCRAPE_INTERVALS; print(*SCRAPE_INTERVALS)')"
+  intervals="$("$PY" -c 'from specgate_lab.bridge import SCRAPE_INTERVALS; print(*SCRAPE_INTERVALS)')"
   {
     echo "# Prometheus $PROM_FLAVOUR: $(readlink -f "$1")"
     printf 'global:\n  scrape_interval: 15s\n  evaluation_interval: 15s\n'
@@ -210,7 +210,7 @@ start_bridge() {
     return
   fi
   mkdir -p "$STATE/engines"
-  setsid "$PY" -m specgate.lab.bridge --kubeconfig "$KUBECONFIG_PATH" --state-dir "$STATE" \
+  setsid "$PY" -m specgate_lab.bridge --kubeconfig "$KUBECONFIG_PATH" --state-dir "$STATE" \
     --port "$BRIDGE_PORT" >"$STATE/bridge.log" 2>&1 < /dev/null &
   echo $! >"$STATE/bridge.pid"
   for _ in $(seq 40); do

@@ -20,8 +20,8 @@ from tests.cluster.figures import report as report  # where the tests have alway
 from tests.cluster.operator_process import Operator, create_sd, get_sd, wait_for
 from tests.conftest import ROOT, load_sample
 
-from specgate.lab.crds import install_crd
-from specgate.loadgen import run_load
+from specgate_lab.crds import install_crd
+from specgate_lab.loadgen import run_load
 
 SETTLED = {"Promoted", "RolledBack", "Failed", "Paused"}
 KWOK_TOLERATION = {"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}
@@ -35,7 +35,7 @@ def sim_rollout(name: str, env: dict[str, str], **rollout: Any) -> dict[str, Any
     spec["podAnnotations"] = {"specgate.dev/lab-engine": "sim"}
     # The bridge starts engines with the pod's env: run this checkout's simulator, wherever the
     # bridge itself was started from.
-    env = {"PYTHONPATH": str(ROOT / "operator"), **env}
+    env = {"PYTHONPATH": f"{ROOT / 'lab'}:{ROOT / 'operator'}", **env}
     spec["env"] = [{"name": k, "value": v} for k, v in env.items()]
     spec["speculative"] = {
         "method": "eagle3",

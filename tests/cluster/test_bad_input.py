@@ -17,7 +17,7 @@ from tests.cluster.rollouts import lab_operator
 from tests.conftest import load_sample
 
 from specgate import api, kube, render
-from specgate.lab.crds import CRD_PATH, install_crd
+from specgate_lab.crds import crd_path, install_crd
 
 pytestmark = pytest.mark.cluster
 
@@ -71,7 +71,7 @@ def test_an_object_named_before_the_rule_can_still_be_updated_and_deleted(
     api_client: client.ApiClient, namespace: str, tmp_path: Path
 ) -> None:
     """The rule checks creates only: an old object's status writes and finalizer removal go through."""
-    old = yaml.safe_load(CRD_PATH.read_text())
+    old = yaml.safe_load(crd_path().read_text())
     del old["spec"]["versions"][0]["schema"]["openAPIV3Schema"]["x-kubernetes-validations"]
     (tmp_path / "old.yaml").write_text(yaml.safe_dump(old))
     objects = client.CustomObjectsApi(api_client)

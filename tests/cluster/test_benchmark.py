@@ -11,8 +11,8 @@ from tests.cluster.conftest import CACHE
 from tests.cluster.rollouts import fast_rollout, report, run_rollout
 from tests.conftest import load_sample
 
-from specgate.lab.calibrate import counter
 from specgate.vllm_metrics import SPEC_DECODE_NUM_ACCEPTED_TOKENS, SPEC_DECODE_NUM_DRAFT_TOKENS, total
+from specgate_lab.calibrate import counter
 
 pytestmark = [pytest.mark.cluster, pytest.mark.engine]
 

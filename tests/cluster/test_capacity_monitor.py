@@ -15,8 +15,8 @@ from tests.cluster.test_local_cluster import gpu_deployment
 from tests.conftest import load_sample
 
 from specgate import api
-from specgate.lab.crds import install_crd
 from specgate.render import LABEL_TRACK
+from specgate_lab.crds import install_crd
 
 pytestmark = pytest.mark.cluster
 

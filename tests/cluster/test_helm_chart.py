@@ -19,7 +19,7 @@ from tests.cluster.rollouts import run_rollout, sim_rollout
 from tests.conftest import ROOT
 
 from specgate import cli
-from specgate.lab.crds import CRD_PATH, PEERING_CRDS_PATH, install_crd
+from specgate_lab.crds import crd_path, install_crd, peering_crds_path
 
 pytestmark = pytest.mark.cluster
 
@@ -67,7 +67,7 @@ def test_the_crd_template_is_the_generated_crd_with_helms_labels() -> None:
         return [d for d in yaml.safe_load_all(out) if d and d["kind"] == "CustomResourceDefinition"]
 
     (kept,) = crd()
-    generated = yaml.safe_load(CRD_PATH.read_text())
+    generated = yaml.safe_load(crd_path().read_text())
     metadata = kept.pop("metadata")
     assert kept == {k: v for k, v in generated.items() if k != "metadata"}
     assert metadata["name"] == generated["metadata"]["name"]
@@ -125,7 +125,7 @@ def test_rendered_manifests_validate_against_the_cluster_openapi(
     api_client: client.ApiClient, kubectl: str, kubeconfig: str, tmp_path: Path
 ) -> None:
     # The peering objects of replicas > 1 are custom resources: their CRDs must be served.
-    install_crd(api_client, PEERING_CRDS_PATH)
+    install_crd(api_client, peering_crds_path())
     wait_for(lambda: "KopfPeering" in run(kubectl, "--kubeconfig", kubeconfig, "get", "--raw", "/openapi/v2"),
              30, "KopfPeering in the OpenAPI")  # fmt: skip
     for values in (

@@ -18,7 +18,7 @@ from tests.cluster.operator_process import wait_for
 from tests.cluster.test_helm_chart import CHART, HELM
 from tests.conftest import load_sample
 
-from specgate.lab.crds import CRD_PATH, install_crd
+from specgate_lab.crds import CRD_FILE, install_crd
 
 pytestmark = pytest.mark.cluster
 
@@ -46,8 +46,8 @@ def previous_chart(tmp_path: Path) -> Path:
     chart = tmp_path / "specgate-0.1.0"
     shutil.copytree(CHART, chart)
     (chart / "templates" / "crd.yaml").unlink()
-    (chart / "files" / CRD_PATH.name).rename(chart / "crds" / CRD_PATH.name)
-    edit_yaml(chart / "crds" / CRD_PATH.name, lambda crd: spec_properties(crd).pop("podTemplate"))
+    (chart / "files" / CRD_FILE).rename(chart / "crds" / CRD_FILE)
+    edit_yaml(chart / "crds" / CRD_FILE, lambda crd: spec_properties(crd).pop("podTemplate"))
 
     def released(meta: dict[str, Any]) -> None:
         meta["version"] = "0.1.0"
@@ -67,7 +67,7 @@ def next_chart(tmp_path: Path) -> Path:
     shutil.copytree(CHART, chart)
     edit_yaml(chart / "Chart.yaml", lambda meta: meta.update(version="0.2.1"))
     edit_yaml(
-        chart / "files" / CRD_PATH.name,
+        chart / "files" / CRD_FILE,
         lambda crd: spec_properties(crd)["podTemplate"].update(description="Changed by the next chart."),
     )
     return chart
@@ -122,7 +122,7 @@ def test_helm_upgrade_brings_the_crd_from_chart_0_1_0_and_uninstall_keeps_it(
     # crds/ (as it does for a CRD installed before): the old schema is applied the way the harness
     # applies CRDs, with no Helm ownership, exactly what a crds/ install leaves.
     old = previous_chart(tmp_path)
-    install_crd(api_client, old / "crds" / CRD_PATH.name)
+    install_crd(api_client, old / "crds" / CRD_FILE)
     installed = helm("install", RELEASE, str(old), "--set", "logLevel=debug")
     assert installed.returncode == 0, installed.stderr
     try:

@@ -28,9 +28,9 @@ from tests.unit.test_api import RULE_CASES
 
 import specgate
 from specgate import api
-from specgate.lab import demo
-from specgate.lab.calibrate import free_port
-from specgate.lab.crds import install_crd
+from specgate_lab import demo
+from specgate_lab.calibrate import free_port
+from specgate_lab.crds import install_crd
 
 pytestmark = pytest.mark.cluster
 

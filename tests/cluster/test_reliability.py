@@ -37,9 +37,9 @@ from tests.cluster.rollouts import (
 from tests.conftest import load_sample
 
 from specgate import api, render, rollout
-from specgate.lab.crds import install_crd
 from specgate.observation import Observation, TrackState
 from specgate.render import LABEL_DEPLOYMENT, LABEL_TRACK, Owner, Track
+from specgate_lab.crds import install_crd
 
 pytestmark = pytest.mark.cluster
 

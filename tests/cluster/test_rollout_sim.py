@@ -22,8 +22,8 @@ from tests.conftest import ROOT
 from tests.integration.prometheus_server import prometheus_server
 
 from specgate import api
-from specgate.lab.calibrate import answers_ok
 from specgate.render import LABEL_DEPLOYMENT, LABEL_TRACK
+from specgate_lab.calibrate import answers_ok
 
 pytestmark = pytest.mark.cluster
 

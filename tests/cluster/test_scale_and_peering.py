@@ -24,7 +24,7 @@ from tests.cluster.rollouts import (
 )
 
 from specgate import api
-from specgate.lab.crds import PEERING_CRDS_PATH, install_crd
+from specgate_lab.crds import PEERING_CRDS_PATH, install_crd
 
 pytestmark = pytest.mark.cluster
 

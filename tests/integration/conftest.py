@@ -8,7 +8,7 @@ from contextlib import ExitStack
 import pytest
 from tests.integration.engines import real_engine, spec_args
 
-from specgate.lab.calibrate import complete
+from specgate_lab.calibrate import complete
 
 SELF_DRAFT = {"method": "draft_model", "model": "specgate/tiny-llama", "num_speculative_tokens": 4}
 PROMPTS = ("the model drafts token target", "cluster node pod gpu memory", "build run deploy")

@@ -14,7 +14,7 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from specgate import vllm_metrics
-from specgate.lab.calibrate import _healthy, free_port, real_engine
+from specgate_lab.calibrate import _healthy, free_port, real_engine
 
 __all__ = ["SPEC_FAMILIES", "metric_families", "real_engine", "scrape", "sim_engine", "spec_args"]
 
@@ -37,7 +37,7 @@ def spec_args(speculative: dict[str, object] | None = None, *extra: str) -> list
 def sim_engine(serve_args: list[str], env: dict[str, str] | None = None) -> Iterator[str]:
     port = free_port()
     proc = subprocess.Popen(
-        [sys.executable, "-m", "specgate.sim", *serve_args, "--port", str(port)],
+        [sys.executable, "-m", "specgate_lab.sim", *serve_args, "--port", str(port)],
         env={**__import__("os").environ, **(env or {})},
     )
     url = f"http://127.0.0.1:{port}"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from specgate.lab.calibrate import answers_ok, free_port
+from specgate_lab.calibrate import answers_ok, free_port
 
 CACHE = Path(os.environ.get("SPECGATE_CACHE") or Path.home() / ".cache" / "specgate")
 BINARIES = {

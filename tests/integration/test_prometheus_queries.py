@@ -27,8 +27,6 @@ from tests.local_server import serving
 
 from specgate.api import MetricsSource
 from specgate.gates import Histogram, acceptance_gate
-from specgate.lab.calibrate import complete
-from specgate.loadgen import run_load
 from specgate.observation import Window
 from specgate.prometheus import (
     ACCEPTED,
@@ -43,6 +41,8 @@ from specgate.prometheus import (
     Selector,
 )
 from specgate.vllm_metrics import INTER_TOKEN_LATENCY
+from specgate_lab.calibrate import complete
+from specgate_lab.loadgen import run_load
 
 SPEC = {"method": "eagle3", "model": "specgate/tiny-llama-eagle3", "num_speculative_tokens": 3}
 

@@ -25,10 +25,10 @@ from tests.unit.test_rollout import Run, make_spec, ready
 
 from specgate import prometheus
 from specgate.api import MetricsSource, Phase
-from specgate.lab.calibrate import complete
 from specgate.observation import Window
 from specgate.prometheus import MetricsUnavailable, PrometheusClient, Selector
 from specgate.rollout import Reason
+from specgate_lab.calibrate import complete
 
 USER, PASSWORD = "specgate", "pass:word"  # a colon in the password: only the first one splits
 CANARY = Selector("ns", "d", "canary", MetricsSource())

@@ -8,7 +8,6 @@ from pathlib import Path
 import pytest
 from tests.integration.engines import SPEC_FAMILIES, metric_families, real_engine, scrape, spec_args
 
-from specgate.lab.calibrate import CALIBRATION, counter, cpu_model, draft_for_alpha, measured_alpha
 from specgate.vllm_metrics import (
     INTER_TOKEN_LATENCY,
     SPEC_DECODE_NUM_ACCEPTED_TOKENS,
@@ -16,6 +15,7 @@ from specgate.vllm_metrics import (
     SPEC_DECODE_NUM_DRAFTS,
     total,
 )
+from specgate_lab.calibrate import CALIBRATION, counter, cpu_model, draft_for_alpha, measured_alpha
 
 pytestmark = pytest.mark.engine
 
@@ -50,5 +50,5 @@ def test_noisy_draft_matches_its_calibration(wanted: float, tmp_path: Path) -> N
     cleaner, noisier = table[max(at - 1, 0)][1], table[min(at + 1, len(table) - 1)][1]
     assert noisier < alpha < cleaner, (
         f"{draft}: measured {alpha} on {cpu_model()}; calibrated on {calibration['cpu']}: "
-        f"{calibration['alpha_by_noise']} (another CPU: re-run python -m specgate.lab.calibrate)"
+        f"{calibration['alpha_by_noise']} (another CPU: re-run python -m specgate_lab.calibrate)"
     )

@@ -6,7 +6,7 @@ import pytest
 from tests.integration.conftest import SELF_DRAFT
 from tests.integration.engines import SPEC_FAMILIES, metric_families, scrape, sim_engine, spec_args
 
-from specgate.lab.calibrate import complete
+from specgate_lab.calibrate import complete
 
 pytestmark = pytest.mark.engine
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tests.conftest import load_sample
 
-from specgate.lab.demo import caveat_lines, result_line
+from specgate_lab.demo import caveat_lines, result_line
 
 STATUS = {
     "phase": "Promoted",

@@ -25,7 +25,7 @@ from specgate.gates import (
     wald_bounds,
     worst,
 )
-from specgate.sim.streams import draft_windows
+from specgate_lab.sim.streams import draft_windows
 
 INF = math.inf
 

@@ -20,7 +20,7 @@ from specgate.gates import (
     spread_with_horizon,
 )
 from specgate.observation import Window
-from specgate.sim.streams import draft_windows
+from specgate_lab.sim.streams import draft_windows
 
 GATE, DELTA = 0.55, 0.05
 

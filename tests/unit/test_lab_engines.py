@@ -1,4 +1,4 @@
-"""The lab's vLLM CPU engine: `make engines` and specgate.lab.engines agree on its version and venv."""
+"""The lab's vLLM CPU engine: `make engines` and specgate_lab.engines agree on its version and venv."""
 
 from __future__ import annotations
 
@@ -26,11 +26,11 @@ def lab_env(cache: Path, version: str | None) -> dict[str, str]:
 
 
 def lab_version_and_venv(env: dict[str, str]) -> tuple[str, str]:
-    """specgate.lab.engines' VLLM_VERSION and VLLM_VENV, read at import in a fresh process."""
-    code = "from specgate.lab import engines; print(engines.VLLM_VERSION); print(engines.VLLM_VENV)"
+    """specgate_lab.engines' VLLM_VERSION and VLLM_VENV, read at import in a fresh process."""
+    code = "from specgate_lab import engines; print(engines.VLLM_VERSION); print(engines.VLLM_VENV)"
     out = subprocess.run(
         [sys.executable, "-c", code],
-        env={**env, "PYTHONPATH": str(ROOT / "operator")},
+        env={**env, "PYTHONPATH": str(ROOT / "lab")},
         capture_output=True,
         text=True,
         check=True,
@@ -59,3 +59,22 @@ def test_make_engines_installs_and_runs_the_venv_the_lab_starts_engines_from(
     assert words[script + 1 : script + 3] == [lab_version, lab_venv]
     if version is not None:
         assert lab_version == version
+
+
+def test_the_lab_finds_the_checkout_from_configuration_not_from_where_it_is_installed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from specgate_lab import checkout
+    from specgate_lab.crds import crd_path
+
+    monkeypatch.setenv("SPECGATE_CHECKOUT", str(ROOT))
+    assert crd_path() == ROOT / "crds" / "specgate.dev_speculativedeployments.yaml" and crd_path().is_file()
+    monkeypatch.delenv("SPECGATE_CHECKOUT")
+    monkeypatch.chdir(ROOT)
+    assert checkout() == ROOT
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(
+        FileNotFoundError,
+        match=r"no crds/ directory: run from the specgate checkout's root, or set SPECGATE_CHECKOUT",
+    ):
+        checkout()

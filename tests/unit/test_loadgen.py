@@ -8,10 +8,10 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from specgate.loadgen import check_loopback, chunk_text, run_load
-from specgate.sim.metrics import EngineMetrics
-from specgate.sim.model import Knobs, Speculation
-from specgate.sim.server import SimEngine, make_app
+from specgate_lab.loadgen import check_loopback, chunk_text, run_load
+from specgate_lab.sim.metrics import EngineMetrics
+from specgate_lab.sim.model import Knobs, Speculation
+from specgate_lab.sim.server import SimEngine, make_app
 
 
 async def _load_against_sim(max_requests: int) -> tuple[int, int, int]:

@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 import tomllib
+import zipfile
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -228,29 +229,60 @@ def test_a_prometheus_header_is_name_colon_value_and_a_bad_one_names_the_flag() 
         cli._header("X-Scope-OrgID=team-a")
 
 
-# Imports that are not the operator's to declare: itself, and vLLM, which bench_driver.py imports
-# inside the vLLM image it runs in (a benchmark Job's container).
-NOT_DEPENDENCIES = {"specgate", "vllm"}
+# Imports a distribution does not declare: its own and its sibling's packages, and what runs in the
+# vLLM image or venv (bench_driver.py in a benchmark Job's container; the lab's tiny_models and
+# vllm_launch in the lab's vLLM CPU venv).
+VLLM_SIDE = {"vllm", "torch", "transformers", "safetensors", "tokenizers"}
 DISTRIBUTIONS = {"yaml": "pyyaml"}  # import names that differ from their distribution's
 
 
-def test_every_third_party_module_the_operator_imports_is_a_declared_dependency() -> None:
-    """The operator's modules, its simulator's included (the lab's aside, which run in the lab's own
-    environments): every import outside the standard library is in pyproject.toml's dependencies."""
-    declared = {
-        re.split(r"[<>=!~ ;\[]", d)[0].lower().replace("_", "-")
-        for d in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
-    }
+def _requirement_names(pyproject: Path) -> set[str]:
+    dependencies = tomllib.loads(pyproject.read_text())["project"]["dependencies"]
+    return {re.split(r"[<>=!~ ;\[]", d)[0].lower().replace("_", "-") for d in dependencies}
+
+
+def _third_party_imports(package: Path) -> set[str]:
     imported: set[str] = set()
-    package = ROOT / "operator" / "specgate"
-    for module in (m for m in package.rglob("*.py") if m.relative_to(package).parts[0] != "lab"):
+    for module in package.rglob("*.py"):
         for node in ast.walk(ast.parse(module.read_text())):
             if isinstance(node, ast.Import):
                 imported |= {alias.name.split(".")[0] for alias in node.names}
             elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
                 imported.add(node.module.split(".")[0])
-    third_party = {name for name in imported if name not in sys.stdlib_module_names} - NOT_DEPENDENCIES
+    return {name for name in imported if name not in sys.stdlib_module_names}
+
+
+@pytest.mark.parametrize(
+    ("package", "pyproject", "own"),
+    [
+        ("operator/specgate", "pyproject.toml", {"specgate", "vllm"}),
+        ("lab/specgate_lab", "lab/pyproject.toml", {"specgate", "specgate_lab"} | VLLM_SIDE),
+    ],
+)
+def test_every_third_party_module_imported_is_a_declared_dependency(
+    package: str, pyproject: str, own: set[str]
+) -> None:
+    """The operator's modules and the lab's: every import outside the standard library is in the
+    distribution's pyproject.toml."""
+    declared = _requirement_names(ROOT / pyproject)
     undeclared = {
-        name for name in third_party if DISTRIBUTIONS.get(name, name).replace("_", "-") not in declared
+        name
+        for name in _third_party_imports(ROOT / package) - own
+        if DISTRIBUTIONS.get(name, name).replace("_", "-") not in declared
     }
     assert undeclared == set()
+
+
+def test_the_operators_wheel_holds_the_operator_only(tmp_path: Path) -> None:
+    """What `pip install .` and the image install: the specgate package, and no lab, simulator or
+    load generator (they are the lab distribution's, lab/)."""
+    subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(tmp_path), str(ROOT)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    (wheel,) = tmp_path.glob("specgate-*.whl")
+    modules = {name for name in zipfile.ZipFile(wheel).namelist() if not name.startswith("specgate-")}
+    assert modules and all(name.startswith("specgate/") for name in modules), modules
+    shipped = {Path(name).stem for name in modules} | {Path(name).parent.name for name in modules}
+    assert shipped.isdisjoint({"lab", "specgate_lab", "sim", "loadgen"}), shipped
+    assert "specgate/rollout.py" in modules

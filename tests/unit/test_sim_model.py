@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-import specgate.sim.__main__ as sim_module
+import specgate_lab.sim.__main__ as sim_module
 from specgate.planning import expected_accepted
-from specgate.sim.model import (
+from specgate_lab.sim.model import (
     PROFILES,
     Knobs,
     Speculation,

@@ -9,15 +9,24 @@ from pathlib import Path
 import yaml
 from kubernetes import client
 
-ROOT = Path(__file__).resolve().parents[3]
-CRD_PATH = ROOT / "crds" / "specgate.dev_speculativedeployments.yaml"
-PEERING_CRDS_PATH = ROOT / "crds" / "kopf.dev_peerings.yaml"
+from specgate_lab import checkout
+
+CRD_FILE = "specgate.dev_speculativedeployments.yaml"
 
 
-def install_crd(api_client: client.ApiClient, path: Path = CRD_PATH, timeout: float = 60) -> None:
-    """Apply the CRDs of one file (server-side) and wait until each is Established."""
+def crd_path() -> Path:
+    return checkout() / "crds" / CRD_FILE
+
+
+def peering_crds_path() -> Path:
+    return checkout() / "crds" / "kopf.dev_peerings.yaml"
+
+
+def install_crd(api_client: client.ApiClient, path: Path | None = None, timeout: float = 60) -> None:
+    """Apply the CRDs of one file (server-side; the checkout's SpeculativeDeployment CRD unless
+    given) and wait until each is Established."""
     ext = client.ApiextensionsV1Api(api_client)
-    for body in yaml.safe_load_all(path.read_text()):
+    for body in yaml.safe_load_all((path or crd_path()).read_text()):
         name = body["metadata"]["name"]
         ext.patch_custom_resource_definition(
             name, body, field_manager="specgate-lab", force=True,

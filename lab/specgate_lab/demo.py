@@ -26,13 +26,13 @@ from kubernetes import client, config
 
 from specgate import api
 from specgate.api import parse_status
-from specgate.lab.crds import install_crd
-from specgate.loadgen import run_load
+from specgate_lab import checkout
+from specgate_lab.crds import install_crd
+from specgate_lab.loadgen import run_load
 
-ROOT = Path(__file__).resolve().parents[3]
-SCENARIOS = {
-    "default": ROOT / "crds" / "samples" / "tiny-cpu.yaml",
-    "low-alpha": ROOT / "crds" / "samples" / "tiny-cpu-low-alpha.yaml",
+SCENARIOS = {  # samples in the checkout's crds/samples/
+    "default": "tiny-cpu.yaml",
+    "low-alpha": "tiny-cpu-low-alpha.yaml",
 }
 EXPECTED_PHASE = {"default": "Promoted", "low-alpha": "RolledBack"}  # what the story should end in
 SETTLED = {"Promoted", "RolledBack", "Failed"}
@@ -198,11 +198,10 @@ def main() -> None:
     namespaces: list[Any] = core.list_namespace().items
     if NAMESPACE not in {n.metadata.name for n in namespaces}:
         core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NAMESPACE)))
-    body = yaml.safe_load(SCENARIOS[args.scenario].read_text())
+    sample = Path("crds") / "samples" / SCENARIOS[args.scenario]
+    body = yaml.safe_load((checkout() / sample).read_text())
     name = body["metadata"]["name"]
-    say(
-        f"scenario {args.scenario}: {SCENARIOS[args.scenario].relative_to(ROOT)} ({body['spec']['speculative']['method']})"
-    )
+    say(f"scenario {args.scenario}: {sample} ({body['spec']['speculative']['method']})")
     log = Path(os.environ.get("SPECGATE_CACHE", Path.home() / ".cache" / "specgate")) / "demo-operator.log"
     operator = start_operator(args.kubeconfig, NAMESPACE, args.prometheus_url, log)
     say(f"operator running (log: {log}); applying {name} and sending load through its Service")

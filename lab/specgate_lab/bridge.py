@@ -17,7 +17,7 @@ Pods of benchmark Jobs (label specgate.dev/benchmark; the lab's kwok stages leav
 run their `python3 -c <driver>` with the vLLM install, against the router; when it exits, the pod
 ends Succeeded or Failed with the driver's termination message, as a kubelet would report it.
 
-Run: python -m specgate.lab.bridge --kubeconfig FILE --state-dir DIR [--port 18080]
+Run: python -m specgate_lab.bridge --kubeconfig FILE --state-dir DIR [--port 18080]
 """
 
 from __future__ import annotations
@@ -42,8 +42,8 @@ from aiohttp import web
 from kubernetes import client, config
 
 from specgate.api import GROUP, PLURAL, VERSION, parse_duration
-from specgate.lab.engines import benchmark_command, engine_command
 from specgate.render import LABEL_BENCHMARK, LABEL_DEPLOYMENT, LABEL_ENGINE, LABEL_METHOD, LABEL_TRACK
+from specgate_lab.engines import benchmark_command, engine_command
 
 ENGINE_ANNOTATION = "specgate.dev/lab-engine"
 TARGET_LABELS = {

@@ -1,4 +1,4 @@
-"""`python -m specgate.sim MODEL [vllm serve flags]`: see the package docstring."""
+"""`python -m specgate_lab.sim MODEL [vllm serve flags]`: see the package docstring."""
 
 from __future__ import annotations
 
@@ -10,13 +10,13 @@ from collections.abc import Mapping, Sequence
 
 from aiohttp import web
 
-from specgate.sim.metrics import EngineMetrics
-from specgate.sim.model import PROFILES, Knobs, Speculation, parse_script
-from specgate.sim.server import SimEngine, loading_forever_app, make_app
+from specgate_lab.sim.metrics import EngineMetrics
+from specgate_lab.sim.model import PROFILES, Knobs, Speculation, parse_script
+from specgate_lab.sim.server import SimEngine, loading_forever_app, make_app
 
 
 def parse_args(argv: Sequence[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="specgate.sim", description=__doc__)
+    parser = argparse.ArgumentParser(prog="specgate_lab.sim", description=__doc__)
     parser.add_argument("model")
     parser.add_argument("--host", default="127.0.0.1")
     parser.add_argument("--port", type=int, default=8000)

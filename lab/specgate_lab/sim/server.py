@@ -18,8 +18,8 @@ from typing import Any
 from aiohttp import web
 from prometheus_client import generate_latest
 
-from specgate.sim.metrics import EngineMetrics
-from specgate.sim.model import (
+from specgate_lab.sim.metrics import EngineMetrics
+from specgate_lab.sim.model import (
     Knobs,
     ScriptStep,
     Speculation,

@@ -4,7 +4,7 @@ Fixed concurrency (N clients in a loop) or a fixed request rate (Poisson arrival
 completions with prompts from a workload profile, bounded by a duration and a request count. It
 measures what a streaming user sees: time to first token and the gaps between streamed chunks.
 
-    python -m specgate.loadgen --url http://127.0.0.1:18080/svc/NS/NAME --model tiny \
+    python -m specgate_lab.loadgen --url http://127.0.0.1:18080/svc/NS/NAME --model tiny \
         --concurrency 4 --duration 60 --profile chat
 """
 
@@ -180,7 +180,7 @@ async def run_load(
 
 def main(argv: Sequence[str] | None = None) -> None:
     parser = argparse.ArgumentParser(
-        prog="specgate.loadgen", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+        prog="specgate_lab.loadgen", description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--url", required=True, help="base URL (without /v1)")
     parser.add_argument("--model", required=True)
