@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import json
 import re
+import shutil
 import subprocess
 import sys
 import tomllib
@@ -276,8 +277,15 @@ def test_every_third_party_module_imported_is_a_declared_dependency(
 def test_the_operators_wheel_holds_the_operator_only(tmp_path: Path) -> None:
     """What `pip install .` and the image install: the specgate package, and no lab, simulator or
     load generator (they are the lab distribution's, lab/)."""
+    # What the Dockerfile copies, into a clean directory: a checkout's build/ would leak stale files.
+    source = tmp_path / "src"
+    shutil.copytree(
+        ROOT / "operator", source / "operator", ignore=shutil.ignore_patterns("__pycache__", "*.egg-info")
+    )
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, source / name)
     subprocess.run(
-        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(tmp_path), str(ROOT)],
+        [sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(tmp_path), str(source)],
         check=True, capture_output=True,
     )  # fmt: skip
     (wheel,) = tmp_path.glob("specgate-*.whl")
