@@ -24,7 +24,7 @@ from tests.cluster.rollouts import (
 )
 
 from specgate import api
-from specgate_lab.crds import PEERING_CRDS_PATH, install_crd
+from specgate_lab.crds import install_crd, peering_crds_path
 
 pytestmark = pytest.mark.cluster
 
@@ -109,7 +109,7 @@ def test_three_peered_replicas_hand_over_on_sigterm_and_after_a_sigkill(lab: dic
     waits until the dead peer's heartbeat is older than kopf's peering lifetime, 60 s). Each
     resumes from status, and the rollout reaches its verdict."""
     api_client, namespace, log_dir = lab["api_client"], lab["namespace"], lab["log_dir"]
-    install_crd(api_client, PEERING_CRDS_PATH)
+    install_crd(api_client, peering_crds_path())
     peering = {"apiVersion": "kopf.dev/v1", "kind": "KopfPeering", "metadata": {"name": "specgate"}}
     objects = client.CustomObjectsApi(api_client)
     objects.create_namespaced_custom_object("kopf.dev", "v1", namespace, "kopfpeerings", peering)
