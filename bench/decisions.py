@@ -39,11 +39,11 @@ import numpy.typing as npt
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "operator"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from looks import per_token_variance
 from specgate import api
 from specgate.gates import (
     HAC_LAGS,
     MIN_WINDOWS,
-    SPREAD_ERROR_SHARE,
     AcceptanceWindow,
     Verdict,
     acceptance_gate,
@@ -110,11 +110,7 @@ def verdicts_per_look(counts: FloatArray) -> IntArray:
     long_run = np.maximum(gamma[0] + 2 * (weights * gamma).sum(axis=0), gamma[0])
     variance = np.where(j >= 2, long_run * j / np.maximum(j - 1, 1), 0.0)
     dof = np.maximum(j - 1, 1)
-    z = statistics.NormalDist().inv_cdf(ERROR_RATE * SPREAD_ERROR_SHARE)
-    quantile = dof * (1 - 2 / (9 * dof) + z * np.sqrt(2 / (9 * dof))) ** 3
-    spread = variance * dof / np.maximum(quantile, 1e-9)
-    binomial = (big_a + 1) / (big_n + 2) * (big_n - big_a + 1) / (big_n + 2)
-    s2 = np.maximum(spread * j / big_n, binomial)
+    s2 = per_token_variance(variance, dof, j, big_n, big_a, ERROR_RATE)
     llr = 2 * DELTA * (big_a - GATE * big_n) / s2
     fail_at, pass_at = wald_bounds(ERROR_RATE)
     verdict = np.where(llr >= pass_at, PASS, np.where(llr <= fail_at, FAIL, NONE))

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import math
 import random
-import statistics
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,10 +32,10 @@ from numpy.lib.stride_tricks import sliding_window_view
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "operator"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from looks import per_token_variance
 from specgate.gates import (
     MAX_AUTOCORRELATION,
     MIN_GUARD_WINDOWS,
-    SPREAD_ERROR_SHARE,
     AcceptanceWindow,
     acceptance_guard,
     guard_threshold,
@@ -104,12 +103,7 @@ def statistics_per_look(accepted: np.ndarray, tokens: np.ndarray, cell: Cell) ->
     weights = np.where((lag_index >= 1) & (lag_index <= lags), 1 - lag_index / bandwidth, 0.0)
     variance = np.maximum(gamma[0] + 2 * (weights * gamma).sum(axis=0), gamma[0]) * r / (r - 1)
     dof = np.maximum(1, np.minimum(r - 1, np.round(1.5 * r / bandwidth)))
-    z = statistics.NormalDist().inv_cdf(ERROR_RATE * SPREAD_ERROR_SHARE)
-    quantile = dof * (1 - 2 / (9 * dof) + z * np.sqrt(2 / (9 * dof))) ** 3
-    spread = variance * dof / np.maximum(quantile, 1e-9)
-    a_ref = alpha * n_ref
-    binomial = (a_ref + 1) / (n_ref + 2) * (n_ref - a_ref + 1) / (n_ref + 2)
-    s2 = np.maximum(spread * r / np.maximum(n_ref, 1e-12), binomial)
+    s2 = per_token_variance(variance, dof, r, n_ref, alpha * n_ref, ERROR_RATE)
     walk = np.concatenate(([0.0], np.cumsum(GATE * tokens - accepted)))
     lowest = sliding_window_view(walk, h + 1).min(axis=1)
     return 2 * DELTA * (walk[h:] - lowest) / s2
