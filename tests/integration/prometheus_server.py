@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from specgate_lab.calibrate import answers_ok, free_port
+from specgate_lab.calibrate import answers_ok, free_port, stop
 
 CACHE = Path(os.environ.get("SPECGATE_CACHE") or Path.home() / ".cache" / "specgate")
 BINARIES = {
@@ -115,9 +115,4 @@ def prometheus_server(
             time.sleep(0.2)
         yield url, targets
     finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop(proc, timeout=15)
