@@ -1,7 +1,10 @@
 """kopf wiring only: on a timer per object, observe -> decide -> apply.
 
 Reconciliation is level-based: every interval the handler reads the object's children and metrics
-afresh and asks rollout.decide() what to do, so a missed event or an operator restart loses nothing.
+and asks rollout.decide() what to do, so a missed event or an operator restart loses nothing. The
+children are read from watches (kopf indexes of the Deployments, Services and pods specgate made),
+and a child is written only when it differs from what this process last wrote: an object whose
+rollout has settled costs the API server nothing.
 """
 
 from __future__ import annotations
@@ -42,6 +45,25 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     settings.posting.reporting_instance = socket.gethostname()
     if not VERBOSE:  # "Timer 'reconcile' succeeded" every few seconds per object is noise
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
+    # The children's watches ask the API server for specgate's objects only, not every pod.
+    for resource in (("apps", "deployments"), ("", "services"), ("", "pods")):
+        settings.watching.label_selectors[resource] = kube.CHILD_SELECTOR
+
+
+# The children, as the watches last saw them; kopf fills these before the first reconcile.
+@kopf.index("apps", "v1", "deployments", labels=render.MANAGED_BY)
+def child_deployments(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> object:
+    return {(namespace, name): kube.deployment_view(body)}
+
+
+@kopf.index("v1", "services", labels=render.MANAGED_BY)
+def child_services(namespace: str | None, name: str, meta: kopf.Meta, **_: Any) -> object:
+    return {(namespace, name): meta["resourceVersion"]}
+
+
+@kopf.index("v1", "pods", labels=render.MANAGED_BY)
+def child_pods(namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any) -> object:
+    return {kube.pods_key(namespace or "", labels): kube.pod_view(body)}
 
 
 # backoff: after an exception kopf retries after this, not its 60 s default, so a failed
@@ -50,14 +72,21 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     api.GROUP, api.VERSION, api.PLURAL, interval=INTERVAL_SECONDS, initial_delay=0, backoff=INTERVAL_SECONDS
 )
 def reconcile(
-    body: kopf.Body, meta: kopf.Meta, spec: kopf.Spec, status: kopf.Status, patch: kopf.Patch, **_: Any
+    body: kopf.Body,
+    meta: kopf.Meta,
+    spec: kopf.Spec,
+    status: kopf.Status,
+    patch: kopf.Patch,
+    **indexes: Any,  # kopf passes each index by its function's name
 ) -> None:
     now = datetime.now(UTC)
     owner = Owner(name=meta["name"], namespace=meta["namespace"], uid=meta["uid"])
     generation = int(meta.get("generation", 0))
     current = api.parse_status(dict(status))
+    children = kube.Children(indexes["child_deployments"], indexes["child_services"], indexes["child_pods"])
+    annotations = dict(meta.get("annotations") or {})
     try:
-        decision = step(dict(spec), current, owner, generation, now, dict(meta.get("annotations") or {}))
+        decision = step(dict(spec), current, owner, generation, now, annotations, children)
     except Exception:
         metrics.RECONCILE_ERRORS.labels(owner.namespace, owner.name).inc()
         raise  # kopf logs it and retries on the next tick
@@ -72,6 +101,7 @@ def reconcile(
 @kopf.on.delete(api.GROUP, api.VERSION, api.PLURAL, optional=True)  # optional: no finalizer needed
 def forget(meta: kopf.Meta, **_: Any) -> None:
     metrics.forget(meta["namespace"], meta["name"])
+    kube.forget(meta["uid"])
 
 
 def step(
@@ -80,7 +110,8 @@ def step(
     owner: Owner,
     generation: int,
     now: datetime,
-    annotations: dict[str, str] | None = None,
+    annotations: dict[str, str],
+    children: kube.Children,
 ) -> rollout.Decision:
     """Observe, decide, apply; an invalid spec or a name taken by another object touches no child."""
     try:
@@ -98,10 +129,14 @@ def step(
         return rollout.failed(
             rollout.Reason.POD_MONITOR_CRD_MISSING, NO_POD_MONITOR_CRD, current, generation, now
         )
-    observation = replace(observe(spec, current, owner, generation, now), abort=requests.abort)
+    observation = replace(observe(spec, current, owner, generation, now, children), abort=requests.abort)
     decision = rollout.decide(spec, current, observation, now)
     if decision.touch_children:
-        apply_children(spec, owner, decision, observation)
+        try:
+            apply_children(spec, owner, decision, observation, children)
+        except kube.ForeignChild as taken:  # taken since it was read free: refused as above
+            message = f"{taken}: rename this object or remove the other; nothing was changed"
+            return rollout.failed(rollout.Reason.NAME_CONFLICT, message, current, generation, now)
     return replace(decision, status=decision.status.model_copy(update=scale_status(owner, observation)))
 
 
@@ -118,10 +153,14 @@ def observe(
     owner: Owner,
     generation: int,
     now: datetime,
+    children: kube.Children,
 ) -> Observation:
     tracks = {
         track: kube.track_state(
-            owner.namespace, render.deployment_name(owner, track), render.selector_labels(owner, track)
+            children,
+            owner.namespace,
+            render.deployment_name(owner, track),
+            render.selector_labels(owner, track),
         )
         for track in Track
     }
@@ -220,6 +259,7 @@ def apply_children(
     owner: Owner,
     decision: rollout.Decision,
     observation: Observation,
+    children: kube.Children,
 ) -> None:
     """Shrinking Deployments first (their GPUs free up sooner), then the rest. A Deployment whose
     template is kept (decision.keep_template) is only scaled: its pods keep what they run."""
@@ -228,11 +268,11 @@ def apply_children(
     wanted = {track: n for track, n in counts.items() if n is not None}
     for track, replicas in sorted(wanted.items(), key=lambda item: item[1] >= states[item[0]].replicas):
         if track in decision.keep_template and states[track].exists:
-            kube.scale_deployment(owner.namespace, render.deployment_name(owner, track), replicas)
+            kube.scale_deployment(owner.namespace, render.deployment_name(owner, track), replicas, children)
         else:
-            kube.apply(render.deployment(spec, owner, track, replicas))
+            kube.apply(render.deployment(spec, owner, track, replicas), children)
     for manifest in _other_children(spec, owner, decision):
-        kube.apply(manifest)
+        kube.apply(manifest, children)
     if decision.status.rollout_generation is not None:
         # Benchmark Jobs of earlier rollouts: their pods and results are the last rollout's.
         current = {

@@ -6,18 +6,25 @@ and fields that other controllers own (e.g. an HPA's replicas would be) are not 
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import hashlib
+import json
+import time
+from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
+import specgate
 from specgate import api
 from specgate.observation import BenchmarkJob, TrackState
-from specgate.render import ANNOTATION_TEMPLATE, LABEL_DEPLOYMENT, Manifest, Owner
+from specgate.render import ANNOTATION_TEMPLATE, LABEL_DEPLOYMENT, LABEL_TRACK, MANAGED_BY, Manifest, Owner
 
 FIELD_MANAGER = "specgate"
+# The watches' label selector: the children specgate made and their pods, and nothing else.
+CHILD_SELECTOR = ",".join(f"{key}={value}" for key, value in MANAGED_BY.items())
 MONITORING_GROUP = "monitoring.coreos.com"
 APPLY = "application/apply-patch+yaml"  # a JSON body is valid YAML
 
@@ -27,15 +34,16 @@ FATAL_WAITING_REASONS = frozenset(
 )
 
 
-# Every (API group, resource, verbs) the operator uses: this module's calls, kopf's watch of the
-# objects and its status patches, and Events. The Helm chart grants exactly these (a test diffs them).
+# Every (API group, resource, verbs) the operator uses: this module's calls, kopf's watches of the
+# objects and of their children (handlers.py), its status patches, and Events. The Helm chart grants
+# exactly these (a test diffs them).
 PERMISSIONS: tuple[tuple[str, str, frozenset[str]], ...] = (
     ("specgate.dev", "speculativedeployments", frozenset({"get", "list", "watch", "patch"})),
     ("specgate.dev", "speculativedeployments/status", frozenset({"get", "patch"})),
-    ("apps", "deployments", frozenset({"get", "create", "patch"})),
+    ("apps", "deployments", frozenset({"get", "list", "watch", "create", "patch"})),
     ("apps", "deployments/scale", frozenset({"patch"})),
-    ("", "services", frozenset({"get", "create", "patch"})),
-    ("", "pods", frozenset({"list"})),
+    ("", "services", frozenset({"get", "list", "watch", "create", "patch"})),
+    ("", "pods", frozenset({"list", "watch"})),
     ("batch", "jobs", frozenset({"get", "list", "create", "delete"})),
     ("", "events", frozenset({"create"})),
     ("events.k8s.io", "events", frozenset({"create"})),
@@ -55,6 +63,36 @@ def load_config() -> None:
         config.load_incluster_config()  # type: ignore[no-untyped-call]
     except config.ConfigException:
         config.load_kube_config()  # type: ignore[no-untyped-call]
+    _API.clear()
+
+
+USER_AGENT = f"specgate/{specgate.__version__}"  # how the API server's audit log names our requests
+_API: list[client.ApiClient] = []
+
+
+def _api() -> client.ApiClient:
+    """One client for every call: one connection pool (a client per call opened a connection per
+    call), made after load_config so that it carries the configuration loaded."""
+    if not _API:
+        _API.append(client.ApiClient())
+        _API[0].user_agent = USER_AGENT
+    return _API[0]
+
+
+def _apps() -> client.AppsV1Api:
+    return client.AppsV1Api(_api())
+
+
+def _core() -> client.CoreV1Api:
+    return client.CoreV1Api(_api())
+
+
+def _batch() -> client.BatchV1Api:
+    return client.BatchV1Api(_api())
+
+
+def _custom() -> client.CustomObjectsApi:
+    return client.CustomObjectsApi(_api())
 
 
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
@@ -72,45 +110,74 @@ def current_namespace() -> str:
     return str(context.get("context", {}).get("namespace") or "default")
 
 
-# Children seen to carry their owner's reference: (kind, namespace, name, owner uid). An object
-# cannot lose its owner but by an edit, so each is checked once per process; absent ones each time.
-_OWNED: set[tuple[str, str, str, str]] = set()
+# What this process knows of children, by (owner uid, kind, namespace, name): ones seen to carry
+# their owner's reference (an object loses its owner only by an edit), ones seen absent (a name taken
+# later is still refused when a child is written, see apply), and the write that left each as it is.
+ChildKey = tuple[str, str, str, str]
+_OWNED: set[ChildKey] = set()
+_FREE: set[ChildKey] = set()
+_APPLIED: dict[ChildKey, tuple[str, str | None]] = {}  # manifest digest, generation or resourceVersion
+_CLEANED: set[tuple[str, frozenset[str]]] = set()  # (owner uid, the Jobs kept): old Jobs deleted
 
 
-def foreign_children(manifests: list[Manifest], owner_uid: str) -> list[str]:
+class ForeignChild(Exception):
+    """A child's name is taken by an object this SpeculativeDeployment did not create."""
+
+
+def foreign_children(manifests: list[Manifest], owner_uid: str, fresh: bool = False) -> list[str]:
     """The children that exist already without an ownerReference to owner_uid, described: a
-    Service someone else made under the same name must not be taken over (nor its selector)."""
+    Service someone else made under the same name must not be taken over (nor its selector).
+    Each is read once per process (fresh: absent ones again)."""
     foreign = []
     for manifest in manifests:
-        key = _owned_key(manifest, owner_uid)
-        if key in _OWNED:
+        key = _child_key(manifest, owner_uid)
+        if key in _OWNED or (key in _FREE and not fresh):
             continue
-        kind, namespace, name, _ = key
+        _, kind, namespace, name = key
         owners = _owner_uids(kind, namespace, name)
         if owners is None:
-            continue
-        if owner_uid in owners:
+            _FREE.add(key)
+        elif owner_uid in owners:
             _OWNED.add(key)
         else:
+            _FREE.discard(key)
             foreign.append(f"{kind} {namespace}/{name} (not created by this SpeculativeDeployment)")
     return foreign
+
+
+def forget(owner_uid: str) -> None:
+    """Drop what this process knew of a deleted SpeculativeDeployment's children."""
+    for known in (_OWNED, _FREE):
+        known.difference_update({key for key in known if key[0] == owner_uid})
+    _CLEANED.difference_update({done for done in _CLEANED if done[0] == owner_uid})
+    for key in [key for key in _APPLIED if key[0] == owner_uid]:
+        del _APPLIED[key]
+
+
+POD_MONITOR_DISCOVERY_SECONDS = 60.0  # one discovery read a minute, whatever the number of objects
+_DISCOVERED: list[tuple[float, bool]] = []
 
 
 def serves_pod_monitors() -> bool:
     """Whether the API server serves PodMonitors (the Prometheus Operator's CRDs are installed), by
     discovery, which every authenticated client may read."""
+    now = time.monotonic()
+    if _DISCOVERED and now - _DISCOVERED[0][0] < POD_MONITOR_DISCOVERY_SECONDS:
+        return _DISCOVERED[0][1]
     try:
-        found = client.CustomObjectsApi().get_api_resources(MONITORING_GROUP, "v1")
+        found = _custom().get_api_resources(MONITORING_GROUP, "v1")
+        served = any(resource.name == "podmonitors" for resource in found.resources)
     except ApiException as exc:
-        if exc.status == 404:
-            return False
-        raise
-    return any(resource.name == "podmonitors" for resource in found.resources)
+        if exc.status != 404:
+            raise
+        served = False
+    _DISCOVERED[:] = [(now, served)]
+    return served
 
 
-def _owned_key(manifest: Manifest, owner_uid: str) -> tuple[str, str, str, str]:
+def _child_key(manifest: Manifest, owner_uid: str) -> ChildKey:
     meta = manifest["metadata"]
-    return manifest["kind"], meta["namespace"], meta["name"], owner_uid
+    return owner_uid, manifest["kind"], meta["namespace"], meta["name"]
 
 
 def _owner_uids(kind: str, namespace: str, name: str) -> set[str] | None:
@@ -118,14 +185,14 @@ def _owner_uids(kind: str, namespace: str, name: str) -> set[str] | None:
     without the Prometheus Operator's CRD) does not exist."""
     try:
         if kind == "PodMonitor":
-            obj = client.CustomObjectsApi().get_namespaced_custom_object(
+            obj = _custom().get_namespaced_custom_object(
                 MONITORING_GROUP, "v1", namespace, "podmonitors", name
             )
             return {ref["uid"] for ref in cast(dict[str, Any], obj)["metadata"].get("ownerReferences") or []}
         readers: dict[str, Callable[[str, str], Any]] = {
-            "Deployment": client.AppsV1Api().read_namespaced_deployment,
-            "Service": client.CoreV1Api().read_namespaced_service,
-            "Job": client.BatchV1Api().read_namespaced_job,
+            "Deployment": _apps().read_namespaced_deployment,
+            "Service": _core().read_namespaced_service,
+            "Job": _batch().read_namespaced_job,
         }
         refs = readers[kind](name, namespace).metadata.owner_references or []
     except ApiException as exc:
@@ -135,82 +202,157 @@ def _owner_uids(kind: str, namespace: str, name: str) -> set[str] | None:
     return {ref.uid for ref in refs}
 
 
-def apply(manifest: Manifest) -> None:
-    """Create or update one child by server-side apply.
+def apply(manifest: Manifest, children: Children | None = None) -> None:
+    """Create or update one child by server-side apply, unless this process wrote the same manifest
+    and the watch shows the child unchanged since (idle objects cost the API server nothing).
 
     Force takes over fields other managers set (replicas set through the scale subresource, say):
-    only on a child that is ours or absent. On someone else's object a conflict is an error instead
-    (the caller is expected to have refused it already, see foreign_children)."""
+    only on a child that is ours or absent; someone else's object raises ForeignChild."""
     meta = manifest["metadata"]
     name, namespace, kind = meta["name"], meta["namespace"], manifest["kind"]
-    force = not foreign_children([manifest], meta["ownerReferences"][0]["uid"])
-    common: dict[str, Any] = {"field_manager": FIELD_MANAGER, "force": force, "_content_type": APPLY}
+    key = _child_key(manifest, meta["ownerReferences"][0]["uid"])
+    digest = hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()
+    if kind != "Job" and _APPLIED.get(key) == (digest, _written_as(children or Children(), key)):
+        return
+    if foreign_children([manifest], key[0], fresh=True):
+        raise ForeignChild(f"{kind} {namespace}/{name} (not created by this SpeculativeDeployment)")
+    common: dict[str, Any] = {"field_manager": FIELD_MANAGER, "force": True, "_content_type": APPLY}
+    written: str | None = None
     if kind == "Deployment":
-        client.AppsV1Api().patch_namespaced_deployment(name, namespace, manifest, **common)
+        deployment: Any = _apps().patch_namespaced_deployment(name, namespace, manifest, **common)
+        written = str(deployment.metadata.generation)
     elif kind == "Service":
-        client.CoreV1Api().patch_namespaced_service(name, namespace, manifest, **common)
+        service: Any = _core().patch_namespaced_service(name, namespace, manifest, **common)
+        written = service.metadata.resource_version
     elif kind == "Job":  # immutable once created; its name carries the generation it measures
         try:
-            client.BatchV1Api().create_namespaced_job(
-                namespace, cast(Any, manifest), field_manager=FIELD_MANAGER
-            )
+            _batch().create_namespaced_job(namespace, cast(Any, manifest), field_manager=FIELD_MANAGER)
         except ApiException as exc:
             if exc.status != 409:
                 raise
-    elif kind == "PodMonitor":
-        client.CustomObjectsApi().patch_namespaced_custom_object(
+    elif kind == "PodMonitor":  # not watched: written again after a change or a restart
+        _custom().patch_namespaced_custom_object(
             MONITORING_GROUP, "v1", namespace, "podmonitors", name, manifest, **common
         )
     else:
         raise ValueError(f"specgate does not manage {kind} objects")
+    _APPLIED[key] = (digest, written)
 
 
-def scale_deployment(namespace: str, name: str, replicas: int) -> None:
+def _written_as(children: Children, key: ChildKey) -> str | None:
+    """The watched child's generation (Deployment) or resourceVersion (Service), to compare with
+    what this process's last write left; None for what is not watched."""
+    _, kind, namespace, name = key
+    if kind == "Deployment":
+        dep = children.deployment(namespace, name)
+        return str(dep.generation) if dep else "absent"
+    if kind == "Service":
+        return children.service_version(namespace, name) or "absent"
+    return None
+
+
+def scale_deployment(namespace: str, name: str, replicas: int, children: Children | None = None) -> None:
     """Change only the replicas (the scale subresource): the pod template stays as it is."""
-    client.AppsV1Api().patch_namespaced_deployment_scale(name, namespace, {"spec": {"replicas": replicas}})
+    dep = (children or Children()).deployment(namespace, name)
+    if dep is None or dep.replicas != replicas:
+        _apps().patch_namespaced_deployment_scale(name, namespace, {"spec": {"replicas": replicas}})
 
 
-def track_state(namespace: str, name: str, selector: dict[str, str]) -> TrackState:
-    """The Deployment's replica counts and the first fatal reason among its pods."""
-    try:
-        dep = client.AppsV1Api().read_namespaced_deployment(name, namespace)
-    except ApiException as exc:
-        if exc.status == 404:
-            return TrackState()
-        raise
-    label_selector = ",".join(f"{k}={v}" for k, v in sorted(selector.items()))
-    pods = client.CoreV1Api().list_namespaced_pod(namespace, label_selector=label_selector).items
-    template = ((dep.metadata and dep.metadata.annotations) or {}).get(ANNOTATION_TEMPLATE)
-    return TrackState(
-        exists=True,
-        replicas=dep.spec.replicas or 0,
-        ready_replicas=_ready_on_template(pods, template, dep),
-        failure=next((f for f in map(_pod_failure, pods) if f), None),
-        waiting=next((w for w in map(_pod_unscheduled, pods) if w), None),
-        template_hash=template,
+@dataclass(frozen=True)
+class DeploymentView:
+    """What the operator reads of a child Deployment, kept from the watch."""
+
+    replicas: int
+    ready_replicas: int
+    template: str | None  # ANNOTATION_TEMPLATE: the template it asks for
+    generation: int  # bumped by every change of its spec: ours, or anyone's
+
+
+@dataclass(frozen=True)
+class PodView:
+    """What the operator reads of a child pod, kept from the watch."""
+
+    template: str | None
+    ready: bool  # Ready and not being deleted
+    failure: str | None
+    unscheduled: str | None
+
+
+@dataclass(frozen=True)
+class Children:
+    """The children as the watches last saw them (kopf indexes, filled before the first reconcile):
+    Deployments and Services by (namespace, name), pods by (namespace, owner's name, track)."""
+
+    deployments: Mapping[tuple[str, str], Collection[DeploymentView]] = field(default_factory=dict)
+    services: Mapping[tuple[str, str], Collection[str]] = field(default_factory=dict)  # resourceVersions
+    pods: Mapping[tuple[str, str, str], Collection[PodView]] = field(default_factory=dict)
+
+    def deployment(self, namespace: str, name: str) -> DeploymentView | None:
+        return next(iter(self.deployments.get((namespace, name), ())), None)
+
+    def service_version(self, namespace: str, name: str) -> str | None:
+        return next(iter(self.services.get((namespace, name), ())), None)
+
+
+def deployment_view(body: Mapping[str, Any]) -> DeploymentView:
+    meta, status = body.get("metadata", {}), body.get("status") or {}
+    return DeploymentView(
+        replicas=int((body.get("spec") or {}).get("replicas") or 0),
+        ready_replicas=int(status.get("readyReplicas") or 0),
+        template=(meta.get("annotations") or {}).get(ANNOTATION_TEMPLATE),
+        generation=int(meta.get("generation") or 0),
     )
 
 
-def _ready_on_template(pods: list[Any], template: str | None, dep: Any) -> int:
+def pod_view(body: Mapping[str, Any]) -> PodView:
+    meta, status = body.get("metadata", {}), body.get("status") or {}
+    ready = any(
+        c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []
+    )
+    return PodView(
+        template=(meta.get("annotations") or {}).get(ANNOTATION_TEMPLATE),
+        ready=ready and meta.get("deletionTimestamp") is None,
+        failure=_pod_failure(body),
+        unscheduled=_pod_unscheduled(body),
+    )
+
+
+def pods_key(namespace: str, labels: Mapping[str, str]) -> tuple[str, str, str]:
+    return namespace, labels.get(LABEL_DEPLOYMENT, ""), labels.get(LABEL_TRACK, "")
+
+
+def track_state(children: Children, namespace: str, name: str, selector: dict[str, str]) -> TrackState:
+    """The Deployment's replica counts and the first fatal reason among its pods, as watched."""
+    dep = children.deployment(namespace, name)
+    if dep is None:
+        return TrackState()
+    pods = children.pods.get(pods_key(namespace, selector), ())
+    return TrackState(
+        exists=True,
+        replicas=dep.replicas,
+        ready_replicas=_ready_on_template(pods, dep),
+        failure=next((p.failure for p in pods if p.failure), None),
+        waiting=next((p.unscheduled for p in pods if p.unscheduled), None),
+        template_hash=dep.template,
+    )
+
+
+def _ready_on_template(pods: Collection[PodView], dep: DeploymentView) -> int:
     """Ready pods that run the Deployment's current template and are not going away: during a
     rolling update readyReplicas still counts the old template's pods, which are not what was
     asked for (and not what is being measured)."""
-    if template is None:  # a Deployment from before template hashes
-        return (dep.status.ready_replicas or 0) if dep.status else 0
-    return sum(
-        1
-        for pod in pods
-        if pod.metadata.deletion_timestamp is None
-        and (pod.metadata.annotations or {}).get(ANNOTATION_TEMPLATE) == template
-        and any(
-            c.type == "Ready" and c.status == "True" for c in ((pod.status and pod.status.conditions) or [])
-        )
-    )
+    if dep.template is None:  # a Deployment from before template hashes
+        return dep.ready_replicas
+    return sum(1 for pod in pods if pod.ready and pod.template == dep.template)
 
 
 def delete_benchmark_jobs(owner: Owner, keep: set[str]) -> None:
-    """Delete the owner's benchmark Jobs (and, in the background, their pods) but those in keep."""
-    batch = client.BatchV1Api()
+    """Delete the owner's benchmark Jobs (and, in the background, their pods) but those in keep;
+    once per rollout: only the rollout's own Jobs are ever created after."""
+    done = (owner.uid, frozenset(keep))
+    if done in _CLEANED:
+        return
+    batch = _batch()
     jobs = batch.list_namespaced_job(owner.namespace, label_selector=f"{LABEL_DEPLOYMENT}={owner.name}").items
     for job in jobs:
         meta = job.metadata
@@ -222,19 +364,21 @@ def delete_benchmark_jobs(owner: Owner, keep: set[str]) -> None:
             except ApiException as exc:
                 if exc.status != 404:
                     raise
+    _CLEANED.add(done)
 
 
 def benchmark_job(namespace: str, name: str) -> BenchmarkJob:
     """The Job's outcome and its pod's termination message (the driver's report)."""
     try:
-        job = client.BatchV1Api().read_namespaced_job(name, namespace)
+        job = _batch().read_namespaced_job(name, namespace)
     except ApiException as exc:
         if exc.status == 404:
             return BenchmarkJob(name)
         raise
     status = job.status or client.V1JobStatus()
     conditions = {c.type: c for c in (status.conditions or []) if c.status == "True"}
-    pods = client.CoreV1Api().list_namespaced_pod(namespace, label_selector=f"job-name={name}").items
+    listed = _core().list_namespaced_pod(namespace, label_selector=f"job-name={name}").items
+    pods = [cast(dict[str, Any], _api().sanitize_for_serialization(pod)) for pod in listed]  # type: ignore[no-untyped-call]
     terminated = next(filter(None, map(_terminated, pods)), None)
     failure = next((f for f in map(_pod_failure, pods) if f), None)
     if "Failed" in conditions:
@@ -245,22 +389,27 @@ def benchmark_job(namespace: str, name: str) -> BenchmarkJob:
         exists=True,
         finished=bool({"Complete", "Failed"} & set(conditions)) or failure is not None,
         failure=failure,
-        report=terminated.message if terminated is not None else None,
+        report=terminated.get("message") if terminated is not None else None,
         start=status.start_time,
         end=status.completion_time,
     )
 
 
-def _terminated(pod: Any) -> Any:
-    statuses = (pod.status.container_statuses or []) if pod.status else []
-    return statuses[0].state.terminated if statuses and statuses[0].state else None
+def _terminated(pod: Mapping[str, Any]) -> Mapping[str, Any] | None:
+    statuses = (pod.get("status") or {}).get("containerStatuses") or []
+    return (
+        cast(Mapping[str, Any] | None, (statuses[0].get("state") or {}).get("terminated"))
+        if statuses
+        else None
+    )
 
 
-def _pod_failure(pod: Any) -> str | None:
-    for cs in (pod.status.container_statuses or []) if pod.status else []:
-        waiting = cs.state.waiting if cs.state else None
-        if waiting is not None and waiting.reason in FATAL_WAITING_REASONS:
-            failure = f"pod {pod.metadata.name}: {waiting.reason}: {waiting.message or ''}".strip()
+def _pod_failure(pod: Mapping[str, Any]) -> str | None:
+    for cs in (pod.get("status") or {}).get("containerStatuses") or []:
+        waiting = (cs.get("state") or {}).get("waiting") or {}
+        if waiting.get("reason") in FATAL_WAITING_REASONS:
+            name = pod["metadata"]["name"]
+            failure = f"pod {name}: {waiting['reason']}: {waiting.get('message') or ''}".strip()
             return failure + _last_exit(cs)
     return None
 
@@ -268,27 +417,27 @@ def _pod_failure(pod: Any) -> str | None:
 LAST_MESSAGE_CHARS = 300  # of the container's termination message: status and Events stay short
 
 
-def _last_exit(container_status: Any) -> str:
+def _last_exit(container_status: Mapping[str, Any]) -> str:
     """How the container last ended (exit code, reason such as OOMKilled, its termination message):
     kept in status and the rollback's Event, it outlives the pods the rollback deletes."""
-    last = container_status.last_state.terminated if container_status.last_state else None
-    if last is None:
+    last = (container_status.get("lastState") or {}).get("terminated")
+    if not last:
         return ""
-    message = " ".join((last.message or "").split())[-LAST_MESSAGE_CHARS:]
-    return f"; last exit {last.exit_code} ({last.reason or 'unknown'})" + (f": {message}" if message else "")
+    message = " ".join((last.get("message") or "").split())[-LAST_MESSAGE_CHARS:]
+    ended = f"; last exit {last.get('exitCode')} ({last.get('reason') or 'unknown'})"
+    return ended + (f": {message}" if message else "")
 
 
-def _pod_unscheduled(pod: Any) -> str | None:
-    for cond in (pod.status.conditions or []) if pod.status else []:
-        if cond.type == "PodScheduled" and cond.status == "False":
-            return f"pod {pod.metadata.name}: {cond.reason}: {cond.message or ''}".strip()
+def _pod_unscheduled(pod: Mapping[str, Any]) -> str | None:
+    for cond in (pod.get("status") or {}).get("conditions") or []:
+        if cond.get("type") == "PodScheduled" and cond.get("status") == "False":
+            name = pod["metadata"]["name"]
+            return f"pod {name}: {cond.get('reason')}: {cond.get('message') or ''}".strip()
     return None
 
 
 def get_speculative_deployment(namespace: str, name: str) -> dict[str, Any]:
-    obj = client.CustomObjectsApi().get_namespaced_custom_object(
-        api.GROUP, api.VERSION, namespace, api.PLURAL, name
-    )
+    obj = _custom().get_namespaced_custom_object(api.GROUP, api.VERSION, namespace, api.PLURAL, name)
     return cast(dict[str, Any], obj)
 
 
@@ -301,9 +450,7 @@ def annotate(namespace: str, name: str, changes: dict[str, str | None], resource
     a concurrent change raises Conflict rather than being overwritten."""
     body = {"metadata": {"annotations": changes, "resourceVersion": resource_version}}
     try:
-        client.CustomObjectsApi().patch_namespaced_custom_object(
-            api.GROUP, api.VERSION, namespace, api.PLURAL, name, body
-        )
+        _custom().patch_namespaced_custom_object(api.GROUP, api.VERSION, namespace, api.PLURAL, name, body)
     except ApiException as exc:
         if exc.status == 409:
             raise Conflict(str(exc.reason)) from exc
@@ -311,7 +458,7 @@ def annotate(namespace: str, name: str, changes: dict[str, str | None], resource
 
 
 def speculative_deployment_names(namespace: str) -> list[str]:
-    listed = client.CustomObjectsApi().list_namespaced_custom_object(
+    listed = _custom().list_namespaced_custom_object(
         api.GROUP, api.VERSION, namespace, api.PLURAL, _request_timeout=5
     )
     return [item["metadata"]["name"] for item in cast(dict[str, Any], listed)["items"]]

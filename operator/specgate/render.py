@@ -24,6 +24,8 @@ LABEL_TRACK = "specgate.dev/track"
 LABEL_METHOD = "specgate.dev/method"
 LABEL_ENGINE = "specgate.dev/engine"
 LABEL_BENCHMARK = "specgate.dev/benchmark"  # on benchmark pods: the track they measure
+# On every child and its pods: the operator watches exactly the objects with this label.
+MANAGED_BY = {"app.kubernetes.io/managed-by": "specgate"}
 ANNOTATION_TEMPLATE = "specgate.dev/template-hash"  # on Deployments and pods: what they run
 DRIVER_SOURCE = (Path(__file__).parent / "bench_driver.py").read_text()
 MAX_NAME = 63  # a Job's name becomes its pods' job-name label value
@@ -113,7 +115,7 @@ def pod_labels(spec: api.SpeculativeDeploymentSpec, owner: Owner, track: Track) 
         **spec.pod_labels,
         "app.kubernetes.io/name": "vllm",
         "app.kubernetes.io/instance": owner.name,
-        "app.kubernetes.io/managed-by": "specgate",
+        **MANAGED_BY,
         LABEL_ENGINE: "vllm",
         LABEL_METHOD: method,
         **selector_labels(owner, track),
@@ -265,9 +267,7 @@ def service(owner: Owner, track: Track | None = None) -> Manifest:
     return {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": _metadata(
-            owner, service_name(owner, track), {"app.kubernetes.io/managed-by": "specgate"}
-        ),
+        "metadata": _metadata(owner, service_name(owner, track), dict(MANAGED_BY)),
         "spec": {
             "selector": selector,
             "ports": [{"name": "http", "port": HTTP_PORT, "targetPort": "http", "protocol": "TCP"}],
@@ -302,7 +302,7 @@ def benchmark_job(
         volumes.append({"name": "datasets", "configMap": {"name": bench.dataset_from.config_map}})
         mounts.append({"name": "datasets", "mountPath": "/datasets", "readOnly": True})
     labels = {
-        "app.kubernetes.io/managed-by": "specgate",
+        **MANAGED_BY,
         LABEL_DEPLOYMENT: owner.name,
         LABEL_BENCHMARK: track.value,
     }
@@ -343,9 +343,7 @@ def pod_monitor(owner: Owner, scrape_interval: str, labels: dict[str, str] | Non
     return {
         "apiVersion": "monitoring.coreos.com/v1",
         "kind": "PodMonitor",
-        "metadata": _metadata(
-            owner, owner.name, {**(labels or {}), "app.kubernetes.io/managed-by": "specgate"}
-        ),
+        "metadata": _metadata(owner, owner.name, {**(labels or {}), **MANAGED_BY}),
         "spec": {
             "selector": {"matchLabels": {LABEL_DEPLOYMENT: owner.name}},
             "podMetricsEndpoints": [{"port": "http", "path": "/metrics", "interval": scrape_interval}],

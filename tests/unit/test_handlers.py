@@ -46,7 +46,9 @@ class FakeKube:
             monkeypatch.setattr(kube, name, getattr(self, name))
         return self
 
-    def track_state(self, namespace: str, name: str, selector: dict[str, str]) -> TrackState:
+    def track_state(
+        self, children: kube.Children, namespace: str, name: str, selector: dict[str, str]
+    ) -> TrackState:
         return self.tracks.get(name, TrackState())
 
     def foreign_children(self, manifests: list[Manifest], owner_uid: str) -> list[str]:
@@ -55,11 +57,13 @@ class FakeKube:
     def serves_pod_monitors(self) -> bool:
         return self.pod_monitor_crd
 
-    def apply(self, manifest: Manifest) -> None:
+    def apply(self, manifest: Manifest, children: kube.Children | None = None) -> None:
         replicas = manifest["spec"].get("replicas")
         self.calls.append(("apply", manifest["kind"], manifest["metadata"]["name"], replicas))
 
-    def scale_deployment(self, namespace: str, name: str, replicas: int) -> None:
+    def scale_deployment(
+        self, namespace: str, name: str, replicas: int, children: kube.Children | None = None
+    ) -> None:
         self.calls.append(("scale", name, replicas))
 
     def delete_benchmark_jobs(self, owner: Owner, keep: set[str]) -> None:
@@ -96,7 +100,8 @@ class FakePrometheus:
 def reconcile_step(run: Run, after: float) -> Decision:
     """handlers.step on the run's spec and status, `after` seconds after its last step."""
     raw = run.spec.model_dump(by_alias=True, mode="json")
-    return handlers.step(raw, run.status, OWNER, run.generation, run.now + timedelta(seconds=after))
+    later = run.now + timedelta(seconds=after)
+    return handlers.step(raw, run.status, OWNER, run.generation, later, {}, kube.Children())
 
 
 def rolling_back() -> Run:

@@ -1,9 +1,12 @@
 """How a failing pod is described in status and the rollback's Event, from the pod objects the API
-server returns (the kubernetes client's models, as kube.py reads them)."""
+server sends (built with the kubernetes client's models, serialized as the watch delivers them)."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from kubernetes.client import (
+    ApiClient,
     V1ContainerState,
     V1ContainerStateTerminated,
     V1ContainerStateWaiting,
@@ -18,15 +21,16 @@ from specgate import kube
 BACK_OFF = "back-off 40s restarting failed container=vllm pod=m-canary-7d9-x2"
 
 
-def crash_looping(last: V1ContainerStateTerminated | None) -> V1Pod:
+def crash_looping(last: V1ContainerStateTerminated | None) -> dict[str, Any]:
     status = V1ContainerStatus(
         name="vllm", image="vllm/vllm-openai:v0.32.0", image_id="", ready=False, restart_count=3,
         state=V1ContainerState(waiting=V1ContainerStateWaiting(reason="CrashLoopBackOff", message=BACK_OFF)),
         last_state=V1ContainerState(terminated=last) if last else V1ContainerState(),
     )  # fmt: skip
-    return V1Pod(
+    pod = V1Pod(
         metadata=V1ObjectMeta(name="m-canary-7d9-x2"), status=V1PodStatus(container_statuses=[status])
     )
+    return ApiClient().sanitize_for_serialization(pod)  # type: ignore[no-any-return,no-untyped-call]
 
 
 def test_a_crash_loop_names_how_the_container_last_ended() -> None:

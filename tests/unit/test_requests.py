@@ -12,7 +12,7 @@ import pytest
 from tests.unit.test_handlers import OWNER, FakeKube
 from tests.unit.test_rollout import Run, make_spec, metrics, ready
 
-from specgate import api, cli, handlers, rollout
+from specgate import api, cli, handlers, kube, rollout
 from specgate.api import Phase
 from specgate.observation import TrackState
 from specgate.rollout import Reason
@@ -103,11 +103,19 @@ def test_the_handler_reads_the_annotations_and_a_malformed_one_fails_touching_no
     fake = FakeKube(tracks={"llama-baseline": ready(2)}).install(monkeypatch)
     run = Run()
     raw = run.spec.model_dump(by_alias=True, mode="json")
-    paused = handlers.step(raw, run.status, OWNER, 1, run.now, {api.ANNOTATION_PAUSED: "true"})
+    paused = handlers.step(
+        raw, run.status, OWNER, 1, run.now, {api.ANNOTATION_PAUSED: "true"}, kube.Children()
+    )
     assert paused.status.phase == Phase.PAUSED and "specgate.dev/paused" in (paused.status.message or "")
     fake.calls.clear()
     bad = handlers.step(
-        raw, paused.status, OWNER, 1, run.now + timedelta(seconds=10), {api.ANNOTATION_RETRY: "x"}
+        raw,
+        paused.status,
+        OWNER,
+        1,
+        run.now + timedelta(seconds=10),
+        {api.ANNOTATION_RETRY: "x"},
+        kube.Children(),
     )
     assert (bad.status.phase, bad.status.reason) == (Phase.FAILED, Reason.INVALID_SPEC)
     assert "metadata.annotations[specgate.dev/retry]" in (bad.status.message or "")

@@ -1,0 +1,86 @@
+"""A track's state from the watched children (the pod and Deployment objects as the API server
+sends them, built with the kubernetes client's models and serialized), and the watch keys."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Any
+
+from kubernetes.client import (
+    ApiClient,
+    V1Deployment,
+    V1DeploymentSpec,
+    V1DeploymentStatus,
+    V1LabelSelector,
+    V1ObjectMeta,
+    V1Pod,
+    V1PodCondition,
+    V1PodStatus,
+    V1PodTemplateSpec,
+)
+
+from specgate import kube
+from specgate.observation import TrackState
+from specgate.render import ANNOTATION_TEMPLATE, Owner, Track, selector_labels
+
+OWNER = Owner("llama", "ml", "u-1")
+LABELS = selector_labels(OWNER, Track.CANARY)
+
+
+def wire(model: Any) -> dict[str, Any]:
+    return ApiClient().sanitize_for_serialization(model)  # type: ignore[no-any-return,no-untyped-call]
+
+
+def deployment(replicas: int, template: str, ready: int) -> dict[str, Any]:
+    meta = V1ObjectMeta(name="llama-canary", generation=4, annotations={ANNOTATION_TEMPLATE: template})
+    spec = V1DeploymentSpec(replicas=replicas, selector=V1LabelSelector(), template=V1PodTemplateSpec())
+    return wire(V1Deployment(metadata=meta, spec=spec, status=V1DeploymentStatus(ready_replicas=ready)))
+
+
+def pod(name: str, template: str, ready: bool, deleting: bool = False, **condition: str) -> dict[str, Any]:
+    conditions = [V1PodCondition(type="Ready", status="True" if ready else "False")]
+    if condition:
+        conditions.append(V1PodCondition(type="PodScheduled", status="False", **condition))
+    meta = V1ObjectMeta(
+        name=name,
+        labels=LABELS,
+        annotations={ANNOTATION_TEMPLATE: template},
+        deletion_timestamp=datetime(2026, 11, 25, tzinfo=UTC) if deleting else None,
+    )
+    return wire(V1Pod(metadata=meta, status=V1PodStatus(conditions=conditions)))
+
+
+def children(dep: dict[str, Any] | None, pods: list[dict[str, Any]]) -> kube.Children:
+    deployments = {} if dep is None else {("ml", "llama-canary"): [kube.deployment_view(dep)]}
+    by_key: dict[tuple[str, str, str], list[kube.PodView]] = {}
+    for body in pods:
+        by_key.setdefault(kube.pods_key("ml", body["metadata"]["labels"]), []).append(kube.pod_view(body))
+    return kube.Children(deployments=deployments, pods=by_key)
+
+
+def test_only_ready_pods_on_the_current_template_that_are_not_going_away_count() -> None:
+    pods = [
+        pod("a", "new", ready=True),
+        pod("b", "old", ready=True),  # a rolling update's old pod: Ready, but not what was asked for
+        pod("c", "new", ready=True, deleting=True),
+        pod("d", "new", ready=False, reason="Unschedulable", message="0/2 nodes have a free GPU"),
+    ]
+    state = kube.track_state(children(deployment(3, "new", ready=3), pods), "ml", "llama-canary", LABELS)
+    assert state == TrackState(
+        exists=True,
+        replicas=3,
+        ready_replicas=1,
+        waiting="pod d: Unschedulable: 0/2 nodes have a free GPU",
+        template_hash="new",
+    )
+
+
+def test_a_deployment_the_watch_has_not_seen_does_not_exist() -> None:
+    assert kube.track_state(children(None, [pod("a", "new", ready=True)]), "ml", "llama-canary", LABELS) == (
+        TrackState()
+    )
+
+
+def test_pods_are_kept_by_namespace_owner_and_track() -> None:
+    assert kube.pods_key("ml", LABELS) == ("ml", "llama", "canary")
+    assert kube.pods_key("ml", {"app": "other"}) == ("ml", "", "")
