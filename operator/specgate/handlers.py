@@ -36,6 +36,7 @@ def default_prometheus_url() -> str | None:
 @kopf.on.startup()
 def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     kube.load_config()
+    kube.warm_up()
     if METRICS_PORT:
         metrics.serve(METRICS_PORT)
     # kopf would post every handler log line as an Event; ours are posted explicitly, with reasons.
@@ -86,7 +87,8 @@ def reconcile(
     children = kube.Children(indexes["child_deployments"], indexes["child_services"], indexes["child_pods"])
     annotations = dict(meta.get("annotations") or {})
     try:
-        decision = step(dict(spec), current, owner, generation, now, annotations, children)
+        with metrics.RECONCILE_SECONDS.time():
+            decision = step(dict(spec), current, owner, generation, now, annotations, children)
     except Exception:
         metrics.RECONCILE_ERRORS.labels(owner.namespace, owner.name).inc()
         raise  # kopf logs it and retries on the next tick

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import time
 from collections.abc import Callable, Collection, Mapping
 from dataclasses import dataclass, field
@@ -79,6 +80,15 @@ def _api() -> client.ApiClient:
     return _API[0]
 
 
+def warm_up() -> None:
+    """Open the client's first connection now (the TLS handshake and certificate loading take most
+    of a second): the first object created after a start does not wait for it."""
+    try:
+        serves_pod_monitors()
+    except (ApiException, OSError) as exc:  # the reconciles report it, with the object it concerns
+        logging.getLogger(__name__).warning("the API server did not answer at start: %s", exc)
+
+
 def _apps() -> client.AppsV1Api:
     return client.AppsV1Api(_api())
 
@@ -111,13 +121,15 @@ def current_namespace() -> str:
 
 
 # What this process knows of children, by (owner uid, kind, namespace, name): ones seen to carry
-# their owner's reference (an object loses its owner only by an edit), ones seen absent (a name taken
-# later is still refused when a child is written, see apply), and the write that left each as it is.
+# their owner's reference (an object loses its owner only by an edit), ones seen absent and when (a
+# name taken later is still refused when a child is written, see apply), and the write that left
+# each as it is.
 ChildKey = tuple[str, str, str, str]
 _OWNED: set[ChildKey] = set()
-_FREE: set[ChildKey] = set()
+_FREE: dict[ChildKey, float] = {}  # when it was seen absent (time.monotonic)
 _APPLIED: dict[ChildKey, tuple[str, str | None]] = {}  # manifest digest, generation or resourceVersion
 _CLEANED: set[tuple[str, frozenset[str]]] = set()  # (owner uid, the Jobs kept): old Jobs deleted
+FRESH_SECONDS = 10.0  # a name seen free this recently is not read again before it is written
 
 
 class ForeignChild(Exception):
@@ -127,31 +139,32 @@ class ForeignChild(Exception):
 def foreign_children(manifests: list[Manifest], owner_uid: str, fresh: bool = False) -> list[str]:
     """The children that exist already without an ownerReference to owner_uid, described: a
     Service someone else made under the same name must not be taken over (nor its selector).
-    Each is read once per process (fresh: absent ones again)."""
+    Each is read once per process (fresh: absent ones again unless seen so just now)."""
     foreign = []
     for manifest in manifests:
         key = _child_key(manifest, owner_uid)
-        if key in _OWNED or (key in _FREE and not fresh):
+        seen_free = _FREE.get(key)
+        if key in _OWNED or (seen_free and (not fresh or time.monotonic() - seen_free < FRESH_SECONDS)):
             continue
         _, kind, namespace, name = key
         owners = _owner_uids(kind, namespace, name)
         if owners is None:
-            _FREE.add(key)
+            _FREE[key] = time.monotonic()
         elif owner_uid in owners:
             _OWNED.add(key)
         else:
-            _FREE.discard(key)
+            _FREE.pop(key, None)
             foreign.append(f"{kind} {namespace}/{name} (not created by this SpeculativeDeployment)")
     return foreign
 
 
 def forget(owner_uid: str) -> None:
     """Drop what this process knew of a deleted SpeculativeDeployment's children."""
-    for known in (_OWNED, _FREE):
-        known.difference_update({key for key in known if key[0] == owner_uid})
+    _OWNED.difference_update({key for key in _OWNED if key[0] == owner_uid})
     _CLEANED.difference_update({done for done in _CLEANED if done[0] == owner_uid})
-    for key in [key for key in _APPLIED if key[0] == owner_uid]:
-        del _APPLIED[key]
+    for known in (_FREE, _APPLIED):
+        for key in [key for key in known if key[0] == owner_uid]:
+            del known[key]
 
 
 POD_MONITOR_DISCOVERY_SECONDS = 60.0  # one discovery read a minute, whatever the number of objects

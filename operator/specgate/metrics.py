@@ -32,6 +32,11 @@ TIME_TO_VERDICT = Histogram(
     "Seconds from the start of canary analysis to promotion or rollback.",
     buckets=(30, 60, 120, 300, 600, 900, 1800, 3600, 7200),
 )
+RECONCILE_SECONDS = Histogram(
+    "specgate_reconcile_seconds",
+    "Seconds one reconcile of one object took (observe, decide, apply).",
+    buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+)
 RECONCILE_ERRORS = Counter(
     "specgate_reconcile_errors_total", "Reconciles that raised an exception.", ["namespace", "name"]
 )

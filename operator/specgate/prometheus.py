@@ -35,6 +35,7 @@ from typing import Any
 import requests
 from prometheus_api_client import PrometheusConnect
 from prometheus_api_client.exceptions import PrometheusApiClientException
+from prometheus_client import Counter
 
 from specgate import vllm_metrics
 from specgate.api import MetricsSource, is_http_url
@@ -180,6 +181,9 @@ def _read_secret(path: str, what: str) -> str:
         raise MetricsUnavailable(f"cannot read the Prometheus {what} file {path}: {exc}") from exc
 
 
+QUERIES = Counter("specgate_prometheus_queries_total", "PromQL queries the operator sent to Prometheus.")
+
+
 class PrometheusClient:
     def __init__(self, url: str, timeout_seconds: float = 10.0) -> None:
         self._url = url
@@ -246,6 +250,7 @@ class PrometheusClient:
 
     def _query(self, promql: str, at: datetime) -> list[dict[str, Any]]:
         prom = self._prom()
+        QUERIES.inc()
         try:
             result: list[dict[str, Any]] = prom.custom_query(promql, params={"time": at.timestamp()})
         except QUERY_ERRORS as exc:

@@ -4,6 +4,7 @@ sends them, built with the kubernetes client's models and serialized), and the w
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from types import SimpleNamespace
 from typing import Any
 
 from kubernetes.client import (
@@ -84,3 +85,47 @@ def test_a_deployment_the_watch_has_not_seen_does_not_exist() -> None:
 def test_pods_are_kept_by_namespace_owner_and_track() -> None:
     assert kube.pods_key("ml", LABELS) == ("ml", "llama", "canary")
     assert kube.pods_key("ml", {"app": "other"}) == ("ml", "", "")
+
+
+class FakeApps:
+    """kube._apps() stand-in: records the applies and answers with the generation they leave."""
+
+    def __init__(self) -> None:
+        self.writes: list[int] = []
+        self.generation = 1
+
+    def patch_namespaced_deployment(self, name: str, namespace: str, body: Any, **_: Any) -> Any:
+        self.generation += 1
+        self.writes.append(body["spec"]["replicas"])
+        return SimpleNamespace(metadata=SimpleNamespace(name=name, generation=self.generation))
+
+
+def watched(generation: int | None) -> kube.Children:
+    """What the watch shows of llama-baseline: absent (None), or at this generation."""
+    if generation is None:
+        return kube.Children()
+    view = kube.DeploymentView(replicas=1, ready_replicas=1, template="t", generation=generation)
+    return kube.Children(deployments={("ml", "llama-baseline"): [view]})
+
+
+def test_a_child_is_written_again_only_when_it_or_its_manifest_changed(monkeypatch: Any) -> None:
+    apps = FakeApps()
+    monkeypatch.setattr(kube, "_apps", lambda: apps)
+    monkeypatch.setattr(kube, "_owner_uids", lambda kind, namespace, name: None)  # no such object yet
+    owner = Owner("llama", "ml", f"u-{id(apps)}")
+    manifest = {
+        "kind": "Deployment",
+        "metadata": {"name": "llama-baseline", "namespace": "ml", "ownerReferences": [owner.reference()]},
+        "spec": {"replicas": 1},
+    }
+    kube.apply(manifest, watched(None))
+    kube.apply(manifest, watched(apps.generation))  # the watch shows what the write left: idle
+    kube.apply(manifest, watched(apps.generation))
+    assert apps.writes == [1]
+    kube.apply(manifest, watched(apps.generation + 1))  # someone edited it: ours is applied again
+    kube.apply(manifest, watched(None))  # someone deleted it
+    kube.apply({**manifest, "spec": {"replicas": 2}}, watched(apps.generation))  # we changed it
+    assert apps.writes == [1, 1, 1, 2]
+    kube.forget(owner.uid)
+    kube.apply({**manifest, "spec": {"replicas": 2}}, watched(apps.generation))  # nothing remembered
+    assert apps.writes == [1, 1, 1, 2, 2]
