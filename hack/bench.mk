@@ -6,6 +6,6 @@ bench: venv ## decision-rule, guard and draft-length benchmarks (about 20 minute
 	$(PY) bench/draft_length.py
 
 .PHONY: bench-scale
-bench-scale: venv ## the operator at 500 objects on a control plane of its own (about 15 minutes)
+bench-scale: venv ## the operator at 500 objects on a control plane of its own (about 10 minutes)
 	hack/build-binaries.sh
 	$(PY) bench/scale.py --objects $(or $(OBJECTS),500)
