@@ -312,7 +312,7 @@ class Bridge:
         container = pod.spec.containers[0]
         annotations = pod.metadata.annotations or {}
         kind = annotations.get(ENGINE_ANNOTATION, self.default_engine)
-        port = _free_port()
+        port = _free_port({e.port for e in self.engines.values()})
         pod_env = {e.name: e.value for e in container.env or [] if e.value is not None}
         argv, env = engine_command(kind, list(container.args or []), port, pod_env)
         engine = Engine(
@@ -475,11 +475,21 @@ def _is_running(pod: Any) -> bool:
     return bool(pod.status and pod.status.phase == "Running" and pod.metadata.deletion_timestamp is None)
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+# Engine ports come from below Linux's ephemeral range (32768 and up by default): a port the kernel
+# picked (bind to 0) was free then, but any outgoing connection could take it before the engine
+# bound it, and that engine crash-looped. Ports are handed out in turn, so a freed one rests.
+_ENGINE_PORTS = itertools.cycle(range(20000, 32768))
+
+
+def _free_port(taken: set[int]) -> int:
+    for _ in range(32768 - 20000):
+        port = next(_ENGINE_PORTS)
+        if port in taken:
+            continue
+        with socket.socket() as sock, contextlib.suppress(OSError):
+            sock.bind(("127.0.0.1", port))
+            return port
+    raise RuntimeError("no free engine port in 20000-32767")
 
 
 def _write_json(path: Path, data: Any) -> None:
