@@ -28,6 +28,7 @@ from __future__ import annotations
 import argparse
 import collections
 import json
+import math
 import os
 import re
 import shutil
@@ -253,12 +254,17 @@ def operator_requests(audit_log: Path, since: float, until: float) -> collection
 
 
 def seen_after(deployments: DeploymentWatch, created: dict[str, float]) -> list[float]:
-    """Seconds from each create call's return to the watch's first sight of its Deployment."""
-    time.sleep(5)
+    """Seconds from each create call's return to the watch's first sight of its Deployment (a
+    minute at most for the last)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and not created.keys() <= deployments.seen.keys():
+        time.sleep(1)
     return [deployments.seen[name] - t for name, t in created.items() if name in deployments.seen]
 
 
 def percentile(values: list[float], q: float) -> float:
+    if not values:
+        return math.nan
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, int(q * len(ordered)))]
 
