@@ -136,8 +136,8 @@ def step(
     if decision.touch_children:
         try:
             apply_children(spec, owner, decision, observation, children)
-        except kube.ForeignChild as taken:  # taken since it was read free: refused as above
-            message = f"{taken}: rename this object or remove the other; nothing was changed"
+        except kube.ForeignChild as taken:  # taken since it was read free: refused, and no more written
+            message = f"{taken}: rename this object or remove the other"
             return rollout.failed(rollout.Reason.NAME_CONFLICT, message, current, generation, now)
     return replace(decision, status=decision.status.model_copy(update=scale_status(owner, observation)))
 

@@ -185,6 +185,26 @@ def test_a_name_conflict_touches_no_child_and_asks_prometheus_nothing(
     assert (fake.calls, prometheus.queries) == ([], [])
 
 
+def test_a_name_taken_after_it_was_seen_free_fails_the_object_at_the_write(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """kube.apply refuses a child whose name another object took since it was read free; the
+    reconcile ends Failed (NameConflict) with the status of before, and writes nothing after it."""
+    fake = FakeKube({"llama-baseline": ready(1), "llama-canary": ready(1)}).install(monkeypatch)
+    FakePrometheus({"baseline": metrics(), "canary": metrics(0.8)}).install(monkeypatch)
+
+    def service_taken(manifest: Manifest, children: kube.Children | None = None) -> None:
+        if manifest["kind"] == "Service":
+            raise kube.ForeignChild("Service ml/llama (not created by this SpeculativeDeployment)")
+        fake.apply(manifest, children)
+
+    monkeypatch.setattr(kube, "apply", service_taken)
+    decision = reconcile_step(analyzing(), after=70)
+    assert (decision.status.phase, decision.status.reason) == (Phase.FAILED, Reason.NAME_CONFLICT)
+    assert "Service ml/llama (not created" in (decision.status.message or "")
+    assert not decision.touch_children and ("delete jobs but", JOBS) not in fake.calls
+
+
 def test_a_pod_monitor_without_its_crd_is_failed_naming_the_field_and_touches_nothing(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
