@@ -25,6 +25,7 @@ import os
 import re
 import ssl
 import statistics
+import threading
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
@@ -181,6 +182,24 @@ def _read_secret(path: str, what: str) -> str:
         raise MetricsUnavailable(f"cannot read the Prometheus {what} file {path}: {exc}") from exc
 
 
+_CONNECTIONS: dict[tuple[str, float], PrometheusConnect] = {}
+_CONNECTIONS_LOCK = threading.Lock()
+
+
+def _shared_connection(url: str, timeout: float) -> PrometheusConnect:
+    """One connection pool per Prometheus for the whole process: every object's queries reuse its
+    kept-alive connections instead of opening (and TLS-handshaking) one per reconcile."""
+    with _CONNECTIONS_LOCK:
+        connection = _CONNECTIONS.get((url, timeout))
+        if connection is None:
+            # The constructor cannot raise past is_http_url (it only parses the URL). TLS is
+            # verified: a private CA comes through REQUESTS_CA_BUNDLE (a mounted bundle), as for any
+            # `requests`.
+            connection = PrometheusConnect(url=url, disable_ssl=False, timeout=timeout)
+            _CONNECTIONS[(url, timeout)] = connection
+        return connection
+
+
 QUERIES = Counter("specgate_prometheus_queries_total", "PromQL queries the operator sent to Prometheus.")
 
 
@@ -199,11 +218,8 @@ class PrometheusClient:
                     f"Prometheus URL {self._url!r} is not an http:// or https:// URL with a host: "
                     "fix spec.rollout.metrics.prometheusUrl or --prometheus-url"
                 )
-            # Past that check the constructor cannot raise (it only parses the URL). TLS is verified:
-            # a private CA comes through REQUESTS_CA_BUNDLE (a mounted bundle), as for any `requests`.
-            self._connection = PrometheusConnect(
-                url=self._url, headers=request_headers(), disable_ssl=False, timeout=self._timeout
-            )
+            self._connection = _shared_connection(self._url, self._timeout)
+        self._connection.headers = request_headers()  # read for every query: a rotated Secret counts
         return self._connection
 
     def track_metrics(

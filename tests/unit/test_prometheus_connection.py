@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 from http.server import BaseHTTPRequestHandler
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 from tests.local_server import self_signed_cert, serving
@@ -142,6 +143,31 @@ def test_a_bearer_token_and_basic_auth_together_are_refused_naming_both(
         MetricsUnavailable, match="--prometheus-bearer-token-file and --prometheus-basic-auth-file"
     ):
         ask("http://127.0.0.1:9")
+
+
+class KeepAlive(EmptyAnswers):
+    """HTTP/1.1 with keep-alive; records the client port of every query it answers."""
+
+    protocol_version = "HTTP/1.1"
+    client_ports: ClassVar[list[int]] = []
+
+    def do_GET(self) -> None:
+        self.client_ports.append(self.client_address[1])
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(EMPTY)))
+        self.end_headers()
+        self.wfile.write(EMPTY)
+
+
+def test_the_queries_of_every_reconcile_share_one_kept_alive_connection() -> None:
+    """Each reconcile makes a PrometheusClient; at hundreds of objects a connection (and a TLS
+    handshake) per query would be most of what they cost Prometheus."""
+    with serving(KeepAlive) as url:
+        for _ in range(3):
+            assert ask(url) is None
+    assert len(KeepAlive.client_ports) == 3
+    assert len(set(KeepAlive.client_ports)) == 1, KeepAlive.client_ports
 
 
 def ask(url: str) -> object:
