@@ -18,7 +18,7 @@ from typing import Any
 
 import kopf
 
-from specgate import api, kube, metrics, render, rollout
+from specgate import api, kube, memory, metrics, render, rollout
 from specgate.api import Phase, SpeculativeDeploymentSpec, SpeculativeDeploymentStatus
 from specgate.observation import Observation, Window
 from specgate.prometheus import MetricsUnavailable, PrometheusClient, Selector
@@ -37,6 +37,7 @@ def default_prometheus_url() -> str | None:
 def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     kube.load_config()
     kube.warm_up()
+    memory.trim_periodically()
     if METRICS_PORT:
         metrics.serve(METRICS_PORT)
     # kopf would post every handler log line as an Event; ours are posted explicitly, with reasons.
