@@ -5,15 +5,19 @@ server).
 
 Each object goes Pending -> Baseline (its Deployment, a pod) and, as its Prometheus (a real one,
 scraping nothing) has no series of it, on to RolledBack (MetricsUnavailable after
-metricsUnavailableBudget 20s): a settled phase. A tenth stay
-measuring (a budget of hours), each sending its Baseline query every tick, the one range query per
-tick a guarded object sends for its canary. Then nothing is changed for IDLE seconds, and the API
-server's audit log counts the operator's requests (user agents specgate/* and kopf/*).
+metricsUnavailableBudget 20s): a settled phase. A tenth stay measuring (a budget of hours), each
+sending its Baseline query every tick. Another tenth are guarded: no engine runs here to pass an
+analysis, so once such an object is in Baseline the bench writes its status as a promotion leaves it
+(phase Promoted, its template hash passed); from then on the operator guards it as any promoted
+object, querying the canary's metrics every tick (its guard stays blind: Warn keeps it Promoted).
+Then nothing is changed for IDLE seconds, and the API server's audit log counts the operator's
+requests (user agents specgate/* and kopf/*).
 
 Then ONE_BY_ONE more objects are applied one at a time beside the N.
 
 Figures: idle API requests per minute per object (all objects, measuring ones included), PromQL
-queries per minute per measuring object (the operator's specgate_prometheus_queries_total), the
+queries per minute per measuring and per guarded object (the operator's
+specgate_prometheus_queries_total, by track: baseline for the measuring, canary for the guarded), the
 operator's RSS (with the image's MALLOC_ARENA_MAX), reconcile latency p50/p99
 (specgate_reconcile_seconds, bucket upper bounds), and the time from a create call's return to the
 watch's first sight of the object's Deployment (p50, p99): for the objects applied one at a time
@@ -38,7 +42,7 @@ import tempfile
 import threading
 import time
 import urllib.request
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -212,6 +216,29 @@ def phases(api: client.ApiClient) -> collections.Counter[str]:
     return collections.Counter((item.get("status") or {}).get("phase", "none") for item in listed["items"])
 
 
+def promote(api: client.ApiClient, names: list[str]) -> None:
+    """Write each object's status as a promotion leaves it, once the operator has it in Baseline."""
+    objects_api = client.CustomObjectsApi(api)
+    pending = list(names)
+    deadline = time.monotonic() + 300
+    while pending:
+        if time.monotonic() > deadline:
+            raise SystemExit(f"{len(pending)} objects to guard never reached Baseline: {pending[:5]}")
+        for name in list(pending):
+            status = objects_api.get_namespaced_custom_object(*SD_RESOURCE, name).get("status") or {}
+            if status.get("phase") != "Baseline" or not status.get("templateHash"):
+                continue
+            promoted = {
+                "phase": "Promoted",
+                "reason": "Promoted",
+                "passedTemplateHash": status["templateHash"],
+                "phaseSince": datetime.now(UTC).isoformat().replace("+00:00", "Z"),
+            }
+            objects_api.patch_namespaced_custom_object_status(*SD_RESOURCE, name, {"status": promoted})
+            pending.remove(name)
+        time.sleep(2)
+
+
 def operator_metrics() -> dict[str, float]:
     text = urllib.request.urlopen(f"http://127.0.0.1:{METRICS_PORT}/metrics", timeout=10).read().decode()
     figures = {}
@@ -295,18 +322,20 @@ def run(objects: int, idle: float, measuring_share: float) -> dict[str, Any]:
         deployments.start()
         time.sleep(5)
         objects_api = client.CustomObjectsApi(api)
-        measuring = max(1, round(objects * measuring_share))
+        measuring = guarded = max(1, round(objects * measuring_share))
         created: dict[str, float] = {}
-        log(f"creating {objects} SpeculativeDeployments ({measuring} kept measuring)")
+        log(f"creating {objects} SpeculativeDeployments ({measuring} kept measuring, {guarded} guarded)")
         for i in range(objects):
             name = f"sd-{i:04d}"
-            body = sample(name, "6h" if i < measuring else "20s")
+            body = sample(name, "6h" if i < measuring + guarded else "20s")
             objects_api.create_namespaced_custom_object(
                 "specgate.dev", "v1alpha1", NAMESPACE, "speculativedeployments", body
             )
             created[name] = time.monotonic()
+        promote(api, [f"sd-{i:04d}" for i in range(measuring, measuring + guarded)])
         deadline = time.monotonic() + 600 + objects
-        while (counts := phases(api))["RolledBack"] < objects - measuring:
+        settled = objects - measuring - guarded
+        while (counts := phases(api))["RolledBack"] < settled or counts["Promoted"] < guarded:
             log(f"phases: {dict(counts)}")
             if operator.poll() is not None:
                 raise SystemExit(f"the operator exited ({operator.returncode}); see {state / 'operator.log'}")
@@ -319,6 +348,11 @@ def run(objects: int, idle: float, measuring_share: float) -> dict[str, Any]:
         time.sleep(idle)
         after, until = operator_metrics(), time.time()
         requests = operator_requests(audit_log, since, until)
+
+        def queries(track: str) -> float:
+            key = f'specgate_prometheus_queries_total{{track="{track}"}}'
+            return after.get(key, 0.0) - before.get(key, 0.0)
+
         log(f"creating {ONE_BY_ONE} more, one every {ONE_BY_ONE_GAP_S:.0f}s, beside the {objects}")
         one_by_one: dict[str, float] = {}
         for i in range(ONE_BY_ONE):
@@ -327,16 +361,19 @@ def run(objects: int, idle: float, measuring_share: float) -> dict[str, Any]:
             one_by_one[name] = time.monotonic()
             time.sleep(ONE_BY_ONE_GAP_S)
         burst, late = seen_after(deployments, created), seen_after(deployments, one_by_one)
-        queries = after["specgate_prometheus_queries_total"] - before["specgate_prometheus_queries_total"]
         minutes = (until - since) / 60
+        if phases(api)["Promoted"] != guarded:
+            raise SystemExit(f"guarded objects left Promoted in the idle window: {dict(phases(api))}")
         log(f"operator requests in the idle window, by verb and resource: {dict(requests.most_common())}")
         return {
             "objects": objects,
-            "settled": objects - measuring,
+            "settled": settled,
             "measuring": measuring,
+            "guarded": guarded,
             "idle_window_s": round(until - since),
             "idle_api_calls_per_min_per_object": round(sum(requests.values()) / minutes / objects, 4),
-            "promql_per_min_per_measuring_object": round(queries / minutes / measuring, 2),
+            "promql_per_min_per_measuring_object": round(queries("baseline") / minutes / measuring, 2),
+            "promql_per_min_per_guarded_object": round(queries("canary") / minutes / guarded, 2),
             "operator_rss_mb": round(rss_mb(operator.pid), 1),
             "reconcile_p50_s_at_most": quantile_bound(after, 0.5),
             "reconcile_p99_s_at_most": quantile_bound(after, 0.99),

@@ -200,7 +200,11 @@ def _shared_connection(url: str, timeout: float) -> PrometheusConnect:
         return connection
 
 
-QUERIES = Counter("specgate_prometheus_queries_total", "PromQL queries the operator sent to Prometheus.")
+QUERIES = Counter(
+    "specgate_prometheus_queries_total",
+    "PromQL queries the operator sent to Prometheus, by track.",
+    ["track"],
+)
 
 
 class PrometheusClient:
@@ -256,7 +260,7 @@ class PrometheusClient:
         still shows its series (a window too short to measure, not missing metrics)."""
         seconds = math.ceil((window.end - window.start).total_seconds() + 2 * scrape_interval)
         names = "|".join(FAMILIES)
-        result = self._query(f'{{__name__=~"{names}",{sel.matchers()}}}[{seconds}s]', window.end)
+        result = self._query(f'{{__name__=~"{names}",{sel.matchers()}}}[{seconds}s]', window.end, sel.track)
         families: dict[str, list[Series]] = defaultdict(list)
         for r in result:
             labels = dict(r["metric"])
@@ -264,9 +268,9 @@ class PrometheusClient:
             families[labels.pop("__name__")].append(Series(labels, points))
         return families
 
-    def _query(self, promql: str, at: datetime) -> list[dict[str, Any]]:
+    def _query(self, promql: str, at: datetime, track: str) -> list[dict[str, Any]]:
         prom = self._prom()
-        QUERIES.inc()
+        QUERIES.labels(track).inc()
         try:
             result: list[dict[str, Any]] = prom.custom_query(promql, params={"time": at.timestamp()})
         except QUERY_ERRORS as exc:
