@@ -7,12 +7,12 @@ lab/specgate_lab/calibration.json. Tests then ask for "a draft with alpha about 
 
 from __future__ import annotations
 
+import argparse
 import json
 import subprocess
-import sys
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -138,8 +138,25 @@ def cpu_model() -> str:
     return "unknown"
 
 
-def main(argv: list[str]) -> None:
-    scales = [float(a) for a in argv] or [0.0, 0.01, 0.02, 0.03, 0.05, 0.1]
+DEFAULT_SCALES = [0.0, 0.01, 0.02, 0.03, 0.05, 0.1]
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="specgate_lab.calibrate",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "scales", metavar="SCALE", type=float, nargs="*", default=DEFAULT_SCALES,
+        help=f"noise scales of the tiny drafts to measure (default: {' '.join(map(str, DEFAULT_SCALES))}); "
+        "engine logs go to /tmp/calibrate-SCALE.log",
+    )  # fmt: skip
+    return parser.parse_args(argv)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    scales: list[float] = parse_args(argv).scales
     table = calibrate(scales, Path("/tmp"))
     CALIBRATION.write_text(
         json.dumps(
@@ -151,4 +168,4 @@ def main(argv: list[str]) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1:])
+    main()

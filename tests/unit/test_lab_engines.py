@@ -78,3 +78,21 @@ def test_the_lab_finds_the_checkout_from_configuration_not_from_where_it_is_inst
         match=r"no crds/ directory: run from the specgate checkout's root, or set SPECGATE_CHECKOUT",
     ):
         checkout()
+
+
+def test_calibrate_takes_scales_and_answers_help() -> None:
+    """`python -m specgate_lab.calibrate --help` prints usage (it once read --help as a scale)."""
+    from specgate_lab import calibrate
+
+    assert calibrate.parse_args([]).scales == [0.0, 0.01, 0.02, 0.03, 0.05, 0.1]
+    assert calibrate.parse_args(["0.02", "0.5"]).scales == [0.02, 0.5]
+    with pytest.raises(SystemExit) as bad:
+        calibrate.parse_args(["noisy"])
+    assert bad.value.code == 2
+    done = subprocess.run(
+        [sys.executable, "-m", "specgate_lab.calibrate", "--help"],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0 and done.stdout.startswith("usage: specgate_lab.calibrate [-h] [SCALE ...]")

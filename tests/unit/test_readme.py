@@ -8,7 +8,10 @@ paths against the repository, the `kubectl get sd` header against the CRD's prin
 
 from __future__ import annotations
 
+import contextlib
+import io
 import re
+import shlex
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,7 +20,7 @@ import pytest
 import yaml
 from tests.conftest import ROOT
 
-from specgate import api, crd
+from specgate import api, cli, crd
 
 README = ROOT / "README.md"
 RUNBOOKS = ROOT / "runbooks"
@@ -205,6 +208,63 @@ def test_helm_settings_are_chart_values() -> None:
     # kube-prometheus-stack's settings are that chart's, not ours
     ours = {s for s in settings if not s.startswith("prometheus.prometheusSpec.")}
     assert [s for s in sorted(ours) if not resolve_values(values, s.split("."))] == []
+
+
+# --- specgate commands ---
+
+# `specgate SUBCOMMAND` (or `pause|resume|retry|abort`) as typed: the program alone, `.venv/bin/specgate`
+# or `kubectl specgate`, not `kubectl-specgate`, `deploy/specgate` or `helm install specgate charts/...`.
+SPECGATE_COMMAND = re.compile(
+    r"(?:^|(?<=[\s;&(])|(?<=bin/))specgate\s+([a-z][a-z-]*(?:\|[a-z][a-z-]*)*)(?=\s|$)(.*)"
+)
+
+
+def specgate_invocations(text: str) -> list[str]:
+    """The arguments of each `specgate SUBCOMMAND ...` in the code of a text, without the `[...]`
+    optional parts and cut at a pipe or a comment; `pause|resume NAME` is one per subcommand."""
+    found: list[str] = []
+    for code in code_spans(text):
+        for line in code.splitlines():
+            for match in SPECGATE_COMMAND.finditer(line):
+                rest = re.split(r"[|#]", re.sub(r"\[[^\]]*\]", "", match.group(2)))[0]
+                rest = rest.strip().removesuffix("\\").strip()
+                found += [f"{subcommand} {rest}".strip() for subcommand in match.group(1).split("|")]
+    return found
+
+
+def parse_problem(arguments: str) -> str | None:
+    """What `specgate`'s own parser says against the arguments, or None when it takes them."""
+    stderr = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(stderr):
+            cli.build_parser().parse_args(shlex.split(arguments))
+    except SystemExit as exit_:  # argparse's error (code 2); --help exits 0
+        return stderr.getvalue().strip().splitlines()[-1] if exit_.code else None
+    except ValueError as error:  # shlex: an unclosed quote
+        return str(error)
+    return None
+
+
+def test_every_specgate_command_named_parses() -> None:
+    commands = [(doc.name, args) for doc in DOCS for args in specgate_invocations(doc.read_text())]
+    assert {"run", "status", "plan", "pause", "retry", "abort"} <= {args.split()[0] for _, args in commands}
+    problems = [f"{name}: specgate {args}: {p}" for name, args in commands if (p := parse_problem(args))]
+    assert problems == []
+
+
+def test_the_command_check_cuts_notation_and_catches_a_bad_flag() -> None:
+    text = (
+        "`kubectl specgate pause|resume NAME`, `specgate run --peering NAME [--priority N]`, "
+        "`helm install specgate charts/specgate`\n```bash\n.venv/bin/specgate plan --alpha 0.6 --k 3  # K\n"
+        "specgate status NAME -o json | jq .phase\nkubectl logs deploy/specgate -n specgate-system\n```\n"
+    )
+    assert sorted(specgate_invocations(text)) == sorted(
+        ["pause NAME", "resume NAME", "run --peering NAME", "plan --alpha 0.6 --k 3", "status NAME -o json"]
+    )
+    assert parse_problem("plan --alpha 0.6 --k 3 --concurrency 8") is None
+    assert "--concurency" in (parse_problem("plan --alpha 0.6 --k 3 --concurency 8") or "")
+    assert parse_problem("plan --alpha A --k K") is not None
+    assert parse_problem("status") is not None  # NAME is required
 
 
 # --- links and paths ---
