@@ -12,6 +12,7 @@ import re
 import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from enum import StrEnum
 from typing import Annotated, Any
 
@@ -34,6 +35,15 @@ def parse_duration(text: str) -> float:
     if not re.fullmatch(DURATION_PATTERN, text):
         raise ValueError(f"{text!r} is not a duration like 30s, 5m or 1h30m")
     return sum(float(n) * _UNIT_SECONDS[u] for n, u in _DURATION_PART.findall(text))
+
+
+def iso(t: datetime) -> str:
+    """A time as status stores it (RFC 3339, UTC, whole seconds)."""
+    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def parse_time(text: str | None) -> datetime | None:
+    return datetime.fromisoformat(text.replace("Z", "+00:00")) if text else None
 
 
 class Model(BaseModel):

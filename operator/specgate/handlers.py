@@ -96,7 +96,7 @@ def reconcile(
     write_status(patch, current, decision.status)
     for event in decision.events:
         kopf.event(body, type=event.type, reason=event.reason, message=event.message)
-    analysis_start = rollout.parse_time(current.phase_since)
+    analysis_start = api.parse_time(current.phase_since)
     analysis_seconds = (now - analysis_start).total_seconds() if analysis_start else None
     metrics.record(owner.namespace, owner.name, current.phase, decision, analysis_seconds)
 

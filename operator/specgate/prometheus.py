@@ -45,8 +45,8 @@ from specgate.gates import (
     AcceptanceWindow,
     Histogram,
     Load,
-    histogram_quantile,
 )
+from specgate.measurements import ms, p99
 from specgate.observation import TrackMetrics, Window
 from specgate.vllm_metrics import total
 
@@ -332,10 +332,10 @@ def _track_metrics(
         accepted_per_position=per_position,
         itl=histogram(families, itl_name, since, leave_out),
         per_token=histogram(families, PER_TOKEN, since, leave_out),
-        mean_itl_ms=_ms(_mean(families, itl_name, since, leave_out)),
+        mean_itl_ms=ms(_mean(families, itl_name, since, leave_out)),
         window_start=window.start,
-        p99_ttft_ms=_ms(_p99(histogram(families, TTFT, since, leave_out))),
-        per_token_latency_ms=_ms(_mean(families, PER_TOKEN, since, leave_out)),
+        p99_ttft_ms=ms(p99(histogram(families, TTFT, since, leave_out))),
+        per_token_latency_ms=ms(_mean(families, PER_TOKEN, since, leave_out)),
         output_tokens_per_second=_round(_rate(families.get(GENERATED, []), since, leave_out)),
         requests_per_second=_round(requests_per_second),
         concurrency=_round(running),
@@ -409,10 +409,6 @@ def _rate(series: Iterable[Series], since: float, leave_out: Sequence[Window]) -
     return sum(rates) if rates else None
 
 
-def _p99(h: Histogram | None) -> float | None:
-    return None if h is None else histogram_quantile(h, 0.99)
-
-
 def _per_pod(total: float | None, pods: int) -> float | None:
     return None if total is None or pods == 0 else _round(total / pods)
 
@@ -431,7 +427,3 @@ def _finite(value: float | None) -> float | None:
 
 def _round(value: float | None) -> float | None:
     return None if value is None else _finite(round(value, 3))
-
-
-def _ms(seconds: float | None) -> float | None:
-    return None if seconds is None else _finite(round(seconds * 1000, 3))

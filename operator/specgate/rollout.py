@@ -9,10 +9,10 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 from enum import StrEnum
 
-from specgate import api, benchmark, capacity, conditions, gates, planning, render
+from specgate import api, benchmark, capacity, conditions, gates, measurements, render
 from specgate.api import (
     Action,
     BenchmarkRun,
@@ -22,14 +22,15 @@ from specgate.api import (
     HistoryEntry,
     Measurement,
     Phase,
-    Recommendation,
     SpecError,
     SpeculativeDeploymentSpec,
     SpeculativeDeploymentStatus,
     Strategy,
+    iso,
     parse_duration,
+    parse_time,
 )
-from specgate.gates import Histogram, Load, Verdict
+from specgate.gates import Verdict
 from specgate.observation import BenchmarkJob, Observation, TrackMetrics, TrackState, Window
 from specgate.render import Track
 
@@ -130,15 +131,7 @@ class Decision:
     touch_children: bool = True  # False: invalid spec or name conflict, nothing is applied
 
 
-# --- time helpers (status stores RFC 3339 strings) ---
-
-
-def iso(t: datetime) -> str:
-    return t.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-
-
-def parse_time(text: str | None) -> datetime | None:
-    return datetime.fromisoformat(text.replace("Z", "+00:00")) if text else None
+# --- time helpers ---
 
 
 def _seconds(text: str) -> timedelta:
@@ -502,7 +495,7 @@ def _traffic_baseline(step: _Step, measured_from: datetime) -> bool:
     if itl is None or itl.counts[-1] < spec.rollout.gates.min_latency_samples:
         _inconclusive_or_wait(step, "baseline has too little traffic to measure: send traffic to the Service")
         return False
-    step.status = step.status.model_copy(update={"baseline": _measurement(metrics, step.now)})
+    step.status = step.status.model_copy(update={"baseline": measurements.measurement(metrics, step.now)})
     return True
 
 
@@ -587,8 +580,8 @@ def _traffic_gates(step: _Step) -> GateResults | None:
     acceptance = _acceptance_result(step.spec, metrics)
     step.status = step.status.model_copy(
         update={
-            "canary": _canary_measurement(metrics, acceptance, step.now),
-            "recommendation": _recommendation(metrics),
+            "canary": measurements.canary_measurement(metrics, acceptance, step.now),
+            "recommendation": measurements.recommendation(metrics),
         }
     )
     latency = [(Reason.LATENCY_REGRESSION, result) for result in _latency_results(step, metrics)]
@@ -711,7 +704,7 @@ def _promoted(step: _Step) -> None:
         acceptance = _acceptance_result(spec, metrics)
         if acceptance.estimate is not None:  # until the guard has drafts, the analysis figures stand
             step.status = step.status.model_copy(
-                update={"canary": _canary_measurement(metrics, acceptance, step.now)}
+                update={"canary": measurements.canary_measurement(metrics, acceptance, step.now)}
             )
         step.note(Reason.GUARDING, f"guard: {guard.message}")
 
@@ -940,7 +933,7 @@ def _latency_results(step: _Step, metrics: TrackMetrics) -> list[gates.GateResul
     g = step.spec.rollout.gates
     beside = step.obs.baseline_metrics
     stored = step.status.baseline
-    baseline_load = beside.load if beside is not None else _stored_load(stored)
+    baseline_load = beside.load if beside is not None else measurements.stored_load(stored)
     different = (
         gates.comparable_load(metrics.load, baseline_load, g.max_load_difference)
         if metrics.load is not None and baseline_load is not None
@@ -951,10 +944,15 @@ def _latency_results(step: _Step, metrics: TrackMetrics) -> list[gates.GateResul
         (
             "P99 per-token latency",
             metrics.per_token,
-            _histogram(beside, stored, "per_token"),
+            measurements.baseline_histogram(beside, stored, "per_token"),
             g.max_p99_per_token_regression,
         ),
-        ("P99 ITL (step stall)", metrics.itl, _histogram(beside, stored, "itl"), g.max_p99_itl_regression),
+        (
+            "P99 ITL (step stall)",
+            metrics.itl,
+            measurements.baseline_histogram(beside, stored, "itl"),
+            g.max_p99_itl_regression,
+        ),
     ):
         if base is None or canary is None:
             results.append(_insufficient(f"no {figure} histogram yet"))
@@ -971,95 +969,6 @@ def _latency_results(step: _Step, metrics: TrackMetrics) -> list[gates.GateResul
 
 def _insufficient(message: str) -> gates.GateResult:
     return gates.GateResult(Verdict.INSUFFICIENT_DATA, None, None, None, 0, message)
-
-
-def _histogram(beside: TrackMetrics | None, stored: Measurement | None, which: str) -> Histogram | None:
-    """A baseline histogram: measured beside the canary now, else the one stored in status."""
-    measured: Histogram | None = getattr(beside, which) if beside is not None else None
-    if measured is not None or stored is None:
-        return measured
-    bounds, counts = (
-        (stored.itl_bucket_bounds, stored.itl_bucket_counts)
-        if which == "itl"
-        else (stored.per_token_bucket_bounds, stored.per_token_bucket_counts)
-    )
-    return Histogram(bounds=(*bounds, math.inf), counts=tuple(counts)) if bounds else None
-
-
-def _stored_load(stored: Measurement | None) -> Load | None:
-    if stored is None or stored.pods is None:
-        return None
-    return Load(stored.pods, stored.requests_per_second_per_pod, stored.running_per_pod)
-
-
-def _ms(seconds: float | None) -> float | None:
-    return None if seconds is None or not math.isfinite(seconds) else round(seconds * 1000, 3)
-
-
-def _measurement(metrics: TrackMetrics, now: datetime) -> Measurement:
-    itl, per_token, load = metrics.itl, metrics.per_token, metrics.load
-    return Measurement(
-        window_start=iso(metrics.window_start) if metrics.window_start else None,
-        window_end=iso(now),
-        p99_itl_ms=_ms(_p99(itl)),
-        mean_itl_ms=metrics.mean_itl_ms,
-        p99_ttft_ms=metrics.p99_ttft_ms,
-        per_token_latency_ms=metrics.per_token_latency_ms,
-        p99_per_token_latency_ms=_ms(_p99(per_token)),
-        output_tokens_per_second=metrics.output_tokens_per_second,
-        requests_per_second=metrics.requests_per_second,
-        concurrency=metrics.concurrency,
-        pods=load.pods if load else None,
-        requests_per_second_per_pod=load.requests_per_second_per_pod if load else None,
-        running_per_pod=load.running_per_pod if load else None,
-        scrape_interval_seconds=metrics.scrape_interval_seconds,
-        acceptance_window_seconds=metrics.acceptance_window_seconds,
-        itl_samples=itl.total if itl else None,
-        itl_bucket_bounds=_finite_bounds(itl),
-        itl_bucket_counts=list(itl.counts) if itl else [],
-        per_token_bucket_bounds=_finite_bounds(per_token),
-        per_token_bucket_counts=list(per_token.counts) if per_token else [],
-    )
-
-
-def _p99(h: Histogram | None) -> float | None:
-    return gates.histogram_quantile(h, 0.99) if h is not None else None
-
-
-def _finite_bounds(h: Histogram | None) -> list[float]:
-    return [b for b in h.bounds if math.isfinite(b)] if h else []
-
-
-def _canary_measurement(metrics: TrackMetrics, acceptance: gates.GateResult, now: datetime) -> Measurement:
-    judged = gates.judged_windows(metrics.acceptance)
-    drafts = sum(w.drafts for w in judged)
-    accepted = sum(w.accepted_tokens for w in judged)
-    per_position = [round(a / drafts, 4) for a in metrics.accepted_per_position] if drafts else []
-    return _measurement(metrics, now).model_copy(
-        update={
-            "alpha": None if acceptance.estimate is None else round(acceptance.estimate, 4),
-            "alpha_lower": None if acceptance.lower is None else round(acceptance.lower, 4),
-            "alpha_upper": None if acceptance.upper is None else round(acceptance.upper, 4),
-            "mean_acceptance_length": round(1 + accepted / drafts, 4) if drafts else None,
-            "acceptance_per_position": per_position,
-            "drafts": drafts,
-            "itl_bucket_bounds": [],
-            "itl_bucket_counts": [],
-            "per_token_bucket_bounds": [],
-            "per_token_bucket_counts": [],
-        }
-    )
-
-
-def _recommendation(metrics: TrackMetrics) -> Recommendation | None:
-    drafts = sum(w.drafts for w in gates.judged_windows(metrics.acceptance))
-    concurrency = max(round(metrics.concurrency or 1), 1)
-    advice = planning.recommend_k(metrics.accepted_per_position, drafts, concurrency=concurrency)
-    if advice is None:
-        return None
-    return Recommendation(
-        num_speculative_tokens=advice.k, expected_speedup=advice.expected_speedup, message=advice.message
-    )
 
 
 def _run_of(runs: BenchmarkStatus, track: Track) -> BenchmarkRun | None:

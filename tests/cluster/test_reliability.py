@@ -60,7 +60,7 @@ def live_pods(api_client: client.ApiClient, namespace: str, name: str, track: Tr
 
 def history_time(status: dict[str, Any], phase: str) -> datetime:
     entry = next(h for h in reversed(status["history"]) if h["phase"] == phase)
-    parsed = rollout.parse_time(entry["time"])
+    parsed = api.parse_time(entry["time"])
     assert parsed is not None
     return parsed
 
@@ -105,7 +105,7 @@ def test_sigkilled_operator_resumes_each_phase_it_is_killed_in_and_never_leaks_t
         point = phase
         if phase == "Analyzing" and "Analyzing" in killed:
             # Mid-analysis: once the operator started after the last kill has written an analysis.
-            figures_at = rollout.parse_time((status.get("canary") or {}).get("windowEnd"))
+            figures_at = api.parse_time((status.get("canary") or {}).get("windowEnd"))
             restarted_at = datetime.fromtimestamp(killed["Analyzing"], UTC)
             point = "mid-analysis" if figures_at and figures_at > restarted_at else None
         if point in ("Baseline", "Canary", "Analyzing", "mid-analysis", "Promoting") and point not in killed:
@@ -476,7 +476,7 @@ def operator_verdict(raw_spec: dict[str, Any]) -> str | None:
     now = datetime.now(UTC)
     ready = TrackState(exists=True, replicas=spec.replicas, ready_replicas=spec.replicas)
     observation = Observation(generation=1, baseline=ready, canary=ready)
-    long_ago = rollout.iso(now - timedelta(hours=1))
+    long_ago = api.iso(now - timedelta(hours=1))
     for phase in api.Phase:
         status = api.SpeculativeDeploymentStatus(
             phase=phase, observed_generation=1, phase_since=long_ago, ready_since=long_ago

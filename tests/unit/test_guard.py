@@ -10,7 +10,7 @@ from datetime import timedelta
 import pytest
 from tests.unit.test_rollout import Run, metrics, ready
 
-from specgate import rollout
+from specgate import api, rollout
 from specgate.cli import render_timeline
 from specgate.gates import (
     MIN_GUARD_WINDOWS,
@@ -124,7 +124,7 @@ def test_the_guard_history_starts_on_the_grid_of_windows_from_the_promotion() ->
     run = Run()
     run.to_promoted()
     promoted = run.now
-    assert run.status.phase_since == rollout.iso(promoted)
+    assert run.status.phase_since == api.iso(promoted)
     # 45 min 7 s after promotion, a 30 min history: 907 s before it, 60 whole 15-s windows fit.
     now = promoted + timedelta(minutes=45, seconds=7)
     window = rollout.measurement_window(run.spec, run.status, now)

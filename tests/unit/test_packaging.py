@@ -139,7 +139,7 @@ def test_argocd_health_waits_for_the_new_generation() -> None:
 
 
 def test_timestamps_are_rfc3339() -> None:
-    from specgate.rollout import iso
+    from specgate.api import iso
 
     assert iso(datetime(2026, 1, 2, 3, 4, 5, tzinfo=UTC)) == "2026-01-02T03:04:05Z"
 

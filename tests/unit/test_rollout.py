@@ -13,7 +13,7 @@ from typing import Any, NamedTuple
 
 import pytest
 
-from specgate import api, gates, render, rollout
+from specgate import api, gates, measurements, render, rollout
 from specgate.api import Phase
 from specgate.cli import render_timeline
 from specgate.gates import AcceptanceWindow, Histogram, Load
@@ -163,8 +163,8 @@ def test_baseline_waits_for_ready_then_warms_up_then_measures() -> None:
     assert len(run.status.baseline.itl_bucket_counts) == len(ITL_BOUNDS)
     assert run.status.baseline.mean_itl_ms == 41.5
     assert (run.status.baseline.window_start, run.status.baseline.window_end) == (
-        rollout.iso(run.now - timedelta(seconds=60)),
-        rollout.iso(run.now),
+        api.iso(run.now - timedelta(seconds=60)),
+        api.iso(run.now),
     )
 
 
@@ -574,7 +574,7 @@ def at(phase: Phase, **fields: Any) -> api.SpeculativeDeploymentStatus:
     gated = TEMPLATE if phase in (Phase.PROMOTING, Phase.PROMOTED) else None
     return api.SpeculativeDeploymentStatus(
         phase=phase,
-        phase_since=rollout.iso(T0 - timedelta(seconds=60)),
+        phase_since=api.iso(T0 - timedelta(seconds=60)),
         observed_generation=1,
         template_hash=TEMPLATE,
         passed_template_hash=gated,
@@ -584,7 +584,7 @@ def at(phase: Phase, **fields: Any) -> api.SpeculativeDeploymentStatus:
     )
 
 
-LONG_AGO = rollout.iso(T0 - timedelta(minutes=30))
+LONG_AGO = api.iso(T0 - timedelta(minutes=30))
 HALF_READY = TrackState(exists=True, replicas=2, ready_replicas=1)
 CRASHING = TrackState(exists=True, replicas=1, failure="pod c: CrashLoopBackOff")
 GOOD = {"baseline_metrics": metrics(), "canary_metrics": metrics(0.8)}
@@ -836,7 +836,7 @@ def test_mean_acceptance_length_counts_only_the_windows_the_gate_uses(left_out: 
     acceptance = gates.acceptance_gate(
         track.acceptance, 0.55, error_rate=0.05, indifference=0.05, min_drafts=50
     )
-    measurement = rollout._canary_measurement(track, acceptance, T0)
+    measurement = measurements.canary_measurement(track, acceptance, T0)
     assert measurement.drafts == acceptance.samples == 100
     assert measurement.mean_acceptance_length == 4.2
 
