@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import contextlib
 import json
 import math
 import os
@@ -46,6 +47,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import urllib3
 import yaml
 from kubernetes import client, config, watch
 
@@ -61,7 +63,7 @@ NAMESPACE = "scale"
 PROMETHEUS_PORT = 18098
 METRICS_PORT = 18099
 # The Dockerfile's MALLOC_ARENA_MAX (glibc-default: unset, to compare)
-ARENAS = os.environ.get("BENCH_MALLOC_ARENA_MAX", "2")
+ARENAS = os.environ.get("BENCH_MALLOC_ARENA_MAX", "1")
 SD_RESOURCE = ("specgate.dev", "v1alpha1", NAMESPACE, "speculativedeployments")
 ONE_BY_ONE, ONE_BY_ONE_GAP_S = 20, 3.0  # objects applied one at a time beside the N settled ones
 AUDIT_POLICY = """apiVersion: audit.k8s.io/v1
@@ -178,14 +180,17 @@ class DeploymentWatch(threading.Thread):
         self.seen: dict[str, float] = {}
 
     def run(self) -> None:
-        while True:
-            stream = watch.Watch().stream(  # type: ignore[no-untyped-call]
-                self.apps.list_namespaced_deployment, NAMESPACE, timeout_seconds=300
-            )
-            for event in stream:
-                name = event["object"].metadata.name
-                if name.endswith("-baseline"):
-                    self.seen.setdefault(name.removesuffix("-baseline"), time.monotonic())
+        with contextlib.suppress(
+            urllib3.exceptions.HTTPError, OSError
+        ):  # the bench's end took the API server
+            while True:
+                stream = watch.Watch().stream(  # type: ignore[no-untyped-call]
+                    self.apps.list_namespaced_deployment, NAMESPACE, timeout_seconds=300
+                )
+                for event in stream:
+                    name = event["object"].metadata.name
+                    if name.endswith("-baseline"):
+                        self.seen.setdefault(name.removesuffix("-baseline"), time.monotonic())
 
 
 def start_prometheus(state: Path) -> subprocess.Popen[bytes]:
