@@ -203,9 +203,6 @@ def _container(spec: api.SpeculativeDeploymentSpec, track: Track) -> dict[str, A
         "startupProbe": _probe(period=10, failures=180),
         "readinessProbe": _probe(period=5, failures=3),
         "livenessProbe": _probe(period=10, failures=6),
-        # vLLM writes no termination message: a crash's last log lines become it, and kube.py keeps
-        # their end in status and the rollback's Event after the pods are gone.
-        "terminationMessagePolicy": "FallbackToLogsOnError",
     }
 
 
