@@ -51,6 +51,7 @@ import urllib3
 import yaml
 from kubernetes import client, config, watch
 
+from specgate.api import iso
 from specgate_lab.calibrate import stop
 from specgate_lab.crds import install_crd
 
@@ -180,9 +181,8 @@ class DeploymentWatch(threading.Thread):
         self.seen: dict[str, float] = {}
 
     def run(self) -> None:
-        with contextlib.suppress(
-            urllib3.exceptions.HTTPError, OSError
-        ):  # the bench's end took the API server
+        # The bench's end takes the control plane away, and the watch with it.
+        with contextlib.suppress(urllib3.exceptions.HTTPError, OSError):
             while True:
                 stream = watch.Watch().stream(  # type: ignore[no-untyped-call]
                     self.apps.list_namespaced_deployment, NAMESPACE, timeout_seconds=300
@@ -237,7 +237,7 @@ def promote(api: client.ApiClient, names: list[str]) -> None:
                 "phase": "Promoted",
                 "reason": "Promoted",
                 "passedTemplateHash": status["templateHash"],
-                "phaseSince": datetime.now(UTC).isoformat().replace("+00:00", "Z"),
+                "phaseSince": iso(datetime.now(UTC)),
             }
             objects_api.patch_namespaced_custom_object_status(*SD_RESOURCE, name, {"status": promoted})
             pending.remove(name)
@@ -367,8 +367,8 @@ def run(objects: int, idle: float, measuring_share: float) -> dict[str, Any]:
             time.sleep(ONE_BY_ONE_GAP_S)
         burst, late = seen_after(deployments, created), seen_after(deployments, one_by_one)
         minutes = (until - since) / 60
-        if phases(api)["Promoted"] != guarded:
-            raise SystemExit(f"guarded objects left Promoted in the idle window: {dict(phases(api))}")
+        if (counts := phases(api))["Promoted"] != guarded:
+            raise SystemExit(f"guarded objects left Promoted in the idle window: {dict(counts)}")
         log(f"operator requests in the idle window, by verb and resource: {dict(requests.most_common())}")
         return {
             "objects": objects,

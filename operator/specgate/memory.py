@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import functools
 import logging
 import threading
 import time
@@ -18,6 +19,7 @@ TRIM_INTERVAL_SECONDS = 60.0
 log = logging.getLogger(__name__)
 
 
+@functools.cache  # find_library runs ldconfig: once per process, not once a minute
 def _malloc_trim() -> ctypes._NamedFuncPointer | None:
     """glibc's malloc_trim, or None where the C library has none (musl, macOS)."""
     name = ctypes.util.find_library("c")
