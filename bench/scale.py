@@ -25,6 +25,7 @@ beside N (apply_to_deployment_*), and for the N applied at once (burst_*: as fas
 takes them, so the operator's throughput on this machine, not its reaction time).
 
     .venv/bin/python bench/scale.py [--objects 500] [--idle 180]
+    BENCH_MEMPROBE=1 make bench-scale    # also print what holds the operator's memory (bench/memprobe.py)
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ import math
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -65,6 +67,9 @@ PROMETHEUS_PORT = 18098
 METRICS_PORT = 18099
 # The Dockerfile's MALLOC_ARENA_MAX (glibc-default: unset, to compare)
 ARENAS = os.environ.get("BENCH_MALLOC_ARENA_MAX", "1")
+# Run the operator under bench/memprobe.py and print what holds its memory at the end (its RSS
+# then includes tracemalloc's own bookkeeping).
+MEMPROBE = os.environ.get("BENCH_MEMPROBE") == "1"
 SD_RESOURCE = ("specgate.dev", "v1alpha1", NAMESPACE, "speculativedeployments")
 ONE_BY_ONE, ONE_BY_ONE_GAP_S = 20, 3.0  # objects applied one at a time beside the N settled ones
 AUDIT_POLICY = """apiVersion: audit.k8s.io/v1
@@ -209,7 +214,11 @@ def start_operator(kubeconfig: Path, log_path: Path) -> subprocess.Popen[bytes]:
     env = {**os.environ, "KUBECONFIG": str(kubeconfig)}
     if ARENAS != "glibc-default":
         env["MALLOC_ARENA_MAX"] = ARENAS  # as the image runs it
-    command = [str(ROOT / ".venv" / "bin" / "specgate"), "run", "--interval", "10"]
+    command = [str(ROOT / ".venv" / "bin" / "specgate")]
+    if MEMPROBE:
+        command = [str(ROOT / ".venv" / "bin" / "python"), str(ROOT / "bench" / "memprobe.py")]
+        env["SPECGATE_MEMPROBE_OUT"] = str(log_path.with_name("memprobe.txt"))
+    command += ["run", "--interval", "10"]
     command += ["--metrics-port", str(METRICS_PORT)] + (["-v"] if os.environ.get("BENCH_VERBOSE") else [])
     return subprocess.Popen(command, env=env, stdout=log_path.open("wb"), stderr=subprocess.STDOUT)
 
@@ -306,6 +315,17 @@ def rss_mb(pid: int) -> float:
     return int(re.search(r"VmRSS:\s+(\d+) kB", status)[1]) / 1024  # type: ignore[index]
 
 
+def print_memprobe(operator: subprocess.Popen[bytes], report: Path) -> None:
+    operator.send_signal(signal.SIGUSR1)
+    for _ in range(120):
+        if report.exists():
+            time.sleep(1)  # written in one call; let it finish
+            print(report.read_text(), flush=True)
+            return
+        time.sleep(1)
+    log(f"no memory report at {report}")
+
+
 def run(objects: int, idle: float, measuring_share: float) -> dict[str, Any]:
     env = cluster_env()
     state = Path(tempfile.mkdtemp(prefix="bench-scale-"))
@@ -370,6 +390,8 @@ def run(objects: int, idle: float, measuring_share: float) -> dict[str, Any]:
         if (counts := phases(api))["Promoted"] != guarded:
             raise SystemExit(f"guarded objects left Promoted in the idle window: {dict(counts)}")
         log(f"operator requests in the idle window, by verb and resource: {dict(requests.most_common())}")
+        if MEMPROBE:
+            print_memprobe(operator, state / "memprobe.txt")
         return {
             "objects": objects,
             "settled": settled,

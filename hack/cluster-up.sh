@@ -52,7 +52,8 @@ write_kwokctl_config() {
     go mod download -json "sigs.k8s.io/kwok@$KWOK_VERSION" | sed -n 's/.*"Dir": "\(.*\)".*/\1/p')"
   stages="$kwok_dir/kustomize/stage"
   {
-    printf 'apiVersion: config.kwok.x-k8s.io/v1alpha1\nkind: KwokctlConfiguration\noptions:\n  bindAddress: 127.0.0.1\n'
+    # enableCRDs Logs: the bridge names each engine pod's log files in a Logs object (kubectl logs).
+    printf 'apiVersion: config.kwok.x-k8s.io/v1alpha1\nkind: KwokctlConfiguration\noptions:\n  bindAddress: 127.0.0.1\n  enableCRDs: [Logs]\n'
     for f in node/fast/node-initialize node/heartbeat-with-lease/node-heartbeat-with-lease pod/fast/pod-delete; do
       printf -- '---\n'; cat "$stages/$f.yaml"
     done

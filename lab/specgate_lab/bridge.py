@@ -13,6 +13,10 @@ each target into the directory of its interval (hack/cluster-up.sh reads SCRAPE_
 It also routes `/svc/<namespace>/<service>/<path>` to the Ready engines of the pods a Service
 selects, round robin, which reproduces Service traffic: weight follows the replica counts.
 
+Each engine's output is also kept as a kubelet keeps a container's: in CRI log format, the current
+run's and the previous run's, which kwok serves for `kubectl logs [--previous]` through a Logs object
+per pod (hack/cluster-up.sh enables kwok's Logs CRD).
+
 Pods of benchmark Jobs (label specgate.dev/benchmark; the lab's kwok stages leave them Running)
 run their `python3 -c <driver>` with the vLLM install, against the router; when it exits, the pod
 ends Succeeded or Failed with the driver's termination message, as a kubelet would report it.
@@ -34,6 +38,7 @@ import socket
 import subprocess
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -84,12 +89,40 @@ class Engine:
     exited_at: float | None = None
     last_exit_code: int | None = None  # the engine process's, for the pod's lastState
     failing_since: float | None = None  # loop time of the first /health failure in a row
+    shipped: int = 0  # bytes of log_path already copied to the CRI log
 
     @property
     def key(self) -> str:
         return f"{self.namespace}_{self.pod}"
 
+    @property
+    def cri_log(self) -> Path:
+        return self.log_path.with_suffix(".cri.log")
+
+    @property
+    def previous_cri_log(self) -> Path:
+        return self.log_path.with_suffix(".previous.cri.log")
+
+    def ship_log(self, partial: bool = False) -> None:
+        """Copy the engine's new output lines to the CRI log (a partial last line only once it exited)."""
+        with contextlib.suppress(FileNotFoundError), self.log_path.open("rb") as plain:
+            plain.seek(self.shipped)
+            new = plain.read()
+        end = len(new) if partial else new.rfind(b"\n") + 1
+        if end <= 0:
+            return
+        stamp = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+        lines = new[:end].decode(errors="replace").splitlines()
+        with self.cri_log.open("a") as cri:
+            cri.writelines(f"{stamp} stdout F {line}\n" for line in lines)
+        self.shipped += end
+
     def start(self) -> None:
+        if self.cri_log.exists():  # as a kubelet keeps the last ended container's log
+            self.ship_log(partial=True)
+            os.replace(self.cri_log, self.previous_cri_log)
+        self.cri_log.touch()
+        self.shipped = self.log_path.stat().st_size if self.log_path.exists() else 0
         with self.log_path.open("ab") as out:
             self.process = subprocess.Popen(
                 self.argv, env=self.env, stdout=out, stderr=subprocess.STDOUT, start_new_session=True
@@ -327,7 +360,36 @@ class Bridge:
         )
         engine.start()
         self.engines[engine.uid] = engine
+        self._serve_logs(engine, container.name)
         return engine
+
+    def _serve_logs(self, engine: Engine, container: str) -> None:
+        """A kwok Logs object naming the engine's CRI logs, owned by the pod (gone with it)."""
+        owner = {"apiVersion": "v1", "kind": "Pod", "name": engine.pod, "uid": engine.uid}
+        logs = {
+            "apiVersion": "kwok.x-k8s.io/v1alpha1",
+            "kind": "Logs",
+            "metadata": {"name": engine.pod, "namespace": engine.namespace, "ownerReferences": [owner]},
+            "spec": {
+                "logs": [
+                    {
+                        "containers": [container],
+                        "logsFile": str(engine.cri_log),
+                        "previousLogsFile": str(engine.previous_cri_log),
+                        "follow": True,
+                    }
+                ]
+            },
+        }
+        try:
+            self.custom.create_namespaced_custom_object(
+                "kwok.x-k8s.io", "v1alpha1", engine.namespace, "logs", logs
+            )
+        except client.ApiException as exc:
+            if exc.status != 409:  # a bridge restarted: the pod's Logs object is there already
+                log.warning(
+                    "kubectl logs will not work for %s/%s: %s", engine.namespace, engine.pod, exc.reason
+                )
 
     def _remove(self, engine: Engine) -> None:
         with contextlib.suppress(FileNotFoundError):
@@ -342,6 +404,7 @@ class Bridge:
             engine.ready = False
             loop_time = asyncio.get_running_loop().time()
             if engine.exited_at is None:
+                engine.ship_log(partial=True)
                 engine.exited_at = loop_time
                 engine.last_exit_code = proc.returncode
                 log.warning("%s/%s exited with %s", engine.namespace, engine.pod, proc.returncode)
@@ -349,6 +412,7 @@ class Bridge:
                 engine.restarts += 1
                 engine.start()
             return
+        engine.ship_log()
         try:
             async with session.get(f"http://127.0.0.1:{engine.port}/health") as resp:
                 healthy = resp.status == 200

@@ -15,14 +15,24 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
+import urllib3
 from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 
 import specgate
 from specgate import api
 from specgate.observation import BenchmarkJob, TrackState
-from specgate.render import ANNOTATION_TEMPLATE, LABEL_DEPLOYMENT, LABEL_TRACK, MANAGED_BY, Manifest, Owner
+from specgate.render import (
+    ANNOTATION_TEMPLATE,
+    LABEL_DEPLOYMENT,
+    LABEL_TRACK,
+    MANAGED_BY,
+    VLLM_CONTAINER,
+    Manifest,
+    Owner,
+)
 
+log = logging.getLogger(__name__)
 FIELD_MANAGER = "specgate"
 # The watches' label selector: the children specgate made and their pods, and nothing else.
 CHILD_SELECTOR = ",".join(f"{key}={value}" for key, value in MANAGED_BY.items())
@@ -45,6 +55,7 @@ PERMISSIONS: tuple[tuple[str, str, frozenset[str]], ...] = (
     ("apps", "deployments/scale", frozenset({"patch"})),
     ("", "services", frozenset({"get", "list", "watch", "create", "patch"})),
     ("", "pods", frozenset({"list", "watch"})),
+    ("", "pods/log", frozenset({"get"})),  # a crashed container's last lines, on failure only
     ("batch", "jobs", frozenset({"get", "list", "create", "delete"})),
     ("", "events", frozenset({"create"})),
     ("events.k8s.io", "events", frozenset({"create"})),
@@ -86,7 +97,7 @@ def warm_up() -> None:
     try:
         serves_pod_monitors()
     except (ApiException, OSError) as exc:  # the reconciles report it, with the object it concerns
-        logging.getLogger(__name__).warning("the API server did not answer at start: %s", exc)
+        log.warning("the API server did not answer at start: %s", exc)
 
 
 def _apps() -> client.AppsV1Api:
@@ -285,10 +296,12 @@ class DeploymentView:
 class PodView:
     """What the operator reads of a child pod, kept from the watch."""
 
+    name: str
     template: str | None
     ready: bool  # Ready and not being deleted
     failure: str | None
     unscheduled: str | None
+    crashed: bool  # its container has ended at least once: a previous log may exist
 
 
 @dataclass(frozen=True)
@@ -323,10 +336,14 @@ def pod_view(body: Mapping[str, Any]) -> PodView:
         c.get("type") == "Ready" and c.get("status") == "True" for c in status.get("conditions") or []
     )
     return PodView(
+        name=meta.get("name", ""),
         template=(meta.get("annotations") or {}).get(ANNOTATION_TEMPLATE),
         ready=ready and meta.get("deletionTimestamp") is None,
         failure=_pod_failure(body),
         unscheduled=_pod_unscheduled(body),
+        crashed=any(
+            (cs.get("lastState") or {}).get("terminated") for cs in status.get("containerStatuses") or []
+        ),
     )
 
 
@@ -340,11 +357,12 @@ def track_state(children: Children, namespace: str, name: str, selector: dict[st
     if dep is None:
         return TrackState()
     pods = children.pods.get(pods_key(namespace, selector), ())
+    failing = next((p for p in pods if p.failure), None)
     return TrackState(
         exists=True,
         replicas=dep.replicas,
         ready_replicas=_ready_on_template(pods, dep),
-        failure=next((p.failure for p in pods if p.failure), None),
+        failure=f"{failing.failure}{_last_log_lines(namespace, failing)}" if failing else None,
         waiting=next((p.unscheduled for p in pods if p.unscheduled), None),
         template_hash=dep.template,
     )
@@ -439,6 +457,42 @@ def _last_exit(container_status: Mapping[str, Any]) -> str:
     message = " ".join((last.get("message") or "").split())[-LAST_MESSAGE_CHARS:]
     ended = f"; last exit {last.get('exitCode')} ({last.get('reason') or 'unknown'})"
     return ended + (f": {message}" if message else "")
+
+
+LAST_LOG_LINES = 5  # the end of a crashed vLLM's log: the exception it died of, usually
+LAST_LOG_CHARS = 400  # status and Events stay short (kopf cuts an Event at 1024)
+# (namespace, pod, failure) -> the lines read: one API call per crash, not one per reconcile.
+_LAST_LOGS: dict[tuple[str, str, str], str] = {}
+
+
+def _last_log_lines(namespace: str, pod: PodView) -> str:
+    """The last lines the crashed container logged, kept in status and the rollback's Event: the pod
+    and its log are gone once the rollback scales the track down. Read on failure only."""
+    if not pod.crashed or pod.failure is None:
+        return ""
+    key = (namespace, pod.name, pod.failure)
+    if key not in _LAST_LOGS:
+        if len(_LAST_LOGS) > 1000:
+            _LAST_LOGS.clear()
+        _LAST_LOGS[key] = _read_previous_log(namespace, pod.name)
+    return _LAST_LOGS[key]
+
+
+def _read_previous_log(namespace: str, pod: str) -> str:
+    try:
+        text = _core().read_namespaced_pod_log(
+            pod,
+            namespace,
+            container=VLLM_CONTAINER,
+            previous=True,
+            tail_lines=LAST_LOG_LINES,
+            _request_timeout=5,
+        )
+    except (ApiException, OSError, urllib3.exceptions.HTTPError) as exc:  # e.g. the kubelet keeps no log
+        log.info("no previous log of pod %s/%s: %s", namespace, pod, getattr(exc, "reason", exc))
+        return ""
+    lines = [" ".join(line.split()) for line in str(text).splitlines() if line.strip()]
+    return f"; its last log lines: {' | '.join(lines)[-LAST_LOG_CHARS:]}" if lines else ""
 
 
 def _pod_unscheduled(pod: Mapping[str, Any]) -> str | None:

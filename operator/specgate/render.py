@@ -27,6 +27,7 @@ LABEL_BENCHMARK = "specgate.dev/benchmark"  # on benchmark pods: the track they 
 # On every child and its pods: the operator watches exactly the objects with this label.
 MANAGED_BY = {"app.kubernetes.io/managed-by": "specgate"}
 ANNOTATION_TEMPLATE = "specgate.dev/template-hash"  # on Deployments and pods: what they run
+VLLM_CONTAINER = "vllm"
 DRIVER_SOURCE = (Path(__file__).parent / "bench_driver.py").read_text()
 MAX_NAME = 63  # a Job's name becomes its pods' job-name label value
 
@@ -190,7 +191,7 @@ def _pod_template_fields(extra: api.PodTemplate | None) -> dict[str, Any]:
 def _container(spec: api.SpeculativeDeploymentSpec, track: Track) -> dict[str, Any]:
     _, mounts = _volumes(spec)
     return {
-        "name": "vllm",
+        "name": VLLM_CONTAINER,
         "image": spec.image,
         "command": ["vllm", "serve"],
         "args": vllm_args(spec, track),

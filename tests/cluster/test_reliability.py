@@ -212,6 +212,10 @@ def test_failing_canary_rolls_back_as_unhealthy(
         unhealthy = [e.message for e in events if e.reason == "CanaryUnhealthy"]
         assert "last exit 1 (Error)" in status["message"], status["message"]
         assert any("last exit 1 (Error)" in m for m in unhealthy), unhealthy
+        # and what the engine said as it died, read from the crashed container's previous log
+        said = "simulated engine failure at startup (SPECGATE_SIM_EXIT=speculative)"
+        assert said in status["message"], status["message"]
+        assert any(said in m for m in unhealthy), unhealthy
     report(mode=mode, canary_to_rolled_back_s=round(took), progress_deadline_s=deadline, false_promotions=0)
 
 
