@@ -8,7 +8,7 @@ passed in. The allowed phase changes are one table, TRANSITIONS, which decide() 
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 
@@ -188,9 +188,10 @@ def benchmark_settle(spec: SpeculativeDeploymentSpec) -> timedelta:
 # --- the decision ---
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Step:
-    """The decision being built: the next status, child replica counts, and events."""
+    """The decision so far: the next status, child replica targets, and events. It is never changed:
+    each handler returns the next _Step, so what a handler decided is what it returns."""
 
     spec: SpeculativeDeploymentSpec
     status: SpeculativeDeploymentStatus
@@ -198,32 +199,44 @@ class _Step:
     now: datetime
     baseline_replicas: int  # the phase's target; decision() moves toward it within the budget
     canary_replicas: int | None
-    events: list[Event] = field(default_factory=list)
+    events: tuple[Event, ...] = ()
     benchmark_track: Track | None = None
     hold: bool = False  # paused: replicas and templates stay exactly as observed
 
-    def enter(self, phase: Phase, reason: str, message: str, warning: bool = False) -> None:
+    def enter(self, phase: Phase, reason: str, message: str, warning: bool = False) -> _Step:
         current = self.status.phase
         if phase != current and phase not in TRANSITIONS[current]:
             raise AssertionError(f"transition {current} -> {phase} is not in TRANSITIONS")
-        update: dict[str, object] = {"reason": reason, "message": message}
-        if phase != current:
-            update |= {
-                "phase": phase,
-                "phase_since": iso(self.now),
-                "metrics_unavailable_since": None,
-                "ready_since": None,
-            }
-            entry = HistoryEntry(time=iso(self.now), phase=phase, reason=reason, message=message)
-            update["history"] = [*self.status.history, entry][-HISTORY_LIMIT:]
-            self.events.append(Event("Warning" if warning else "Normal", reason, message))
-        self.status = self.status.model_copy(update=update)
+        if phase == current:
+            return self.update(reason=reason, message=message)
+        entry = HistoryEntry(time=iso(self.now), phase=phase, reason=reason, message=message)
+        entered = self.update(
+            reason=reason,
+            message=message,
+            phase=phase,
+            phase_since=iso(self.now),
+            metrics_unavailable_since=None,
+            ready_since=None,
+            history=[*self.status.history, entry][-HISTORY_LIMIT:],
+        )
+        return entered.emit(Event("Warning" if warning else "Normal", reason, message))
 
-    def note(self, reason: str, message: str, warning: bool = False) -> None:
+    def note(self, reason: str, message: str, warning: bool = False) -> _Step:
         """Stay in the phase; record why (an Event only when the reason changes)."""
-        if reason != self.status.reason:
-            self.events.append(Event("Warning" if warning else "Normal", reason, message))
-        self.status = self.status.model_copy(update={"reason": reason, "message": message})
+        noted = self.update(reason=reason, message=message)
+        if reason == self.status.reason:
+            return noted
+        return noted.emit(Event("Warning" if warning else "Normal", reason, message))
+
+    def update(self, **fields: object) -> _Step:
+        """The status with these fields changed."""
+        return replace(self, status=self.status.model_copy(update=fields))
+
+    def emit(self, event: Event) -> _Step:
+        return replace(self, events=(*self.events, event))
+
+    def targets(self, baseline: int, canary: int | None) -> _Step:
+        return replace(self, baseline_replicas=baseline, canary_replicas=canary)
 
     def elapsed(self) -> timedelta:
         since = parse_time(self.status.phase_since) or self.now
@@ -253,7 +266,7 @@ class _Step:
             status,
             baseline,
             canary,
-            tuple(self.events),
+            self.events,
             self.benchmark_track,
             keep_template=self._kept_templates(),
         )
@@ -343,19 +356,23 @@ def decide(
         canary_replicas=observation.canary.replicas if observation.canary.exists else None,
     )
     if begins_new_rollout(spec, status, observation.generation):
-        _restart(step)
+        step = _restart(step)
     elif status.phase == Phase.FAILED and status.resume_phase is not None:
-        _resume(step, status.resume_phase, "the spec is valid again and the pods' template is unchanged")
+        step = _resume(
+            step, status.resume_phase, "the spec is valid again and the pods' template is unchanged"
+        )
     elif status.observed_retry is not None and spec.rollout.retry > status.observed_retry:
-        step.note(Reason.RETRY_IGNORED, f"spec.rollout.retry ignored: the rollout is {status.phase.value}")
+        step = step.note(
+            Reason.RETRY_IGNORED, f"spec.rollout.retry ignored: the rollout is {status.phase.value}"
+        )
     if step.status.template_hash is None:
-        _adopt_template(step)
+        step = _adopt_template(step)
     if observation.abort is not None and step.status.phase in ABORTABLE:
-        _abort(step, observation.abort)
+        step = _abort(step, observation.abort)
     elif step.status.phase == Phase.PAUSED or (spec.rollout.paused and step.status.phase not in UNPAUSABLE):
-        _paused(step)
+        step = _paused(step)
     else:
-        _HANDLERS[step.status.phase](step)
+        step = _HANDLERS[step.status.phase](step)
     return step.decision()
 
 
@@ -373,14 +390,13 @@ def begins_new_rollout(
     return retried and retryable(status)
 
 
-def _adopt_template(step: _Step) -> None:
+def _adopt_template(step: _Step) -> _Step:
     """Status written by an operator without template hashes: the pods run the observed spec (the
     rollout goes on, as begins_new_rollout decided), so a later pause alone restarts nothing."""
     template = render.template_hash(step.spec)
     promoted = {Phase.PROMOTING, Phase.PROMOTED}
     gated = step.status.phase in promoted or step.status.resume_phase in promoted
-    update = {"template_hash": template} | ({"passed_template_hash": template} if gated else {})
-    step.status = step.status.model_copy(update=update)
+    return step.update(template_hash=template, **({"passed_template_hash": template} if gated else {}))
 
 
 def retryable(status: SpeculativeDeploymentStatus) -> bool:
@@ -388,115 +404,111 @@ def retryable(status: SpeculativeDeploymentStatus) -> bool:
     return status.phase in (Phase.ROLLED_BACK, Phase.FAILED) or waits_for_retry
 
 
-def _restart(step: _Step) -> None:
+def _restart(step: _Step) -> _Step:
     """A new rollout: forget the last one's figures and begin again from the baseline."""
-    previous = step.status
-    step.status = previous.model_copy(
-        update={
-            "phase": Phase.PENDING,
-            "phase_since": iso(step.now),
-            "baseline": None,
-            "canary": None,
-            "benchmark": None,
-            "verdict": None,
-            "recommendation": None,
-            "metrics_unavailable_since": None,
-            "resume_phase": None,
-            "unready_since": None,
-            "template_hash": render.template_hash(step.spec),
-            "rollout_generation": step.obs.generation,
-        }
+    pending = step.update(
+        phase=Phase.PENDING,
+        phase_since=iso(step.now),
+        baseline=None,
+        canary=None,
+        benchmark=None,
+        verdict=None,
+        recommendation=None,
+        metrics_unavailable_since=None,
+        resume_phase=None,
+        unready_since=None,
+        template_hash=render.template_hash(step.spec),
+        rollout_generation=step.obs.generation,
     )
-    step.enter(Phase.BASELINE, Reason.NEW_GENERATION, f"rollout of generation {step.obs.generation} begins")
+    return pending.enter(
+        Phase.BASELINE, Reason.NEW_GENERATION, f"rollout of generation {step.obs.generation} begins"
+    )
 
 
-def _resume(step: _Step, phase: Phase, why: str) -> None:
+def _resume(step: _Step, phase: Phase, why: str) -> _Step:
     """Back to a phase left without a step of the rollout (a pause, a failed spec)."""
-    step.status = step.status.model_copy(update={"phase": phase, "resume_phase": None})
     entry = HistoryEntry(time=iso(step.now), phase=phase, reason=Reason.RESUMED, message=why)
-    step.status = step.status.model_copy(update={"history": [*step.status.history, entry][-HISTORY_LIMIT:]})
-    step.note(Reason.RESUMED, f"{why}; resuming {phase.value}")
+    history = [*step.status.history, entry][-HISTORY_LIMIT:]
+    resumed = step.update(phase=phase, resume_phase=None, history=history)
+    return resumed.note(Reason.RESUMED, f"{why}; resuming {phase.value}")
 
 
-def _paused(step: _Step) -> None:
-    step.hold = True
+def _paused(step: _Step) -> _Step:
     if step.status.phase != Phase.PAUSED:
         paused_in = step.status.phase
-        step.enter(Phase.PAUSED, Reason.PAUSED, f"paused ({PAUSED_BY}); pods are held as they are")
-        step.status = step.status.model_copy(update={"resume_phase": paused_in})
-        return
+        paused = step.enter(Phase.PAUSED, Reason.PAUSED, f"paused ({PAUSED_BY}); pods are held as they are")
+        return replace(paused.update(resume_phase=paused_in), hold=True)
     resume = step.status.resume_phase
     if step.spec.rollout.paused or resume is None:
-        return  # paused by a person, or by an action that waits for spec.rollout.retry
-    step.hold = False
+        # Paused by a person, or by an action that waits for spec.rollout.retry.
+        return replace(step, hold=True)
     if resume == Phase.PENDING:  # paused before its rollout began: begin it now
-        _restart(step)
-        return
-    step.enter(resume, Reason.RESUMED, f"unpaused; resuming {resume.value}")
-    step.status = step.status.model_copy(update={"resume_phase": None})
-    _HANDLERS[resume](step)
+        return _restart(step)
+    resumed = step.enter(resume, Reason.RESUMED, f"unpaused; resuming {resume.value}")
+    return _HANDLERS[resume](resumed.update(resume_phase=None))
 
 
 PAUSED_BY = f"spec.rollout.paused or the {api.ANNOTATION_PAUSED} annotation"
 
 
-def _abort(step: _Step, value: str) -> None:
+def _abort(step: _Step, value: str) -> _Step:
     """A person's abort: serve the baseline, and keep serving it while the annotation stays."""
     message = (
         f"aborted ({api.ANNOTATION_ABORT}={value!r}); the baseline serves until `kubectl specgate "
         "retry` removes the annotation and runs the rollout again"
     )
     started = step.status.resume_phase if step.status.phase == Phase.PAUSED else step.status.phase
-    _roll_back_from(step, started, Reason.ABORTED, message)
-    step.status = step.status.model_copy(update={"resume_phase": None})
+    return _roll_back_from(step, started, Reason.ABORTED, message).update(resume_phase=None)
 
 
-def _baseline(step: _Step) -> None:
+def _baseline(step: _Step) -> _Step:
     spec, obs = step.spec, step.obs
-    step.baseline_replicas = spec.replicas
-    if step.canary_replicas is not None:
-        step.canary_replicas = 0  # a new rollout after a promotion: the baseline takes over as it is Ready
+    # A new rollout after a promotion: the baseline takes over as it is Ready.
+    step = step.targets(spec.replicas, None if step.canary_replicas is None else 0)
     if not obs.baseline.ready(spec.replicas) or obs.canary.replicas > 0:
-        step.status = step.status.model_copy(update={"ready_since": None})
-        _wait_for_ready(
-            step, Track.BASELINE, obs.baseline, Reason.WAITING_FOR_BASELINE, Reason.BASELINE_UNHEALTHY
+        return _wait_for_ready(
+            step.update(ready_since=None),
+            Track.BASELINE,
+            obs.baseline,
+            Reason.WAITING_FOR_BASELINE,
+            Reason.BASELINE_UNHEALTHY,
         )
-        return
     if step.status.ready_since is None:
-        step.status = step.status.model_copy(update={"ready_since": iso(step.now)})
-        step.note(
+        step = step.update(ready_since=iso(step.now)).note(
             Reason.MEASURING_BASELINE,
             f"baseline is Ready; warming up for {spec.rollout.warmup}, then measuring",
         )
     measured_from = _baseline_measurement_start(spec, step.status)
     if measured_from is None or step.now < measured_from:
-        return
-    if spec.benchmarks and _benchmark_run(step, Track.BASELINE) is None:
-        return
-    if spec.measures_traffic and not _traffic_baseline(step, measured_from):
-        return
-    step.canary_replicas = _canary_replicas(spec)
-    step.baseline_replicas = _baseline_replicas_beside_canary(spec)
+        return step
+    if spec.benchmarks:
+        step, run = _benchmark_run(step, Track.BASELINE)
+        if run is None:
+            return step
+    if spec.measures_traffic:
+        step, measured = _traffic_baseline(step, measured_from)
+        if not measured:
+            return step
     figures = [_figures(Track.BASELINE, step.status.baseline)] if spec.measures_traffic else []
     if spec.benchmarks:
         figures.append(_benchmark_figures(Track.BASELINE, step.status.benchmark, spec))
-    step.enter(Phase.CANARY, Reason.BASELINE_MEASURED, "; ".join(figures))
+    step = step.targets(_baseline_replicas_beside_canary(spec), _canary_replicas(spec))
+    return step.enter(Phase.CANARY, Reason.BASELINE_MEASURED, "; ".join(figures))
 
 
-def _traffic_baseline(step: _Step, measured_from: datetime) -> bool:
-    """Measure the baseline's production traffic once its analysis window has passed."""
+def _traffic_baseline(step: _Step, measured_from: datetime) -> tuple[_Step, bool]:
+    """Measure the baseline's production traffic once its analysis window has passed (True)."""
     spec = step.spec
     if step.now < measured_from + _seconds(spec.rollout.analysis_window):
-        return False
-    metrics = _metrics_or_budget(step, step.obs.baseline_metrics)
+        return step, False
+    step, metrics = _metrics_or_budget(step, step.obs.baseline_metrics)
     if metrics is None:
-        return False
+        return step, False
     itl = metrics.itl
     if itl is None or itl.counts[-1] < spec.rollout.gates.min_latency_samples:
-        _inconclusive_or_wait(step, "baseline has too little traffic to measure: send traffic to the Service")
-        return False
-    step.status = step.status.model_copy(update={"baseline": measurements.measurement(metrics, step.now)})
-    return True
+        message = "baseline has too little traffic to measure: send traffic to the Service"
+        return _inconclusive_or_wait(step, message), False
+    return step.update(baseline=measurements.measurement(metrics, step.now)), True
 
 
 def _baseline_measurement_start(
@@ -506,150 +518,146 @@ def _baseline_measurement_start(
     return None if ready is None else ready + _seconds(spec.rollout.warmup)
 
 
-def _keep_canary(step: _Step) -> bool:
-    """Canary replicas beside the baseline; False after rolling back a canary that fails."""
-    step.canary_replicas = _canary_replicas(step.spec)
-    step.baseline_replicas = _baseline_replicas_beside_canary(step.spec)
-    if step.obs.canary.failure:
-        _roll_back(step, Reason.CANARY_UNHEALTHY, f"canary is unhealthy: {step.obs.canary.failure}")
-        return False
-    return True
+def _beside_canary(step: _Step) -> _Step:
+    """Canary replicas beside the baseline."""
+    return step.targets(_baseline_replicas_beside_canary(step.spec), _canary_replicas(step.spec))
 
 
-def _canary(step: _Step) -> None:
+def _canary_unhealthy(step: _Step) -> _Step:
+    return _roll_back(step, Reason.CANARY_UNHEALTHY, f"canary is unhealthy: {step.obs.canary.failure}")
+
+
+def _canary(step: _Step) -> _Step:
     spec, obs = step.spec, step.obs
-    if not _keep_canary(step):
-        return
+    if obs.canary.failure:
+        return _canary_unhealthy(step)
+    step = _beside_canary(step)
     if obs.canary.ready(_canary_replicas(spec)):
-        step.enter(Phase.ANALYZING, Reason.CANARY_READY, "canary is Ready; analysis begins after warm-up")
-        warm = step.now + _seconds(spec.rollout.warmup)
-        step.status = step.status.model_copy(update={"phase_since": iso(warm)})
-    elif step.elapsed() > _seconds(spec.rollout.progress_deadline):
-        _roll_back(
+        step = step.enter(
+            Phase.ANALYZING, Reason.CANARY_READY, "canary is Ready; analysis begins after warm-up"
+        )
+        return step.update(phase_since=iso(step.now + _seconds(spec.rollout.warmup)))
+    if step.elapsed() > _seconds(spec.rollout.progress_deadline):
+        return _roll_back(
             step,
             Reason.CANARY_UNHEALTHY,
             f"canary not Ready within progressDeadline {spec.rollout.progress_deadline} "
             f"({obs.canary.ready_replicas}/{_canary_replicas(spec)} ready"
             + (f"; {obs.canary.waiting})" if obs.canary.waiting else ")"),
         )
-    else:
-        step.note(Reason.WAITING_FOR_CANARY, _waiting_message(Track.CANARY, obs.canary))
+    return step.note(Reason.WAITING_FOR_CANARY, _waiting_message(Track.CANARY, obs.canary))
 
 
-def _analyzing(step: _Step) -> None:
+def _analyzing(step: _Step) -> _Step:
     spec = step.spec
-    if not _keep_canary(step):
-        return
+    if step.obs.canary.failure:
+        return _canary_unhealthy(step)
+    step = _beside_canary(step)
     if step.elapsed() <= timedelta(0):
-        return  # still warming up (phase_since is the end of the warm-up)
-    results = _traffic_gates(step) if spec.measures_traffic else []
-    if results is None:
-        return
+        return step  # still warming up (phase_since is the end of the warm-up)
+    results: GateResults = []
+    if spec.measures_traffic:
+        step, traffic = _traffic_gates(step)
+        if traffic is None:
+            return step
+        results += traffic
     if spec.benchmarks:
-        bench = _benchmark_gates(step)
+        step, bench = _benchmark_gates(step)
         if bench is None:
-            return  # rolled back: the benchmark failed
+            return step  # rolled back: the benchmark failed
         results += bench
     verdicts = [result.verdict for _, result in results]
-    step.status = step.status.model_copy(update={"verdict": gates.worst(verdicts).value})
+    step = step.update(verdict=gates.worst(verdicts).value)
     message = "; ".join(result.message for _, result in results)
     failed = next(((reason, r) for reason, r in results if r.verdict == Verdict.FAIL), None)
     traffic_window_passed = step.elapsed() >= _seconds(spec.rollout.analysis_window)
     if failed is not None:
-        _roll_back(step, failed[0], failed[1].message)
-    elif all(v == Verdict.PASS for v in verdicts) and (traffic_window_passed or not spec.measures_traffic):
-        step.canary_replicas, step.baseline_replicas = spec.replicas, 0
-        step.enter(Phase.PROMOTING, Reason.GATES_PASSED, message)
-        step.status = step.status.model_copy(update={"passed_template_hash": step.status.template_hash})
-    elif step.elapsed() > _seconds(spec.rollout.max_analysis_duration):
-        _take_action(
+        return _roll_back(step, failed[0], failed[1].message)
+    if all(v == Verdict.PASS for v in verdicts) and (traffic_window_passed or not spec.measures_traffic):
+        step = step.targets(0, spec.replicas).enter(Phase.PROMOTING, Reason.GATES_PASSED, message)
+        return step.update(passed_template_hash=step.status.template_hash)
+    if step.elapsed() > _seconds(spec.rollout.max_analysis_duration):
+        return _take_action(
             step, spec.rollout.on_inconclusive, Reason.INCONCLUSIVE, "no verdict within maxAnalysisDuration"
         )
-    else:
-        step.note(Reason.ANALYZING, message)
+    return step.note(Reason.ANALYZING, message)
 
 
 GateResults = list[tuple[str, gates.GateResult]]  # each with the reason of a roll-back on Fail
 
 
-def _traffic_gates(step: _Step) -> GateResults | None:
+def _traffic_gates(step: _Step) -> tuple[_Step, GateResults | None]:
     """The gates on the canary's production traffic so far; None while metrics are missing."""
-    metrics = _metrics_or_budget(step, step.obs.canary_metrics)
+    step, metrics = _metrics_or_budget(step, step.obs.canary_metrics)
     if metrics is None:
-        return None
+        return step, None
     acceptance = _acceptance_result(step.spec, metrics)
-    step.status = step.status.model_copy(
-        update={
-            "canary": measurements.canary_measurement(metrics, acceptance, step.now),
-            "recommendation": measurements.recommendation(metrics),
-        }
+    step = step.update(
+        canary=measurements.canary_measurement(metrics, acceptance, step.now),
+        recommendation=measurements.recommendation(metrics),
     )
     latency = [(Reason.LATENCY_REGRESSION, result) for result in _latency_results(step, metrics)]
-    return [(Reason.ACCEPTANCE_BELOW_GATE, acceptance), *latency]
+    return step, [(Reason.ACCEPTANCE_BELOW_GATE, acceptance), *latency]
 
 
-def _benchmark_gates(step: _Step) -> GateResults | None:
+def _benchmark_gates(step: _Step) -> tuple[_Step, GateResults | None]:
     """The gates on the canary's benchmark against the baseline's: InsufficientData while the Job
     runs; None after rolling back because it failed."""
-    run = _benchmark_run(step, Track.CANARY)
+    step, run = _benchmark_run(step, Track.CANARY)
     if step.status.phase != Phase.ANALYZING:
-        return None
+        return step, None
     settled = parse_time(run.completion_time if run else None)
     if run is None or settled is None or step.now < settled + benchmark_settle(step.spec):
         message = "benchmark running" if run is None else "benchmark done; waiting for its last scrapes"
         waiting = gates.GateResult(Verdict.INSUFFICIENT_DATA, None, None, None, 0, message)
-        return [(Reason.ACCEPTANCE_BELOW_GATE, waiting)]
+        return step, [(Reason.ACCEPTANCE_BELOW_GATE, waiting)]
     runs = step.status.benchmark or BenchmarkStatus()
     try:
         evaluation = benchmark.evaluate(
             step.spec, runs, step.obs.canary_job_acceptance, step.obs.canary_job_requests
         )
     except benchmark.BenchmarkFailed as exc:
-        _measurement_failed(step, str(exc))
-        return None
+        return _measurement_failed(step, str(exc)), None
     if evaluation.disagreement and evaluation.status.alpha_disagreement != runs.alpha_disagreement:
-        step.events.append(Event("Warning", Reason.ALPHA_DISAGREEMENT, evaluation.disagreement))
-    step.status = step.status.model_copy(update={"benchmark": evaluation.status})
-    return [
+        step = step.emit(Event("Warning", Reason.ALPHA_DISAGREEMENT, evaluation.disagreement))
+    step = step.update(benchmark=evaluation.status)
+    return step, [
         (Reason.ACCEPTANCE_BELOW_GATE, evaluation.acceptance),
         (Reason.LATENCY_REGRESSION, evaluation.latency),
     ]
 
 
-def _benchmark_run(step: _Step, track: Track) -> BenchmarkRun | None:
+def _benchmark_run(step: _Step, track: Track) -> tuple[_Step, BenchmarkRun | None]:
     """The track's benchmark once its Job has finished, kept in status; meanwhile the Job is
     requested and None returned. A failed Job fails the measurement (MeasurementFailed)."""
     runs = step.status.benchmark or BenchmarkStatus()
     done = _run_of(runs, track)
     if done is not None:
-        return done
+        return step, done
     job = step.obs.baseline_job if track is Track.BASELINE else step.obs.canary_job
     bench = step.spec.rollout.benchmark
     if job is None or not job.finished:
-        step.benchmark_track = track
         name = job.name if job is not None else "its Job"
-        step.note(
+        running = replace(step, benchmark_track=track).note(
             Reason.RUNNING_BENCHMARK,
             f"benchmarking {track} with {name}: {bench.num_prompts} prompts at concurrency "
             f"{', '.join(map(str, bench.concurrency))}",
         )
-        return None
+        return running, None
     try:
         if job.failure:
             raise benchmark.BenchmarkFailed(f"Job {job.name} failed: {job.failure}{_driver_error(job)}")
         points = benchmark.parse_report(job.report, bench.concurrency)
         benchmark.check_failures(points, bench)
     except benchmark.BenchmarkFailed as exc:
-        _measurement_failed(step, f"{track} benchmark: {exc}")
-        return None
+        return _measurement_failed(step, f"{track} benchmark: {exc}"), None
     run = BenchmarkRun(
         job=job.name,
         start_time=iso(job.start) if job.start else None,
         completion_time=iso(job.end) if job.end else None,
         points=points,
     )
-    step.status = step.status.model_copy(update={"benchmark": runs.model_copy(update={track.value: run})})
-    return run
+    return step.update(benchmark=runs.model_copy(update={track.value: run})), run
 
 
 def _driver_error(job: BenchmarkJob) -> str:
@@ -660,53 +668,51 @@ def _driver_error(job: BenchmarkJob) -> str:
     return ""
 
 
-def _measurement_failed(step: _Step, message: str) -> None:
+def _measurement_failed(step: _Step, message: str) -> _Step:
     """Never a silent pass: before the canary exists, stop with the baseline serving."""
-    _roll_back_from(step, step.status.phase, Reason.MEASUREMENT_FAILED, message)
+    return _roll_back_from(step, step.status.phase, Reason.MEASUREMENT_FAILED, message)
 
 
-def _promoting(step: _Step) -> None:
+def _promoting(step: _Step) -> _Step:
     spec, obs = step.spec, step.obs
-    step.canary_replicas, step.baseline_replicas = spec.replicas, 0
+    step = step.targets(0, spec.replicas)
     if obs.canary.failure:
-        _roll_back(
+        return _roll_back(
             step, Reason.CANARY_UNHEALTHY, f"canary is unhealthy while scaling up: {obs.canary.failure}"
         )
-    elif obs.canary.ready(spec.replicas):  # the baseline's last pods go in this same step
-        step.enter(
+    if obs.canary.ready(spec.replicas):  # the baseline's last pods go in this same step
+        return step.enter(
             Phase.PROMOTED, Reason.PROMOTED, f"all {spec.replicas} replicas speculative; baseline at 0"
         )
-    elif step.elapsed() > _seconds(spec.rollout.progress_deadline):
-        _roll_back(step, Reason.CANARY_UNHEALTHY, f"canary did not scale to {spec.replicas} Ready replicas")
-    else:
-        step.note(Reason.GATES_PASSED, _waiting_message(Track.CANARY, obs.canary))
+    if step.elapsed() > _seconds(spec.rollout.progress_deadline):
+        return _roll_back(
+            step, Reason.CANARY_UNHEALTHY, f"canary did not scale to {spec.replicas} Ready replicas"
+        )
+    return step.note(Reason.GATES_PASSED, _waiting_message(Track.CANARY, obs.canary))
 
 
-def _promoted(step: _Step) -> None:
+def _promoted(step: _Step) -> _Step:
     spec = step.spec
-    step.canary_replicas, step.baseline_replicas = spec.replicas, 0
-    if not _canary_serves(step) or not spec.rollout.guard.enabled:
-        return
-    metrics = _guard_metrics(step)
+    step, serves = _canary_serves(step.targets(0, spec.replicas))
+    if not serves or not spec.rollout.guard.enabled:
+        return step
+    step, metrics = _guard_metrics(step)
     if metrics is None:
-        return
+        return step
     guard = _acceptance_guard(spec, metrics, step.now)
     latency = next((r for r in _latency_results(step, metrics) if r.verdict == Verdict.FAIL), None)
-    step.status = step.status.model_copy(update={"guard": _guard_status(guard, metrics, step.now)})
+    step = step.update(guard=_guard_status(guard, metrics, step.now))
     if guard.tripped:
-        _roll_back(step, Reason.GUARD_TRIPPED, f"alpha dropped below the gate: {guard.message}")
-    elif latency is not None:
+        return _roll_back(step, Reason.GUARD_TRIPPED, f"alpha dropped below the gate: {guard.message}")
+    if latency is not None:
         guard_window = spec.rollout.guard.window
-        _roll_back(
+        return _roll_back(
             step, Reason.GUARD_TRIPPED, f"latency regressed over the last {guard_window}: {latency.message}"
         )
-    else:
-        acceptance = _acceptance_result(spec, metrics)
-        if acceptance.estimate is not None:  # until the guard has drafts, the analysis figures stand
-            step.status = step.status.model_copy(
-                update={"canary": measurements.canary_measurement(metrics, acceptance, step.now)}
-            )
-        step.note(Reason.GUARDING, f"guard: {guard.message}")
+    acceptance = _acceptance_result(spec, metrics)
+    if acceptance.estimate is not None:  # until the guard has drafts, the analysis figures stand
+        step = step.update(canary=measurements.canary_measurement(metrics, acceptance, step.now))
+    return step.note(Reason.GUARDING, f"guard: {guard.message}")
 
 
 def _acceptance_guard(
@@ -737,75 +743,70 @@ def _guard_status(guard: gates.GuardResult, metrics: TrackMetrics, now: datetime
     )
 
 
-def _canary_serves(step: _Step) -> bool:
+def _canary_serves(step: _Step) -> tuple[_Step, bool]:
     """After promotion: False once a crash-looping canary, or one short of Ready pods past the
     progress deadline, has been rolled back."""
     spec, canary = step.spec, step.obs.canary
     if canary.failure:
-        _roll_back(step, Reason.CANARY_UNHEALTHY, f"promoted canary is unhealthy: {canary.failure}")
-        return False
+        message = f"promoted canary is unhealthy: {canary.failure}"
+        return _roll_back(step, Reason.CANARY_UNHEALTHY, message), False
     if canary.ready(spec.replicas):
-        step.status = step.status.model_copy(update={"unready_since": None})
-        return True
+        return step.update(unready_since=None), True
     since = parse_time(step.status.unready_since) or step.now
-    step.status = step.status.model_copy(update={"unready_since": iso(since)})
+    step = step.update(unready_since=iso(since))
     deadline = spec.rollout.progress_deadline
     if step.now - since > _seconds(deadline):
-        _roll_back(
-            step,
-            Reason.CANARY_UNHEALTHY,
+        message = (
             f"promoted canary below {spec.replicas} Ready replicas for progressDeadline {deadline} "
-            f"({_waiting_message(Track.CANARY, canary)})",
+            f"({_waiting_message(Track.CANARY, canary)})"
         )
-        return False
-    return True
+        return _roll_back(step, Reason.CANARY_UNHEALTHY, message), False
+    return step, True
 
 
-def _guard_metrics(step: _Step) -> TrackMetrics | None:
+def _guard_metrics(step: _Step) -> tuple[_Step, TrackMetrics | None]:
     """The canary's metrics; when they stay missing past the budget, Degraded and a Warning Event
     (the gated config keeps serving), or a rollback if guard.onMetricsUnavailable asks for it."""
     metrics = step.obs.canary_metrics
     error = step.obs.metrics_error or (None if metrics is not None else "no metrics for the canary")
     if error is None:
-        step.status = step.status.model_copy(update={"metrics_unavailable_since": None})
-        return metrics
+        return step.update(metrics_unavailable_since=None), metrics
     since = parse_time(step.status.metrics_unavailable_since) or step.now
-    step.status = step.status.model_copy(update={"metrics_unavailable_since": iso(since)})
+    step = step.update(metrics_unavailable_since=iso(since))
     budget = step.spec.rollout.metrics_unavailable_budget
     if step.now - since < _seconds(budget):
-        step.note(Reason.GUARDING, f"guard: metrics unavailable since {iso(since)}: {error}")
-    elif step.spec.rollout.guard.on_metrics_unavailable == GuardAction.ROLL_BACK:
-        _roll_back(step, Reason.METRICS_UNAVAILABLE, f"guard: metrics unavailable for {budget}: {error}")
-    else:
-        message = f"guard is blind: metrics unavailable for {budget}: {error}; the gated config keeps serving"
-        step.note(Reason.METRICS_UNAVAILABLE, message, warning=True)
-    return None
+        return step.note(Reason.GUARDING, f"guard: metrics unavailable since {iso(since)}: {error}"), None
+    if step.spec.rollout.guard.on_metrics_unavailable == GuardAction.ROLL_BACK:
+        message = f"guard: metrics unavailable for {budget}: {error}"
+        return _roll_back(step, Reason.METRICS_UNAVAILABLE, message), None
+    message = f"guard is blind: metrics unavailable for {budget}: {error}; the gated config keeps serving"
+    return step.note(Reason.METRICS_UNAVAILABLE, message, warning=True), None
 
 
-def _rolling_back(step: _Step) -> None:
+def _rolling_back(step: _Step) -> _Step:
     spec, obs = step.spec, step.obs
-    step.canary_replicas, step.baseline_replicas = 0, spec.replicas
+    step = step.targets(spec.replicas, 0)
     if obs.baseline.ready(spec.replicas):  # the canary's last pods go in this same step
         entered = next((h for h in reversed(step.status.history) if h.phase == Phase.ROLLING_BACK), None)
         reason = entered.reason if entered else step.status.reason or Reason.ROLLED_BACK
-        step.enter(Phase.ROLLED_BACK, reason, entered.message if entered else "", warning=True)
-    elif step.elapsed() > _seconds(spec.rollout.progress_deadline):
-        step.note(
+        return step.enter(Phase.ROLLED_BACK, reason, entered.message if entered else "", warning=True)
+    if step.elapsed() > _seconds(spec.rollout.progress_deadline):
+        return step.note(
             Reason.ROLLBACK_STALLED,
             f"rollback stalled: {_waiting_message(Track.BASELINE, obs.baseline)} after progressDeadline "
             f"{spec.rollout.progress_deadline}; the canary keeps serving until the baseline is Ready",
             warning=True,
         )
+    return step
 
 
-def _failed(step: _Step) -> None:
+def _failed(step: _Step) -> _Step:
     """Nothing to do: a valid spec arrives as a new generation, which restarts the rollout."""
+    return step
 
 
-def _rolled_back(step: _Step) -> None:
-    step.baseline_replicas = step.spec.replicas
-    if step.canary_replicas is not None:
-        step.canary_replicas = 0
+def _rolled_back(step: _Step) -> _Step:
+    return step.targets(step.spec.replicas, None if step.canary_replicas is None else 0)
 
 
 _HANDLERS = {
@@ -837,41 +838,38 @@ def _baseline_replicas_beside_canary(spec: SpeculativeDeploymentSpec) -> int:
     return max(rest, min(1, rest + spec.rollout.max_surge), 0)
 
 
-def _roll_back(step: _Step, reason: str, message: str) -> None:
+def _roll_back(step: _Step, reason: str, message: str) -> _Step:
     # The baseline grows first; the canary keeps serving until the baseline's pods are Ready.
-    step.canary_replicas, step.baseline_replicas = 0, step.spec.replicas
-    step.enter(Phase.ROLLING_BACK, reason, message, warning=True)
+    step = step.targets(step.spec.replicas, 0).enter(Phase.ROLLING_BACK, reason, message, warning=True)
     if step.obs.baseline.ready(step.spec.replicas):
-        step.enter(Phase.ROLLED_BACK, reason, message, warning=False)
+        return step.enter(Phase.ROLLED_BACK, reason, message, warning=False)
+    return step
 
 
-def _roll_back_from(step: _Step, started: Phase | None, reason: str, message: str) -> None:
+def _roll_back_from(step: _Step, started: Phase | None, reason: str, message: str) -> _Step:
     """Roll back what the rollout `started` (its phase) ran; before any canary, just stop."""
     if started in (Phase.BASELINE, Phase.PENDING):
-        _stop_before_canary(step, reason, message)
-    else:
-        _roll_back(step, reason, message)
+        return _stop_before_canary(step, reason, message)
+    return _roll_back(step, reason, message)
 
 
-def _stop_before_canary(step: _Step, reason: str, message: str) -> None:
+def _stop_before_canary(step: _Step, reason: str, message: str) -> _Step:
     """Nothing to roll back yet: stop with the baseline serving."""
-    step.enter(Phase.ROLLED_BACK, reason, f"{message}; the canary was never started", warning=True)
+    return step.enter(Phase.ROLLED_BACK, reason, f"{message}; the canary was never started", warning=True)
 
 
-def _take_action(step: _Step, action: Action, reason: str, message: str) -> None:
+def _take_action(step: _Step, action: Action, reason: str, message: str) -> _Step:
     if action == Action.PAUSE:
-        step.enter(
+        return step.enter(
             Phase.PAUSED, reason, f"{message}; paused (bump spec.rollout.retry to try again)", warning=True
         )
-    else:
-        _roll_back(step, reason, message)
+    return _roll_back(step, reason, message)
 
 
-def _wait_for_ready(step: _Step, track: Track, state: TrackState, waiting: str, unhealthy: str) -> None:
+def _wait_for_ready(step: _Step, track: Track, state: TrackState, waiting: str, unhealthy: str) -> _Step:
     if state.failure:
-        step.note(unhealthy, f"{track} is unhealthy: {state.failure}")
-    else:
-        step.note(waiting, _waiting_message(track, state))
+        return step.note(unhealthy, f"{track} is unhealthy: {state.failure}")
+    return step.note(waiting, _waiting_message(track, state))
 
 
 def _waiting_message(track: Track, state: TrackState) -> str:
@@ -879,41 +877,34 @@ def _waiting_message(track: Track, state: TrackState) -> str:
     return f"waiting for {track}: {state.ready_replicas}/{state.replicas} ready{detail}"
 
 
-def _metrics_or_budget(step: _Step, metrics: TrackMetrics | None) -> TrackMetrics | None:
+def _metrics_or_budget(step: _Step, metrics: TrackMetrics | None) -> tuple[_Step, TrackMetrics | None]:
     """The metrics, or None after recording that they are missing (and acting once over budget)."""
     error = step.obs.metrics_error or (None if metrics is not None else "no metrics for the track")
     if error is None:
-        step.status = step.status.model_copy(update={"metrics_unavailable_since": None})
-        return metrics
+        return step.update(metrics_unavailable_since=None), metrics
     since = parse_time(step.status.metrics_unavailable_since) or step.now
-    step.status = step.status.model_copy(
-        update={"metrics_unavailable_since": iso(since), "verdict": Verdict.METRICS_UNAVAILABLE.value}
-    )
+    step = step.update(metrics_unavailable_since=iso(since), verdict=Verdict.METRICS_UNAVAILABLE.value)
     budget = step.spec.rollout.metrics_unavailable_budget
     if step.now - since >= _seconds(budget):
-        _take_action_from_any(step, Reason.METRICS_UNAVAILABLE, f"metrics unavailable for {budget}: {error}")
-    else:
-        step.note(
-            Reason.METRICS_UNAVAILABLE, f"metrics unavailable since {iso(since)} (never a pass): {error}"
-        )
-    return None
+        message = f"metrics unavailable for {budget}: {error}"
+        return _take_action_from_any(step, Reason.METRICS_UNAVAILABLE, message), None
+    message = f"metrics unavailable since {iso(since)} (never a pass): {error}"
+    return step.note(Reason.METRICS_UNAVAILABLE, message), None
 
 
-def _take_action_from_any(step: _Step, reason: str, message: str) -> None:
+def _take_action_from_any(step: _Step, reason: str, message: str) -> _Step:
     if step.status.phase == Phase.BASELINE:
-        _stop_before_canary(step, reason, message)
-    else:
-        _take_action(step, step.spec.rollout.on_metrics_unavailable, reason, message)
+        return _stop_before_canary(step, reason, message)
+    return _take_action(step, step.spec.rollout.on_metrics_unavailable, reason, message)
 
 
-def _inconclusive_or_wait(step: _Step, message: str) -> None:
+def _inconclusive_or_wait(step: _Step, message: str) -> _Step:
     limit = _seconds(step.spec.rollout.max_analysis_duration)
     if step.elapsed() > limit:
-        step.enter(
+        return step.enter(
             Phase.ROLLED_BACK, Reason.INCONCLUSIVE, f"{message} (for maxAnalysisDuration)", warning=True
         )
-    else:
-        step.note(Reason.MEASURING_BASELINE, message)
+    return step.note(Reason.MEASURING_BASELINE, message)
 
 
 def _acceptance_result(spec: SpeculativeDeploymentSpec, metrics: TrackMetrics) -> gates.GateResult:
