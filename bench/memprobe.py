@@ -14,6 +14,7 @@ import os
 import re
 import signal
 import sys
+import traceback
 import types
 from collections.abc import Iterable
 from pathlib import Path
@@ -44,8 +45,8 @@ def deep_size(roots: Iterable[object], seen: set[int]) -> int:
     return size
 
 
-def by_type_name(prefix: str) -> list[object]:
-    return [o for o in gc.get_objects() if type(o).__module__.startswith(prefix)]
+def module_of(obj: object) -> str:
+    return str(getattr(type(obj), "__module__", "") or "")
 
 
 def pymalloc_stats() -> str:
@@ -71,21 +72,25 @@ def report() -> str:
     rss = re.search(r"VmRSS:\s+(\d+) kB", Path("/proc/self/status").read_text())
     lines = [f"rss {int(rss[1]) / 1024 if rss else 0:.1f} MiB", "", "pymalloc:", pymalloc_stats(), ""]
     seen: set[int] = set()
+    tracked = gc.get_objects()
+    by_module: dict[str, list[object]] = collections.defaultdict(list)
+    for obj in tracked:
+        by_module[module_of(obj).split(".")[0]].append(obj)
     tasks = list(asyncio.all_tasks(_LOOP[0])) if _LOOP else []
     categories = {
-        "kopf objects (memories, indexes, settings, ...)": by_type_name("kopf"),
+        "kopf objects (memories, indexes, settings, ...)": by_module["kopf"],
         "asyncio tasks (one per object's timer, per watch, ...)": tasks,
-        "prometheus_client metrics": by_type_name("prometheus_client"),
-        "kubernetes client": by_type_name("kubernetes"),
-        "specgate objects": by_type_name("specgate"),
+        "prometheus_client metrics": by_module["prometheus_client"],
+        "kubernetes client": by_module["kubernetes"],
+        "specgate objects": by_module["specgate"],
     }
     lines.append("deep size by owner (in this order; what one holds is not counted again):")
     for name, roots in categories.items():
         lines.append(f"  {deep_size(roots, seen) / 2**20:8.2f} MiB from {len(roots)} roots: {name}")
     counts: collections.Counter[str] = collections.Counter()
     sizes: collections.Counter[str] = collections.Counter()
-    for obj in gc.get_objects():
-        name = f"{type(obj).__module__}.{type(obj).__qualname__}"
+    for obj in tracked:
+        name = f"{module_of(obj)}.{type(obj).__qualname__}"
         counts[name] += 1
         sizes[name] += sys.getsizeof(obj, 0)
     lines += ["", "objects the collector tracks, by type (shallow MiB, count):"]
@@ -97,9 +102,14 @@ _LOOP: list[asyncio.AbstractEventLoop] = []
 
 
 def _dump(_signum: int, _frame: types.FrameType | None) -> None:
+    """Never raises: an exception in a signal handler would surface in kopf's loop and stop it."""
     with contextlib.suppress(RuntimeError):
         _LOOP[:] = [asyncio.get_running_loop()]
-    Path(os.environ["SPECGATE_MEMPROBE_OUT"]).write_text(report())
+    try:
+        text = report()
+    except Exception:  # the probe's own failure goes in its report
+        text = traceback.format_exc()
+    Path(os.environ["SPECGATE_MEMPROBE_OUT"]).write_text(text)
 
 
 if __name__ == "__main__":

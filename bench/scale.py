@@ -317,7 +317,7 @@ def rss_mb(pid: int) -> float:
 
 def print_memprobe(operator: subprocess.Popen[bytes], report: Path) -> None:
     operator.send_signal(signal.SIGUSR1)
-    for _ in range(120):
+    for _ in range(300):
         if report.exists():
             time.sleep(1)  # written in one call; let it finish
             print(report.read_text(), flush=True)
