@@ -17,6 +17,7 @@ import time
 
 TRIM_INTERVAL_SECONDS = 60.0
 log = logging.getLogger(__name__)
+_TRIMMERS: list[threading.Thread] = []
 
 
 @functools.cache  # find_library runs ldconfig: once per process, not once a minute
@@ -40,7 +41,10 @@ def trim() -> bool:
 
 def trim_periodically(interval: float = TRIM_INTERVAL_SECONDS) -> None:
     """A daemon thread that trims every interval (a few ms at a few hundred MB, under the
-    allocator's lock, so not on every reconcile)."""
+    allocator's lock, so not on every reconcile). Once per process: kopf runs the startup handler
+    that calls this again after any failure in it (a metrics port in use, say)."""
+    if _TRIMMERS:
+        return
     if _malloc_trim() is None:
         log.info("no malloc_trim in this C library: freed heap pages stay with the process")
         return
@@ -50,4 +54,5 @@ def trim_periodically(interval: float = TRIM_INTERVAL_SECONDS) -> None:
             time.sleep(interval)
             trim()
 
-    threading.Thread(target=loop, name="malloc-trim", daemon=True).start()
+    _TRIMMERS.append(threading.Thread(target=loop, name="malloc-trim", daemon=True))
+    _TRIMMERS[0].start()

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 import textwrap
+import threading
 
 import pytest
 
@@ -38,3 +39,12 @@ def test_trim_returns_a_freed_bursts_pages_that_glibc_keeps() -> None:
     assert figures["trimmed"]
     assert figures["freed"] > 100, figures  # glibc kept them: without the trim RSS stays this high
     assert figures["freed"] - figures["after_trim"] > 80, figures
+
+
+@pytest.mark.skipif(memory._malloc_trim() is None, reason="the C library has no malloc_trim")
+def test_one_trimmer_however_often_startup_runs() -> None:
+    """kopf reruns a startup handler that failed after starting the trimmer (seen: a metrics port
+    in use made it run twice)."""
+    memory.trim_periodically(3600)
+    memory.trim_periodically(3600)
+    assert [t.name for t in threading.enumerate()].count("malloc-trim") == 1
