@@ -19,6 +19,8 @@ import types
 from collections.abc import Iterable
 from pathlib import Path
 
+import pydantic
+
 from specgate import cli
 
 # Shared by everything: a deep size stops at them.
@@ -47,6 +49,24 @@ def deep_size(roots: Iterable[object], seen: set[int]) -> int:
 
 def module_of(obj: object) -> str:
     return str(getattr(type(obj), "__module__", "") or "")
+
+
+def set_holders(tracked: list[object], mine: list[object], sample: int) -> collections.Counter[str]:
+    """gc.get_referrers scans every object: a sample, not all. mine: the probe's own lists."""
+    sets = [o for o in tracked if type(o) is set and len(o) >= 5]
+    sets = sets[:: max(1, len(sets) // sample)][:sample]
+    ours = {id(tracked), id(sets), *map(id, mine)}
+    holders: collections.Counter[str] = collections.Counter()
+    for one in sets:
+        direct = gc.get_referrers(one)
+        for holder in direct:
+            if id(holder) in ours:
+                continue
+            above = [
+                type(h).__qualname__ for h in gc.get_referrers(holder) if id(h) not in ours | {id(direct)}
+            ][:2]
+            holders[f"{module_of(holder)}.{type(holder).__qualname__} <- {above}"] += 1
+    return holders
 
 
 def pymalloc_stats() -> str:
@@ -87,6 +107,15 @@ def report() -> str:
     lines.append("deep size by owner (in this order; what one holds is not counted again):")
     for name, roots in categories.items():
         lines.append(f"  {deep_size(roots, seen) / 2**20:8.2f} MiB from {len(roots)} roots: {name}")
+    lines += ["", "who holds the sets of 5 or more (a sample of 30: the holder's type, and its holder's):"]
+    lines += [
+        f"  {n:4d} {holder}" for holder, n in set_holders(tracked, list(by_module.values()), 30).most_common()
+    ]
+    models = collections.Counter(
+        f"{module_of(o)}.{type(o).__qualname__}" for o in tracked if isinstance(o, pydantic.BaseModel)
+    )
+    lines += ["", f"pydantic model instances: {sum(models.values())}, by class:"]
+    lines += [f"  {n:7d} {name}" for name, n in models.most_common(15)]
     counts: collections.Counter[str] = collections.Counter()
     sizes: collections.Counter[str] = collections.Counter()
     for obj in tracked:
