@@ -100,10 +100,14 @@ class EngineCounters:
             self.samples.append((time.time(), totals))
 
     def at(self, moment: float) -> dict[str, float]:
-        """The sample nearest to `moment` (unix seconds); it must be within a second of it."""
-        when, totals = min(self.samples, key=lambda s: abs(s[0] - moment))
-        assert abs(when - moment) < 1.0, f"no engine sample near {moment}: nearest at {when}"
-        return totals
+        """The counters at `moment` (unix seconds), linear between the samples either side of it,
+        which must be within a second of it (the nearest sample alone is up to 0.25 s off)."""
+        before = max((s for s in self.samples if s[0] <= moment), key=lambda s: s[0], default=None)
+        after = min((s for s in self.samples if s[0] >= moment), key=lambda s: s[0], default=None)
+        assert before and after, f"no engine samples either side of {moment}"
+        assert after[0] - before[0] < 2.0, f"no engine sample near {moment}: {before[0]}, {after[0]}"
+        share = (moment - before[0]) / (after[0] - before[0]) if after[0] > before[0] else 0.0
+        return {key: value + share * (after[1][key] - value) for key, value in before[1].items()}
 
     @contextmanager
     def running(self) -> Iterator[EngineCounters]:
@@ -154,7 +158,16 @@ def check_measured_like_the_engine(
         scrapes=len(times),
     )
     assert canary["alpha"] == pytest.approx(engine_alpha, abs=0.01)
-    assert canary["drafts"] == pytest.approx(last["drafts"] - first["drafts"], rel=0.02)
+    # Prometheus stamps a sample when its scrape starts; the engine renders its counters a little
+    # later, later still on a loaded machine: a second of the engine's drafting is the oracle's
+    # uncertainty (2 % of a 30 s window is only 0.6 s). A window off by a scrape is 30 s of it.
+    engine_drafts = last["drafts"] - first["drafts"]
+    one_second = engine_drafts / (times[-1] - times[0])
+    assert abs(canary["drafts"] - engine_drafts) <= max(0.02 * engine_drafts, one_second), (
+        canary["drafts"],
+        engine_drafts,
+        one_second,
+    )
 
 
 def verdict_seconds(status: dict[str, Any], warmup: float) -> float:
