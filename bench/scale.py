@@ -67,8 +67,8 @@ PROMETHEUS_PORT = 18098
 METRICS_PORT = 18099
 # The Dockerfile's MALLOC_ARENA_MAX (glibc-default: unset, to compare)
 ARENAS = os.environ.get("BENCH_MALLOC_ARENA_MAX", "1")
-# Run the operator under bench/memprobe.py and print what holds its memory at the end (its RSS
-# then includes tracemalloc's own bookkeeping).
+# Run the operator under bench/memprobe.py and print what holds its memory at the end, after the
+# RSS figure is read (the probe's walk over every object allocates).
 MEMPROBE = os.environ.get("BENCH_MEMPROBE") == "1"
 SD_RESOURCE = ("specgate.dev", "v1alpha1", NAMESPACE, "speculativedeployments")
 ONE_BY_ONE, ONE_BY_ONE_GAP_S = 20, 3.0  # objects applied one at a time beside the N settled ones
@@ -390,6 +390,7 @@ def run(objects: int, idle: float, measuring_share: float) -> dict[str, Any]:
         if (counts := phases(api))["Promoted"] != guarded:
             raise SystemExit(f"guarded objects left Promoted in the idle window: {dict(counts)}")
         log(f"operator requests in the idle window, by verb and resource: {dict(requests.most_common())}")
+        rss = rss_mb(operator.pid)
         if MEMPROBE:
             print_memprobe(operator, state / "memprobe.txt")
         return {
@@ -401,7 +402,7 @@ def run(objects: int, idle: float, measuring_share: float) -> dict[str, Any]:
             "idle_api_calls_per_min_per_object": round(sum(requests.values()) / minutes / objects, 4),
             "promql_per_min_per_measuring_object": round(queries("baseline") / minutes / measuring, 2),
             "promql_per_min_per_guarded_object": round(queries("canary") / minutes / guarded, 2),
-            "operator_rss_mb": round(rss_mb(operator.pid), 1),
+            "operator_rss_mb": round(rss, 1),
             "reconcile_p50_s_at_most": quantile_bound(after, 0.5),
             "reconcile_p99_s_at_most": quantile_bound(after, 0.99),
             "apply_to_deployment_p50_s": round(percentile(late, 0.5), 2),
