@@ -43,6 +43,24 @@ def step_toward(budget: Budget, baseline: Side, canary: Side, targets: tuple[int
     return b, c
 
 
+def may_roll(budget: Budget, rolling: Side, other: Side, other_rolling: bool, shrinking: bool) -> bool:
+    """Whether one track's pod template may start rolling now (a new operator version renders it
+    differently): never beside the other track's roll or a shrink, whose losses would add up, and
+    only if the roll's worst case (its Deployment takes max_unavailable Ready pods) keeps the floor."""
+    if other_rolling or shrinking:
+        return False
+    loss = min(budget.max_unavailable, rolling.ready)
+    return loss == 0 or rolling.ready + other.ready - loss >= budget.min_ready
+
+
+def guaranteed(side: Side, rolling: bool, max_unavailable: int) -> Side:
+    """A track as capacity can count on it: a Deployment mid-roll may take any Ready pod above
+    `replicas - maxUnavailable` down at any moment, so only those below it count."""
+    if not rolling:
+        return side
+    return Side(side.replicas, min(side.ready, max(side.replicas - max_unavailable, 0)))
+
+
 def _shrink(budget: Budget, side: Side, target: int, other_ready: int) -> int:
     """Keep the Ready pods the floor still needs; unready ones go (a ReplicaSet deletes those first)."""
     if target >= side.replicas:

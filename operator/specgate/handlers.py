@@ -265,15 +265,21 @@ def apply_children(
     children: kube.Children,
 ) -> None:
     """Shrinking Deployments first (their GPUs free up sooner), then the rest. A Deployment whose
-    template is kept (decision.keep_template) is only scaled: its pods keep what they run."""
+    template is kept (decision.keep_template, or a re-render that must wait) is only scaled: its
+    pods keep what they run."""
     counts = {Track.BASELINE: decision.baseline_replicas, Track.CANARY: decision.canary_replicas}
     states = {Track.BASELINE: observation.baseline, Track.CANARY: observation.canary}
     wanted = {track: n for track, n in counts.items() if n is not None}
+    manifests = {track: render.deployment(spec, owner, track, n) for track, n in wanted.items()}
+    rendered = {
+        track: m["metadata"]["annotations"][render.ANNOTATION_RENDERED] for track, m in manifests.items()
+    }
+    kept = decision.keep_template | rollout.rerenders_to_wait(spec, rendered, states, wanted)
     for track, replicas in sorted(wanted.items(), key=lambda item: item[1] >= states[item[0]].replicas):
-        if track in decision.keep_template and states[track].exists:
+        if track in kept and states[track].exists:
             kube.scale_deployment(owner.namespace, render.deployment_name(owner, track), replicas, children)
         else:
-            kube.apply(render.deployment(spec, owner, track, replicas), children)
+            kube.apply(manifests[track], children)
     for manifest in _other_children(spec, owner, decision):
         kube.apply(manifest, children)
     if decision.status.rollout_generation is not None:

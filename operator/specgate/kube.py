@@ -23,6 +23,7 @@ import specgate
 from specgate import api
 from specgate.observation import BenchmarkJob, TrackState
 from specgate.render import (
+    ANNOTATION_RENDERED,
     ANNOTATION_TEMPLATE,
     LABEL_DEPLOYMENT,
     LABEL_TRACK,
@@ -290,6 +291,8 @@ class DeploymentView:
     ready_replicas: int
     template: str | None  # ANNOTATION_TEMPLATE: the template it asks for
     generation: int  # bumped by every change of its spec: ours, or anyone's
+    rendered: str | None = None  # ANNOTATION_RENDERED
+    rolling: bool = False
 
 
 @dataclass(frozen=True)
@@ -322,11 +325,17 @@ class Children:
 
 def deployment_view(body: Mapping[str, Any]) -> DeploymentView:
     meta, status = body.get("metadata", {}), body.get("status") or {}
+    annotations, generation = meta.get("annotations") or {}, int(meta.get("generation") or 0)
     return DeploymentView(
         replicas=int((body.get("spec") or {}).get("replicas") or 0),
         ready_replicas=int(status.get("readyReplicas") or 0),
-        template=(meta.get("annotations") or {}).get(ANNOTATION_TEMPLATE),
-        generation=int(meta.get("generation") or 0),
+        template=annotations.get(ANNOTATION_TEMPLATE),
+        generation=generation,
+        rendered=annotations.get(ANNOTATION_RENDERED),
+        # As `kubectl rollout status` reads it: the controller has not seen the last change yet, or
+        # pods of an older ReplicaSet remain (a scale-up alone leaves none).
+        rolling=int(status.get("observedGeneration") or 0) < generation
+        or int(status.get("replicas") or 0) > int(status.get("updatedReplicas") or 0),
     )
 
 
@@ -365,6 +374,8 @@ def track_state(children: Children, namespace: str, name: str, selector: dict[st
         failure=f"{failing.failure}{_last_log_lines(namespace, failing)}" if failing else None,
         waiting=next((p.unscheduled for p in pods if p.unscheduled), None),
         template_hash=dep.template,
+        rendered=dep.rendered,
+        rolling=dep.rolling,
     )
 
 

@@ -20,6 +20,8 @@ class TrackState:
     failure: str | None = None  # a reason that needs a new spec, e.g. CrashLoopBackOff
     waiting: str | None = None  # a reason that may clear up, e.g. Unschedulable (progressDeadline bounds it)
     template_hash: str | None = None  # render.ANNOTATION_TEMPLATE of the Deployment
+    rendered: str | None = None  # render.ANNOTATION_RENDERED: the pod template as last rendered
+    rolling: bool = False  # its rolling update has pods of an older template still to replace
 
     def ready(self, want: int) -> bool:
         return self.exists and want > 0 and self.ready_replicas >= want

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
@@ -27,6 +28,9 @@ LABEL_BENCHMARK = "specgate.dev/benchmark"  # on benchmark pods: the track they 
 # On every child and its pods: the operator watches exactly the objects with this label.
 MANAGED_BY = {"app.kubernetes.io/managed-by": "specgate"}
 ANNOTATION_TEMPLATE = "specgate.dev/template-hash"  # on Deployments and pods: what they run
+# On Deployments: the digest of the pod template this operator version rendered. A new version that
+# renders the same spec differently rolls the pods of one track at a time (see capacity.may_roll).
+ANNOTATION_RENDERED = "specgate.dev/rendered-pod-template"
 VLLM_CONTAINER = "vllm"
 DRIVER_SOURCE = (Path(__file__).parent / "bench_driver.py").read_text()
 MAX_NAME = 63  # a Job's name becomes its pods' job-name label value
@@ -64,7 +68,7 @@ def template_hash(spec: api.SpeculativeDeploymentSpec, track: Track = Track.CANA
     if spec.pod_template is None:  # added later: absent, it keeps the hashes of objects made before
         unused.add("pod_template")
     pods = spec.model_dump(mode="json", by_alias=True, exclude=unused)
-    return hashlib.sha256(json.dumps(pods, sort_keys=True).encode()).hexdigest()[:12]
+    return _digest(pods)
 
 
 def deployment_name(owner: Owner, track: Track) -> str:
@@ -228,12 +232,16 @@ def deployment(spec: api.SpeculativeDeploymentSpec, owner: Owner, track: Track, 
         "terminationGracePeriodSeconds": 60,
         **_pod_template_fields(spec.pod_template),
     }
+    template = {
+        "metadata": {"labels": labels, "annotations": {**spec.pod_annotations, **annotations}},
+        "spec": pod_spec,
+    }
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {
             **_metadata(owner, deployment_name(owner, track), dict(labels)),
-            "annotations": annotations,
+            "annotations": {**annotations, ANNOTATION_RENDERED: _digest(template)},
         },
         "spec": {
             "replicas": replicas,
@@ -246,12 +254,13 @@ def deployment(spec: api.SpeculativeDeploymentSpec, owner: Owner, track: Track, 
                     "maxUnavailable": spec.rollout.max_unavailable,
                 },
             },
-            "template": {
-                "metadata": {"labels": labels, "annotations": {**spec.pod_annotations, **annotations}},
-                "spec": pod_spec,
-            },
+            "template": template,
         },
     }
+
+
+def _digest(manifest: Mapping[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()[:12]
 
 
 def serving_selector(owner: Owner) -> dict[str, str]:

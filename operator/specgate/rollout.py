@@ -8,6 +8,7 @@ passed in. The allowed phase changes are one table, TRANSITIONS, which decide() 
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
@@ -279,8 +280,8 @@ class _Step:
         budget = capacity.Budget(self.spec.replicas, rollout.max_surge, rollout.max_unavailable)
         b, c = capacity.step_toward(
             budget,
-            _side(self.obs.baseline),
-            _side(self.obs.canary),
+            _side(self.obs.baseline, rollout.max_unavailable),
+            _side(self.obs.canary, rollout.max_unavailable),
             (self.baseline_replicas, self.canary_replicas or 0),
         )
         return b, (None if self.canary_replicas is None and not self.obs.canary.exists else c)
@@ -291,8 +292,43 @@ class _Step:
         return frozenset() if self.status.phase in CANARY_TEMPLATE_PHASES else frozenset({Track.CANARY})
 
 
-def _side(track: TrackState) -> capacity.Side:
-    return capacity.Side(track.replicas, track.ready_replicas) if track.exists else capacity.Side(0, 0)
+def _side(track: TrackState, max_unavailable: int) -> capacity.Side:
+    if not track.exists:
+        return capacity.Side(0, 0)
+    return capacity.guaranteed(
+        capacity.Side(track.replicas, track.ready_replicas), track.rolling, max_unavailable
+    )
+
+
+def rerenders_to_wait(
+    spec: SpeculativeDeploymentSpec,
+    rendered: Mapping[Track, str],
+    states: Mapping[Track, TrackState],
+    wanted: Mapping[Track, int],
+) -> frozenset[Track]:
+    """Tracks whose Deployment must keep its pod template for now: ones whose pods run the spec
+    they should, as an older operator version rendered it (rendered: the digests this version
+    renders). They roll one at a time, the baseline first, each when capacity.may_roll allows."""
+    rerender = [
+        track
+        for track, digest in rendered.items()
+        if states[track].exists
+        and states[track].template_hash == render.template_hash(spec, track)
+        and states[track].rendered != digest
+    ]
+    if not rerender:
+        return frozenset()
+    first, other = rerender[0], Track.CANARY if rerender[0] is Track.BASELINE else Track.BASELINE
+    rollout = spec.rollout
+    side = {track: capacity.Side(state.replicas, state.ready_replicas) for track, state in states.items()}
+    allowed = capacity.may_roll(
+        capacity.Budget(spec.replicas, rollout.max_surge, rollout.max_unavailable),
+        side[first],
+        side[other],
+        other_rolling=states[other].rolling,
+        shrinking=any(n < states[track].replicas for track, n in wanted.items()),
+    )
+    return frozenset(rerender[1:] if allowed else rerender)
 
 
 def invalid_spec(

@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 from typing import Any
 
@@ -14,11 +15,18 @@ import pytest
 from kubernetes import client
 from tests.cluster.conftest import CACHE
 from tests.cluster.figures import report
-from tests.cluster.operator_process import get_sd, run
-from tests.cluster.rollouts import run_rollout, sim_rollout
+from tests.cluster.operator_process import get_sd, run, wait_for
+from tests.cluster.rollouts import lab_operator, run_rollout, sim_rollout
 
-from specgate import api
-from specgate.render import ANNOTATION_TEMPLATE, LABEL_DEPLOYMENT, LABEL_TRACK
+from specgate import api, kube, render
+from specgate.render import (
+    ANNOTATION_RENDERED,
+    ANNOTATION_TEMPLATE,
+    LABEL_DEPLOYMENT,
+    LABEL_TRACK,
+    Owner,
+    Track,
+)
 
 pytestmark = pytest.mark.cluster
 
@@ -192,3 +200,87 @@ def test_pauses_change_no_pod_an_edit_reaches_only_the_canary_and_abort_and_retr
 
 def _pending_generation(obj: dict[str, Any]) -> bool:
     return obj.get("status", {}).get("observedGeneration") != obj["metadata"]["generation"]
+
+
+OLDER_RENDER = "specgate.dev/rendered-by"  # what the older version's pods carry that ours do not
+
+
+def apply_as_older_operator(api_client: client.ApiClient, obj: dict[str, Any], track: Track) -> None:
+    """Write a Deployment as an older operator version would have: the same spec rendered with one
+    pod annotation more and no rendered digest, by server-side apply under the operator's own field
+    manager (so that the new version's apply removes what it no longer renders, as on a real upgrade)."""
+    meta = obj["metadata"]
+    owner = Owner(meta["name"], meta["namespace"], meta["uid"])
+    apps = client.AppsV1Api(api_client)
+    name = render.deployment_name(owner, track)
+    live = apps.read_namespaced_deployment(name, owner.namespace)
+    manifest = render.deployment(api.parse_spec(obj["spec"]), owner, track, live.spec.replicas)
+    del manifest["metadata"]["annotations"][ANNOTATION_RENDERED]
+    manifest["spec"]["template"]["metadata"]["annotations"][OLDER_RENDER] = "specgate 0.1"
+    apps.patch_namespaced_deployment(
+        name,
+        owner.namespace,
+        manifest,
+        field_manager=kube.FIELD_MANAGER,
+        force=True,
+        _content_type=kube.APPLY,
+    )
+
+
+def deployment_view(api_client: client.ApiClient, namespace: str, track: Track) -> kube.DeploymentView:
+    body = client.AppsV1Api(api_client).read_namespaced_deployment(f"upgrade-{track.value}", namespace)
+    return kube.deployment_view(api_client.sanitize_for_serialization(body))
+
+
+def settled(view: kube.DeploymentView) -> bool:
+    return not view.rolling and view.ready_replicas == view.replicas
+
+
+def test_an_operator_upgrade_that_renders_pods_differently_rolls_one_track_at_a_time(
+    lab: dict[str, Any],
+) -> None:
+    """replicas 4, canary 1, maxSurge 0, maxUnavailable 1, mid-analysis: the operator stops, both
+    tracks' pods are rolled (one track at a time) onto an older version's rendering, and the
+    operator starts again. Its first reconcile would re-render both Deployments at once, each taking
+    a Ready pod: 2 of 4 serving. It rolls the baseline, then the canary, and 3 of 4 always serve."""
+    api_client, namespace = lab["api_client"], lab["namespace"]
+    # Drafts the analysis never reaches: it stays Analyzing, both tracks serving, until the end.
+    body = sim_rollout("upgrade", GOOD, gates={"minDrafts": 10**9}, maxAnalysisDuration="15m")
+    body["spec"]["replicas"] = 4
+    body["spec"]["rollout"] |= {"maxSurge": 0, "maxUnavailable": 1}
+    operator = lab_operator(lab["kubeconfig"], namespace, lab["prometheus_url"], lab["log_dir"])
+    rolling_at_once: list[float] = []
+    upgraded: list[float] = []
+
+    def views() -> list[kube.DeploymentView]:
+        return [deployment_view(api_client, namespace, track) for track in Track]
+
+    def upgrade_mid_analysis(obj: dict[str, Any]) -> None:
+        if upgraded:
+            if all(view.rolling for view in views()):
+                rolling_at_once.append(time.monotonic())
+            return
+        if obj.get("status", {}).get("phase") != "Analyzing" or not all(settled(v) for v in views()):
+            return
+        operator.stop()
+        for track in Track:
+            apply_as_older_operator(api_client, obj, track)
+            wait_for(
+                lambda t=track: settled(deployment_view(api_client, namespace, t)), 120, f"{track} rolled"
+            )
+        operator.start()
+        upgraded.append(time.monotonic())
+
+    def on_new_render(obj: dict[str, Any]) -> bool:
+        pods = live_pods(api_client, namespace, "upgrade")
+        done = len(pods) == 4 and not any(OLDER_RENDER in (p.metadata.annotations or {}) for p in pods)
+        return bool(upgraded) and done and all(settled(v) for v in views())
+
+    run = run_rollout(
+        body=body, during=upgrade_mid_analysis, until=on_new_render, operator=operator, timeout=480, **lab
+    )
+    assert run.phases[-1] == "Analyzing", run.phases  # the upgrade restarted nothing
+    assert not rolling_at_once, f"both tracks rolled at once {len(rolling_at_once)} times"
+    report(
+        test="operator_upgrade_re_render", replicas=4, floor=3, seconds=round(time.monotonic() - upgraded[0])
+    )

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from specgate.capacity import Budget, Side, step_toward
+from specgate.capacity import Budget, Side, guaranteed, may_roll, step_toward
 
 
 def walk(budget: Budget, start: tuple[int, int], target: tuple[int, int]) -> list[int]:
@@ -95,3 +95,35 @@ def test_one_step_from_any_observed_state_keeps_the_floor_or_the_ready_pods_ther
     assert kept_ready >= min(max(replicas - unavailable, 0), base.ready + can.ready)
     if b > base.replicas or c > can.replicas:
         assert b + c <= replicas + surge
+
+
+def test_a_track_mid_roll_counts_only_the_pods_its_deployment_keeps() -> None:
+    assert guaranteed(Side(3, 3), rolling=True, max_unavailable=1) == Side(3, 2)
+    assert guaranteed(Side(3, 1), rolling=True, max_unavailable=1) == Side(3, 1)  # fewer Ready already
+    assert guaranteed(Side(3, 3), rolling=False, max_unavailable=1) == Side(3, 3)
+    assert guaranteed(Side(3, 3), rolling=True, max_unavailable=0) == Side(3, 3)  # surge-only rolls
+
+
+def test_a_shrink_beside_a_rolling_track_keeps_the_floor_against_its_next_loss() -> None:
+    """Canary 1 of 1 mid-roll (its Deployment may take its Ready pod at any moment), baseline 3 of 3,
+    floor 3: the baseline may not give up a pod on the strength of that Ready canary."""
+    budget = Budget(4, 0, 1)
+    canary = guaranteed(Side(1, 1), rolling=True, max_unavailable=1)
+    assert step_toward(budget, Side(3, 3), canary, targets=(2, 2)) == (3, 1)
+    assert step_toward(budget, Side(3, 3), Side(1, 1), targets=(2, 2)) == (2, 2)  # not rolling: it may
+
+
+@pytest.mark.parametrize(
+    ("rolling", "other", "other_rolling", "shrinking", "allowed"),
+    [
+        (Side(3, 3), Side(1, 1), False, False, True),  # 4 Ready, the roll may cost 1: 3 >= 3
+        (Side(3, 3), Side(1, 1), True, False, False),  # the other track is rolling: losses add up
+        (Side(3, 3), Side(1, 1), False, True, False),  # a shrink this reconcile: losses add up
+        (Side(3, 3), Side(1, 0), False, False, False),  # the canary is not Ready: 3 - 1 < 3
+        (Side(3, 0), Side(1, 1), False, False, True),  # nothing Ready to lose (a render fix may help)
+    ],
+)
+def test_a_re_render_rolls_only_alone_and_within_the_floor(
+    rolling: Side, other: Side, other_rolling: bool, shrinking: bool, allowed: bool
+) -> None:
+    assert may_roll(Budget(4, 0, 1), rolling, other, other_rolling, shrinking) is allowed

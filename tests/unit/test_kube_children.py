@@ -22,7 +22,7 @@ from kubernetes.client import (
 
 from specgate import kube
 from specgate.observation import TrackState
-from specgate.render import ANNOTATION_TEMPLATE, Owner, Track, selector_labels
+from specgate.render import ANNOTATION_RENDERED, ANNOTATION_TEMPLATE, Owner, Track, selector_labels
 
 OWNER = Owner("llama", "ml", "u-1")
 LABELS = selector_labels(OWNER, Track.CANARY)
@@ -32,10 +32,26 @@ def wire(model: Any) -> dict[str, Any]:
     return ApiClient().sanitize_for_serialization(model)  # type: ignore[no-any-return,no-untyped-call]
 
 
-def deployment(replicas: int, template: str, ready: int) -> dict[str, Any]:
-    meta = V1ObjectMeta(name="llama-canary", generation=4, annotations={ANNOTATION_TEMPLATE: template})
+def deployment(
+    replicas: int,
+    template: str,
+    ready: int,
+    pods: int | None = None,
+    updated: int | None = None,
+    seen: int = 4,
+) -> dict[str, Any]:
+    """A Deployment at generation 4 whose controller has seen generation `seen`, with `pods` pods
+    (all ReplicaSets) of which `updated` run the current template (both default to replicas)."""
+    annotations = {ANNOTATION_TEMPLATE: template, ANNOTATION_RENDERED: f"render-of-{template}"}
+    meta = V1ObjectMeta(name="llama-canary", generation=4, annotations=annotations)
     spec = V1DeploymentSpec(replicas=replicas, selector=V1LabelSelector(), template=V1PodTemplateSpec())
-    return wire(V1Deployment(metadata=meta, spec=spec, status=V1DeploymentStatus(ready_replicas=ready)))
+    status = V1DeploymentStatus(
+        ready_replicas=ready,
+        observed_generation=seen,
+        replicas=replicas if pods is None else pods,
+        updated_replicas=replicas if updated is None else updated,
+    )
+    return wire(V1Deployment(metadata=meta, spec=spec, status=status))
 
 
 def pod(name: str, template: str, ready: bool, deleting: bool = False, **condition: str) -> dict[str, Any]:
@@ -66,14 +82,27 @@ def test_only_ready_pods_on_the_current_template_that_are_not_going_away_count()
         pod("c", "new", ready=True, deleting=True),
         pod("d", "new", ready=False, reason="Unschedulable", message="0/2 nodes have a free GPU"),
     ]
-    state = kube.track_state(children(deployment(3, "new", ready=3), pods), "ml", "llama-canary", LABELS)
+    dep = deployment(3, "new", ready=3, pods=3, updated=2)  # b is left of the old ReplicaSet
+    state = kube.track_state(children(dep, pods), "ml", "llama-canary", LABELS)
     assert state == TrackState(
         exists=True,
         replicas=3,
         ready_replicas=1,
         waiting="pod d: Unschedulable: 0/2 nodes have a free GPU",
         template_hash="new",
+        rendered="render-of-new",
+        rolling=True,
     )
+
+
+def test_a_deployment_rolls_until_its_controller_has_seen_the_change_and_no_old_pod_is_left() -> None:
+    def rolling(dep: dict[str, Any]) -> bool:
+        return kube.deployment_view(dep).rolling
+
+    assert not rolling(deployment(3, "new", ready=3))
+    assert not rolling(deployment(5, "new", ready=3, pods=5, updated=5))  # scaling up: no old pod
+    assert rolling(deployment(3, "new", ready=3, seen=3))  # just changed: the controller is behind
+    assert rolling(deployment(3, "new", ready=3, pods=4, updated=1))  # old pods still serve
 
 
 def test_a_deployment_the_watch_has_not_seen_does_not_exist() -> None:

@@ -861,3 +861,40 @@ def test_status_and_the_cli_show_a_measurement_in_the_same_words() -> None:
     assert f"  baseline {baseline.figures()}" in timeline
     assert f"  canary   {canary.figures()}" in timeline
     assert f"alpha={canary.alpha:.3f}" in canary.figures()
+
+
+def _rerender(
+    states: dict[render.Track, TrackState], wanted: dict[render.Track, int]
+) -> frozenset[render.Track]:
+    """rerenders_to_wait for make_spec(replicas 2, maxUnavailable 1) where this version renders both
+    tracks' pods differently from what their Deployments carry."""
+    spec = make_spec(maxSurge=0, maxUnavailable=1)
+    on_spec = {
+        t: replace(s, template_hash=render.template_hash(spec, t), rendered="old") for t, s in states.items()
+    }
+    return rollout.rerenders_to_wait(spec, {t: "new" for t in wanted}, on_spec, wanted)
+
+
+def test_an_operator_upgrade_re_renders_one_track_at_a_time_baseline_first() -> None:
+    b, c = render.Track.BASELINE, render.Track.CANARY
+    assert _rerender({b: ready(1), c: ready(1)}, {b: 1, c: 1}) == {c}  # the baseline goes first
+    rolling = replace(ready(1), rolling=True)
+    assert _rerender({b: rolling, c: ready(1)}, {b: 1, c: 1}) == {
+        c
+    }  # its own roll: applying again is a no-op
+    assert _rerender({b: ready(1), c: rolling}, {b: 1, c: 1}) == {b, c}  # never beside the other's roll
+    assert _rerender({b: ready(1), c: ready(1)}, {b: 0, c: 1}) == {b, c}  # a shrink this reconcile
+    assert _rerender({b: ready(1), c: replace(ready(1), ready_replicas=0)}, {b: 1, c: 1}) == {b, c}
+
+
+def test_a_spec_change_or_a_render_already_applied_is_not_held() -> None:
+    b, c = render.Track.BASELINE, render.Track.CANARY
+    spec = make_spec(maxSurge=0, maxUnavailable=1)
+    done = TrackState(exists=True, replicas=1, ready_replicas=1, template_hash=render.template_hash(spec, b))
+    new_spec = TrackState(exists=True, replicas=1, ready_replicas=1, template_hash="an older spec")
+    assert (
+        rollout.rerenders_to_wait(
+            spec, {b: "new", c: "new"}, {b: replace(done, rendered="new"), c: new_spec}, {b: 1, c: 1}
+        )
+        == frozenset()
+    )
