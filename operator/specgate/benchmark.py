@@ -8,7 +8,7 @@ concurrency point and reports a summary per point. The gates apply at the produc
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from pydantic import ValidationError
@@ -23,7 +23,14 @@ from specgate.api import (
     PointComparison,
     SpeculativeDeploymentSpec,
 )
-from specgate.gates import AcceptanceWindow, GateResult, Verdict, meets_acceptance_gate
+from specgate.gates import (
+    MIN_WINDOWS,
+    AcceptanceWindow,
+    GateResult,
+    Verdict,
+    judged_windows,
+    spec_acceptance_gate,
+)
 
 RESULT_DIR = "/tmp/specgate-bench"
 # The benchmark's alpha and Prometheus' may differ by rounding and by the few scrapes at the
@@ -160,39 +167,26 @@ def evaluate(
 ) -> Evaluation:
     """Gate the canary's benchmark against the baseline's at the production concurrency.
 
-    Alpha comes from the canary's Prometheus counters over the Job's time range (all its pods),
-    else from the benchmark, which reads one pod's /metrics through the Service; both are kept,
-    and a disagreement is reported, not hidden. BenchmarkFailed when there is too little to judge.
+    Alpha is judged as in traffic mode (gates.acceptance_gate with the spec's gates) over the
+    windows of the canary's Prometheus counters during the Job (all its pods). A benchmark is one
+    run: no more windows will come, so a test it leaves undecided is BenchmarkFailed naming what to
+    change, not a wait until maxAnalysisDuration. The benchmark's own alpha (one pod's /metrics,
+    read through the Service) is one figure per concurrency point, with no per-window counters and
+    the same prompts at every point: it has no spread to judge from, so without Prometheus windows
+    the acceptance is not judged (BenchmarkFailed); with them it is kept in status, and a
+    disagreement is reported, not hidden.
     """
     if runs.baseline is None or runs.canary is None:
         raise ValueError("evaluate needs both tracks' benchmarks")
     _check_only_the_job_served(spec, runs.canary.points, served)
     gates_spec, bench = spec.rollout.gates, spec.rollout.benchmark
     comparison = compare(runs.baseline.points, runs.canary.points, bench, gates_spec)
-    bench_alpha, bench_drafts = _benchmark_alpha(runs.canary.points)
-    prom_alpha, prom_drafts = _prometheus_alpha(prometheus)
-    alpha, drafts, source = (
-        (prom_alpha, prom_drafts, "Prometheus counters over the Job")
-        if prom_alpha is not None
-        else (bench_alpha, bench_drafts, "the benchmark")
-    )
-    if alpha is None:
-        raise BenchmarkFailed(
-            "no acceptance rate: the canary's Prometheus counters had no drafts over the Job and the "
-            "benchmark reported none (vLLM before 0.11 does not)"
-        )
-    if drafts < gates_spec.min_drafts:
-        raise BenchmarkFailed(
-            f"only {drafts:.0f} drafts in the canary's benchmark (minDrafts {gates_spec.min_drafts}): "
-            "raise benchmark.numPrompts or benchmark.outputLen"
-        )
-    gate = gates_spec.min_acceptance_rate
-    passed = meets_acceptance_gate(alpha, gate)
-    acceptance = GateResult(
-        Verdict.PASS if passed else Verdict.FAIL,
-        alpha, None, None, drafts,
-        f"alpha {alpha:.3f} ({source}, {drafts:.0f} drafts) {'>=' if passed else '<'} gate {gate}",
-    )  # fmt: skip
+    bench_alpha = _benchmark_alpha(runs.canary.points)
+    windows = judged_windows(prometheus or ())
+    if not windows:
+        raise _no_windows(bench_alpha)
+    acceptance = _acceptance(prometheus or (), len(windows), gates_spec)
+    prom_alpha = round(sum(w.accepted_tokens for w in windows) / sum(w.draft_tokens for w in windows), 4)
     point = comparison.gate
     latency = GateResult(
         Verdict(point.verdict),
@@ -202,9 +196,7 @@ def evaluate(
         f"{gates_spec.max_p99_per_token_regression:.0%}), P99 ITL {point.canary_p99_itl_ms} ms vs "
         f"{point.baseline_p99_itl_ms} ms (tolerance {gates_spec.max_p99_itl_regression:.0%})",
     )  # fmt: skip
-    difference = (
-        None if bench_alpha is None or prom_alpha is None else round(abs(bench_alpha - prom_alpha), 4)
-    )
+    difference = None if bench_alpha is None else round(abs(bench_alpha - prom_alpha), 4)
     disagreement = None
     if difference is not None and difference > ALPHA_TOLERANCE:
         disagreement = (
@@ -216,13 +208,56 @@ def evaluate(
             "points": comparison.points,
             "gate_concurrency": point.concurrency,
             "break_even_concurrency": comparison.break_even,
-            "alpha": round(alpha, 4),
+            "alpha": prom_alpha,
             "benchmark_alpha": bench_alpha,
             "prometheus_alpha": prom_alpha,
             "alpha_disagreement": difference,
         }
     )
     return Evaluation(status, acceptance, latency, disagreement)
+
+
+MORE_DRAFTS = "raise rollout.benchmark.numPrompts or outputLen"
+
+
+def _acceptance(windows: tuple[AcceptanceWindow, ...], judged: int, limits: Gates) -> GateResult:
+    """The acceptance gate's Pass or Fail over the Job's windows (`judged` of them have drafts);
+    BenchmarkFailed saying why when it cannot decide."""
+    result = spec_acceptance_gate(windows, limits)
+    if result.verdict != Verdict.INSUFFICIENT_DATA:
+        return replace(result, message=f"Prometheus counters over the Job: {result.message}")
+    if result.samples < limits.min_drafts:
+        raise BenchmarkFailed(
+            f"only {result.samples:.0f} drafts in the canary's benchmark (minDrafts {limits.min_drafts}): "
+            f"{MORE_DRAFTS}"
+        )
+    if judged < MIN_WINDOWS:
+        raise BenchmarkFailed(
+            f"the canary's benchmark drafted in only {judged} windows of its counters and the acceptance "
+            f"statistics need {MIN_WINDOWS} (a window, not a token, is their unit): {MORE_DRAFTS} for a "
+            "longer run"
+        )
+    raise BenchmarkFailed(
+        f"the benchmark's {result.samples:.0f} drafts over {judged} windows cannot tell alpha "
+        f"{result.estimate:.3f} [{result.lower:.3f}, {result.upper:.3f}] from the gate "
+        f"{limits.min_acceptance_rate:g} +/- {limits.indifference:g} at errorRate {limits.error_rate:g}, "
+        f"and a benchmark brings no more windows: {MORE_DRAFTS} (or widen gates.indifference)"
+    )
+
+
+def _no_windows(bench_alpha: float | None) -> BenchmarkFailed:
+    """Why there is nothing to judge: no alpha at all, or only the benchmark's, which has no spread."""
+    if bench_alpha is None:
+        return BenchmarkFailed(
+            "no acceptance rate: the canary's Prometheus counters had no drafts over the Job and the "
+            "benchmark reported none (vLLM before 0.11 does not)"
+        )
+    return BenchmarkFailed(
+        f"the benchmark reported alpha {bench_alpha:.3f}, but the canary's Prometheus counters over the "
+        "Job had no drafts; the benchmark's own figure, one per concurrency point "
+        "with no per-window counters, has no spread to judge the acceptance gate from: give the operator "
+        "a Prometheus that scrapes the canary (rollout.metrics.prometheusUrl or --prometheus-url)"
+    )
 
 
 # Requests a benchmark sends besides the ones it reports: vLLM's test prompt before each run.
@@ -249,22 +284,12 @@ def _check_only_the_job_served(
         )
 
 
-def _benchmark_alpha(points: list[BenchmarkPoint]) -> tuple[float | None, float]:
+def _benchmark_alpha(points: list[BenchmarkPoint]) -> float | None:
     """Alpha over all points, weighted by their drafts where the benchmark counted them."""
     rated = [p for p in points if p.acceptance_rate is not None]
     if not rated:
-        return None, 0.0
+        return None
     drafts = sum(p.drafts or 0 for p in rated)
     if drafts:
-        return round(
-            sum(p.acceptance_rate * (p.drafts or 0) for p in rated if p.acceptance_rate) / drafts, 4
-        ), drafts
-    return round(sum(p.acceptance_rate or 0.0 for p in rated) / len(rated), 4), 0.0
-
-
-def _prometheus_alpha(windows: tuple[AcceptanceWindow, ...] | None) -> tuple[float | None, float]:
-    usable = [w for w in windows or () if w.usable()]
-    draft_tokens = sum(w.draft_tokens for w in usable)
-    if draft_tokens <= 0:
-        return None, 0.0
-    return round(sum(w.accepted_tokens for w in usable) / draft_tokens, 4), sum(w.drafts for w in usable)
+        return round(sum(p.acceptance_rate * (p.drafts or 0) for p in rated if p.acceptance_rate) / drafts, 4)
+    return round(sum(p.acceptance_rate or 0.0 for p in rated) / len(rated), 4)

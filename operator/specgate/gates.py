@@ -70,6 +70,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from statistics import NormalDist
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from specgate.api import Gates
 
 # A spread needs a few windows before it means anything. 2 was tried and changes nothing in
 # bench/decisions.py: with one degree of freedom the variance bound is unbounded, so two windows
@@ -257,11 +261,6 @@ def judged_windows(windows: Sequence[AcceptanceWindow]) -> list[AcceptanceWindow
     return [w for w in windows if w.usable() and w.draft_tokens > 0]
 
 
-def meets_acceptance_gate(alpha: float, min_rate: float) -> bool:
-    """The acceptance threshold on a measured alpha (the benchmark's): at or above the gate passes."""
-    return alpha >= min_rate
-
-
 def acceptance_gate(
     windows: Sequence[AcceptanceWindow],
     min_rate: float,
@@ -304,6 +303,18 @@ def acceptance_gate(
         upper,
         drafts,
         f"{figures} within ({fail_at:.1f}, {pass_at:.1f}) {zone}",
+    )
+
+
+def spec_acceptance_gate(windows: Sequence[AcceptanceWindow], limits: Gates) -> GateResult:
+    """acceptance_gate with a spec's gates (minAcceptanceRate, minDrafts, errorRate, indifference):
+    traffic and benchmark measurement judge alpha alike."""
+    return acceptance_gate(
+        windows,
+        limits.min_acceptance_rate,
+        min_drafts=limits.min_drafts,
+        error_rate=limits.error_rate,
+        indifference=limits.indifference,
     )
 
 

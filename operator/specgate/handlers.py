@@ -245,12 +245,10 @@ def _observe_benchmarks(
     window = Window(job.start - interval, max(job.end or now, now))
     try:
         selector = _selector(spec, owner, Track.CANARY)
-        totals, finished = PrometheusClient(url).job_totals(selector, window, interval.total_seconds())
-    except MetricsUnavailable:
-        return observation  # the gate falls back on the benchmark's own alpha
-    return replace(
-        observation, canary_job_acceptance=(totals,) if totals else None, canary_job_requests=finished
-    )
+        windows, finished = PrometheusClient(url).job_windows(selector, window, interval.total_seconds())
+    except MetricsUnavailable as exc:  # the acceptance gate waits for it, within metricsUnavailableBudget
+        return replace(observation, metrics_error=str(exc))
+    return replace(observation, canary_job_acceptance=windows or None, canary_job_requests=finished)
 
 
 def _selector(spec: SpeculativeDeploymentSpec, owner: Owner, track: Track) -> Selector:

@@ -238,21 +238,21 @@ class PrometheusClient:
         except MALFORMED_ERRORS as exc:
             raise MetricsUnavailable(f"malformed Prometheus response: {exc!r}") from exc
 
-    def job_totals(
+    def job_windows(
         self, sel: Selector, window: Window, scrape_interval: float
-    ) -> tuple[AcceptanceWindow | None, float | None]:
-        """The track's spec-decode counter increases over the whole window (a benchmark Job's run;
-        None without drafts), and the requests it finished in it (None without the counter)."""
+    ) -> tuple[tuple[AcceptanceWindow, ...], float | None]:
+        """The track's spec-decode counter increases over a benchmark Job's run, in the acceptance
+        windows traffic is judged in (the same statistics judge both), and the requests it finished
+        in it (None without the counter)."""
         try:
             families = self._samples(sel, window, scrape_interval)
         except MALFORMED_ERRORS as exc:
             raise MetricsUnavailable(f"malformed Prometheus response: {exc!r}") from exc
         since = window.start.timestamp()
-        drafts, draft_tokens, accepted, finished = (
-            _total(families.get(name, ()), since, ()) for name in (DRAFTS, DRAFT_TOKENS, ACCEPTED, SUCCEEDED)
-        )
-        acceptance = AcceptanceWindow(drafts, draft_tokens, accepted) if drafts > 0 else None
-        return acceptance, finished if families.get(SUCCEEDED) else None
+        step = max(MIN_ACCEPTANCE_WINDOW_SECONDS, scrape_spacing(families, scrape_interval))
+        windows, _ = acceptance_windows(families, since, step, ())
+        finished = _total(families.get(SUCCEEDED, ()), since, ())
+        return windows, finished if families.get(SUCCEEDED) else None
 
     def _samples(self, sel: Selector, window: Window, scrape_interval: float) -> Families:
         """Every sample of the track's families in the window, by metric name. The range reaches
@@ -319,7 +319,7 @@ def _track_metrics(
     families: Families, window: Window, configured_interval: float, leave_out: Sequence[Window]
 ) -> TrackMetrics:
     since = window.start.timestamp()
-    interval = max(configured_interval, observed_interval(families) or 0.0)
+    interval = scrape_spacing(families, configured_interval)
     step = max(MIN_ACCEPTANCE_WINDOW_SECONDS, interval)
     acceptance, per_position = acceptance_windows(families, since, step, leave_out)
     itl_name = next((name for name in ITL_METRICS if families.get(f"{name}_bucket")), ITL_METRICS[0])
@@ -343,6 +343,11 @@ def _track_metrics(
         scrape_interval_seconds=round(interval, 3),
         acceptance_window_seconds=round(step, 3),
     )
+
+
+def scrape_spacing(families: Families, configured_interval: float) -> float:
+    """The scrape interval: the one configured, or the samples' spacing when that is longer."""
+    return max(configured_interval, observed_interval(families) or 0.0)
 
 
 def observed_interval(families: Families) -> float | None:

@@ -600,7 +600,7 @@ def _analyzing(step: _Step) -> _Step:
     if spec.benchmarks:
         step, bench = _benchmark_gates(step)
         if bench is None:
-            return step  # rolled back: the benchmark failed
+            return step  # rolled back (the benchmark failed), or waiting for its counters
         results += bench
     verdicts = [result.verdict for _, result in results]
     step = step.update(verdict=gates.worst(verdicts).value)
@@ -627,7 +627,7 @@ def _traffic_gates(step: _Step) -> tuple[_Step, GateResults | None]:
     step, metrics = _metrics_or_budget(step, step.obs.canary_metrics)
     if metrics is None:
         return step, None
-    acceptance = _acceptance_result(step.spec, metrics)
+    acceptance = gates.spec_acceptance_gate(metrics.acceptance, step.spec.rollout.gates)
     step = step.update(
         canary=measurements.canary_measurement(metrics, acceptance, step.now),
         recommendation=measurements.recommendation(metrics),
@@ -638,7 +638,7 @@ def _traffic_gates(step: _Step) -> tuple[_Step, GateResults | None]:
 
 def _benchmark_gates(step: _Step) -> tuple[_Step, GateResults | None]:
     """The gates on the canary's benchmark against the baseline's: InsufficientData while the Job
-    runs; None after rolling back because it failed."""
+    runs; None after rolling back because it failed, or while its counters cannot be read."""
     step, run = _benchmark_run(step, Track.CANARY)
     if step.status.phase != Phase.ANALYZING:
         return step, None
@@ -647,6 +647,9 @@ def _benchmark_gates(step: _Step) -> tuple[_Step, GateResults | None]:
         message = "benchmark running" if run is None else "benchmark done; waiting for its last scrapes"
         waiting = gates.GateResult(Verdict.INSUFFICIENT_DATA, None, None, None, 0, message)
         return step, [(Reason.ACCEPTANCE_BELOW_GATE, waiting)]
+    if step.obs.metrics_error is not None:  # the Job's counters: wait for them, within the budget
+        step, _ = _metrics_or_budget(step, None)
+        return step, None
     runs = step.status.benchmark or BenchmarkStatus()
     try:
         evaluation = benchmark.evaluate(
@@ -745,7 +748,7 @@ def _promoted(step: _Step) -> _Step:
         return _roll_back(
             step, Reason.GUARD_TRIPPED, f"latency regressed over the last {guard_window}: {latency.message}"
         )
-    acceptance = _acceptance_result(spec, metrics)
+    acceptance = gates.spec_acceptance_gate(metrics.acceptance, spec.rollout.gates)
     if acceptance.estimate is not None:  # until the guard has drafts, the analysis figures stand
         step = step.update(canary=measurements.canary_measurement(metrics, acceptance, step.now))
     return step.note(Reason.GUARDING, f"guard: {guard.message}")
@@ -941,17 +944,6 @@ def _inconclusive_or_wait(step: _Step, message: str) -> _Step:
             Phase.ROLLED_BACK, Reason.INCONCLUSIVE, f"{message} (for maxAnalysisDuration)", warning=True
         )
     return step.note(Reason.MEASURING_BASELINE, message)
-
-
-def _acceptance_result(spec: SpeculativeDeploymentSpec, metrics: TrackMetrics) -> gates.GateResult:
-    g = spec.rollout.gates
-    return gates.acceptance_gate(
-        metrics.acceptance,
-        g.min_acceptance_rate,
-        min_drafts=g.min_drafts,
-        error_rate=g.error_rate,
-        indifference=g.indifference,
-    )
 
 
 def _latency_results(step: _Step, metrics: TrackMetrics) -> list[gates.GateResult]:

@@ -277,7 +277,7 @@ def test_nan_and_infinities_never_become_figures() -> None:
     with canned_prometheus(non_finite_answer) as url:
         prom = PrometheusClient(url)
         metrics = prom.track_metrics(SELECTOR, last_minute(), 1.0)
-        totals, finished = prom.job_totals(SELECTOR, last_minute(), 1.0)
+        job_windows, finished = prom.job_windows(SELECTOR, last_minute(), 1.0)
     assert metrics is not None
     figures = (
         metrics.mean_itl_ms,
@@ -292,14 +292,16 @@ def test_nan_and_infinities_never_become_figures() -> None:
     assert metrics.accepted_per_position == (0.0, 0.0)
     counts = [(w.drafts, w.draft_tokens, w.accepted_tokens) for w in metrics.acceptance]
     assert all(math.isfinite(v) for window in counts for v in window)
-    assert totals is None  # no finite increase of drafts
+    job_counts = [(w.drafts, w.draft_tokens, w.accepted_tokens) for w in job_windows]
+    assert all(math.isfinite(v) for window in job_counts for v in window)
+    assert sum(drafts for drafts, _, _ in job_counts) == 0  # no finite increase of drafts
     assert finished == 0.0  # -Inf and NaN samples are no increase
 
 
 @pytest.mark.parametrize("url", ["not a url", "http://[::1", "http://prom:port"])
 def test_a_malformed_url_is_metrics_unavailable_naming_the_fix(url: str) -> None:
     prom = PrometheusClient(url)  # never raises ("http://[::1" did): the callers guard the queries
-    for query in (prom.track_metrics, prom.job_totals):
+    for query in (prom.track_metrics, prom.job_windows):
         with pytest.raises(
             MetricsUnavailable, match=r"spec\.rollout\.metrics\.prometheusUrl or --prometheus-url"
         ):

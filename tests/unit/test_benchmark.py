@@ -289,8 +289,9 @@ def runs(baseline: list[dict[str, Any]], canary: list[dict[str, Any]]) -> Benchm
     )
 
 
-def windows(alpha: float, n: int = 4) -> tuple[AcceptanceWindow, ...]:
-    return tuple(AcceptanceWindow(100, 300, 300 * alpha) for _ in range(n))
+def windows(alpha: float, n: int = 4, draft_tokens: int = 300) -> tuple[AcceptanceWindow, ...]:
+    """n windows of the canary's counters over the Job, three draft tokens per draft."""
+    return tuple(AcceptanceWindow(draft_tokens / 3, draft_tokens, draft_tokens * alpha) for _ in range(n))
 
 
 def test_gates_apply_at_the_gate_point_and_break_even_is_the_highest_faster_point() -> None:
@@ -326,14 +327,38 @@ def test_alpha_from_prometheus_with_the_benchmarks_kept_and_a_disagreement_repor
     assert apart.disagreement is not None and "differ by 0.250" in apart.disagreement
 
 
-def test_without_prometheus_the_benchmarks_alpha_gates() -> None:
-    result = benchmark.evaluate(
-        bench_spec(),
-        runs([point(1, 20, 10), point(8, 22, 11)], [point(1, 20, 8, 0.6), point(8, 22, 9, 0.8)]),
-        None,
-    )
-    assert result.status.alpha == 0.7 and result.status.prometheus_alpha is None
-    assert "the benchmark" in result.acceptance.message
+def test_without_prometheus_windows_the_benchmarks_alpha_is_not_judged() -> None:
+    """The benchmark's alpha is one figure per point: no spread, so no statistical verdict."""
+    both = runs([point(1, 20, 10), point(8, 22, 11)], [point(1, 20, 8, 0.9), point(8, 22, 9, 0.9)])
+    with pytest.raises(benchmark.BenchmarkFailed, match=r"alpha 0\.900.*no spread.*prometheusUrl"):
+        benchmark.evaluate(bench_spec(), both, None)
+
+
+CANARY_AT_08 = runs([point(1, 20, 10), point(8, 22, 11)], [point(1, 20, 8, 0.8), point(8, 22, 9, 0.8)])
+
+
+def test_an_alpha_far_above_the_gate_over_many_drafts_passes() -> None:
+    result = benchmark.evaluate(bench_spec(), CANARY_AT_08, windows(0.9, n=10, draft_tokens=1200))
+    acceptance = result.acceptance
+    assert acceptance.verdict == Verdict.PASS and acceptance.estimate == pytest.approx(0.9)
+    assert acceptance.lower is not None and acceptance.upper is not None
+    assert acceptance.lower < 0.9 < acceptance.upper and acceptance.samples == 4000
+    assert "Prometheus counters over the Job" in acceptance.message
+
+
+def test_an_alpha_far_below_the_gate_over_many_drafts_fails() -> None:
+    result = benchmark.evaluate(bench_spec(), CANARY_AT_08, windows(0.2, n=10, draft_tokens=1200))
+    assert result.acceptance.verdict == Verdict.FAIL and result.status.alpha == 0.2
+
+
+def test_an_alpha_at_the_gate_is_undecided_and_fails_the_benchmark_naming_what_to_raise() -> None:
+    """A benchmark brings no more windows: undecided is final, not a wait for maxAnalysisDuration."""
+    at_gate = windows(0.55)  # exactly the default gate, 400 drafts
+    with pytest.raises(benchmark.BenchmarkFailed) as failed:
+        benchmark.evaluate(bench_spec(), CANARY_AT_08, at_gate)
+    message = str(failed.value)
+    assert "400 drafts over 4 windows cannot tell alpha 0.550" in message
+    assert "gate 0.55 +/- 0.05 at errorRate 0.05" in message and "rollout.benchmark.numPrompts" in message
 
 
 @pytest.mark.parametrize(
@@ -342,6 +367,7 @@ def test_without_prometheus_the_benchmarks_alpha_gates() -> None:
         (None, None, "no acceptance rate"),
         (None, windows(0.8, n=0), "no acceptance rate"),
         (0.8, (AcceptanceWindow(10, 30, 24),), "only 10 drafts"),
+        (0.8, windows(0.9, n=2), "drafted in only 2 windows"),
     ],
 )
 def test_too_little_to_judge_fails_the_measurement(
@@ -417,6 +443,35 @@ def test_a_slower_canary_at_the_gate_point_rolls_back_with_latency_regression() 
              canary_job_acceptance=windows(0.8))  # fmt: skip
     assert (run.phase, run.status.reason) == (Phase.ROLLING_BACK, Reason.LATENCY_REGRESSION)
     assert "P99 ITL 40.0 ms vs 22.0 ms (tolerance 50%)" in (run.status.message or "")
+
+
+def test_an_undecided_benchmark_rolls_back_with_measurement_failed() -> None:
+    run = to_canary_analysis()
+    at_gate = report(point(1, 20, 8, 0.55), point(8, 22, 10, 0.55))
+    run.step(after=40, baseline=ready(1), canary=ready(1), canary_job=finished(job("canary"), at_gate),
+             canary_job_acceptance=windows(0.55))  # fmt: skip
+    assert (run.phase, run.status.reason) == (Phase.ROLLING_BACK, Reason.MEASUREMENT_FAILED)
+    assert "cannot tell alpha 0.550" in (run.status.message or "")
+
+
+def test_an_unreadable_prometheus_after_the_job_waits_within_the_budget_then_acts() -> None:
+    """The Job's counters are the acceptance's only evidence: a Prometheus outage when the Job ends is
+    MetricsUnavailable (never a pass) until metricsUnavailableBudget (2m in make_spec), then the action."""
+    run = to_canary_analysis()
+    done = finished(job("canary"), report(point(1, 20, 8, 0.8), point(8, 22, 10, 0.8)))
+    run.step(
+        after=40, baseline=ready(1), canary=ready(1), canary_job=done, metrics_error="connection refused"
+    )
+    assert (run.phase, run.status.verdict) == (Phase.ANALYZING, "MetricsUnavailable")
+    run.step(
+        after=60, baseline=ready(1), canary=ready(1), canary_job=done, metrics_error="connection refused"
+    )
+    assert run.phase == Phase.ANALYZING
+    run.step(
+        after=61, baseline=ready(1), canary=ready(1), canary_job=done, metrics_error="connection refused"
+    )
+    assert (run.phase, run.status.reason) == (Phase.ROLLING_BACK, Reason.METRICS_UNAVAILABLE)
+    assert "connection refused" in (run.status.message or "")
 
 
 def test_a_failed_baseline_job_stops_before_any_canary() -> None:
