@@ -101,10 +101,14 @@ def reconcile(
     metrics.record(owner.namespace, owner.name, current.phase, decision, analysis_seconds)
 
 
-@kopf.on.delete(api.GROUP, api.VERSION, api.PLURAL, optional=True)  # optional: no finalizer needed
-def forget(meta: kopf.Meta, **_: Any) -> None:
-    metrics.forget(meta["namespace"], meta["name"])
-    kube.forget(meta["uid"])
+# An event handler, not kopf.on.delete: a change handler of any kind (even an optional delete) makes
+# kopf diff every event against a copy of the object it writes into an annotation, a patch per spec
+# change and an allocation per event, for an object whose deletion needs no more than this.
+@kopf.on.event(api.GROUP, api.VERSION, api.PLURAL)
+def forget(type: str, meta: kopf.Meta, **_: Any) -> None:
+    if type == "DELETED":
+        metrics.forget(meta["namespace"], meta["name"])
+        kube.forget(meta["uid"])
 
 
 def step(

@@ -10,7 +10,7 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -101,20 +101,53 @@ def warm_up() -> None:
         log.warning("the API server did not answer at start: %s", exc)
 
 
-def _apps() -> client.AppsV1Api:
-    return client.AppsV1Api(_api())
-
-
 def _core() -> client.CoreV1Api:
     return client.CoreV1Api(_api())
 
 
-def _batch() -> client.BatchV1Api:
-    return client.BatchV1Api(_api())
-
-
 def _custom() -> client.CustomObjectsApi:
     return client.CustomObjectsApi(_api())
+
+
+DEPLOYMENT = "/apis/apps/v1/namespaces/{namespace}/deployments/{name}"
+SERVICE = "/api/v1/namespaces/{namespace}/services/{name}"
+JOBS = "/apis/batch/v1/namespaces/{namespace}/jobs"
+PODS = "/api/v1/namespaces/{namespace}/pods"
+POD_MONITOR = f"/apis/{MONITORING_GROUP}/v1/namespaces/{{namespace}}/podmonitors/{{name}}"
+MERGE_PATCH = "application/merge-patch+json"
+
+
+def _request(
+    method: str,
+    path: str,
+    body: object = None,
+    *,
+    content_type: str | None = None,
+    query: Mapping[str, str | bool] | None = None,
+    **path_params: str,
+) -> dict[str, Any]:
+    """One API call through the shared client, its answer as plain JSON. Not the client's typed
+    methods: their argument validation builds the pydantic models of their whole signature (some
+    300 classes for a Deployment and a Service: 25 MB of the operator's memory on first use) and
+    they validate every answer into models, of which the operator reads a field or two."""
+    api_client = _api()
+    headers = {"Accept": "application/json"}
+    if content_type is not None:
+        headers["Content-Type"] = content_type
+    request = api_client.param_serialize(
+        method=method,
+        resource_path=path,
+        path_params=path_params,
+        query_params=list((query or {}).items()),
+        header_params=headers,
+        body=body,
+        auth_settings=["BearerToken"],
+    )
+    response = api_client.call_api(*request)
+    response.read()  # type: ignore[no-untyped-call]
+    if not 200 <= response.status <= 299:
+        raise ApiException.from_response(http_resp=response, body=None, data=None)
+    return cast(dict[str, Any], json.loads(response.data or b"{}"))
 
 
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
@@ -190,8 +223,8 @@ def serves_pod_monitors() -> bool:
     if _DISCOVERED and now - _DISCOVERED[0][0] < POD_MONITOR_DISCOVERY_SECONDS:
         return _DISCOVERED[0][1]
     try:
-        found = _custom().get_api_resources(MONITORING_GROUP, "v1")
-        served = any(resource.name == "podmonitors" for resource in found.resources)
+        found = _request("GET", f"/apis/{MONITORING_GROUP}/v1")
+        served = any(resource.get("name") == "podmonitors" for resource in found.get("resources") or [])
     except ApiException as exc:
         if exc.status != 404:
             raise
@@ -208,23 +241,14 @@ def _child_key(manifest: Manifest, owner_uid: str) -> ChildKey:
 def _owner_uids(kind: str, namespace: str, name: str) -> set[str] | None:
     """The uids in the object's ownerReferences; None when it (or its resource, for a PodMonitor
     without the Prometheus Operator's CRD) does not exist."""
+    paths = {"Deployment": DEPLOYMENT, "Service": SERVICE, "Job": JOBS + "/{name}", "PodMonitor": POD_MONITOR}
     try:
-        if kind == "PodMonitor":
-            obj = _custom().get_namespaced_custom_object(
-                MONITORING_GROUP, "v1", namespace, "podmonitors", name
-            )
-            return {ref["uid"] for ref in cast(dict[str, Any], obj)["metadata"].get("ownerReferences") or []}
-        readers: dict[str, Callable[[str, str], Any]] = {
-            "Deployment": _apps().read_namespaced_deployment,
-            "Service": _core().read_namespaced_service,
-            "Job": _batch().read_namespaced_job,
-        }
-        refs = readers[kind](name, namespace).metadata.owner_references or []
+        obj = _request("GET", paths[kind], namespace=namespace, name=name)
     except ApiException as exc:
         if exc.status == 404:
             return None
         raise
-    return {ref.uid for ref in refs}
+    return {ref["uid"] for ref in obj["metadata"].get("ownerReferences") or []}
 
 
 def apply(manifest: Manifest, children: Children | None = None) -> None:
@@ -241,23 +265,27 @@ def apply(manifest: Manifest, children: Children | None = None) -> None:
         return
     if foreign_children([manifest], key[0], fresh=True):
         raise ForeignChild(f"{kind} {namespace}/{name} (not created by this SpeculativeDeployment)")
-    common: dict[str, Any] = {"field_manager": FIELD_MANAGER, "force": True, "_content_type": APPLY}
+    applied: dict[str, str | bool] = {"fieldManager": FIELD_MANAGER, "force": True}
     written: str | None = None
     if kind == "Deployment":
-        deployment: Any = _apps().patch_namespaced_deployment(name, namespace, manifest, **common)
-        written = str(deployment.metadata.generation)
+        deployment = _request(
+            "PATCH", DEPLOYMENT, manifest, content_type=APPLY, query=applied, namespace=namespace, name=name
+        )
+        written = str(deployment["metadata"]["generation"])
     elif kind == "Service":
-        service: Any = _core().patch_namespaced_service(name, namespace, manifest, **common)
-        written = service.metadata.resource_version
+        service = _request(
+            "PATCH", SERVICE, manifest, content_type=APPLY, query=applied, namespace=namespace, name=name
+        )
+        written = service["metadata"]["resourceVersion"]
     elif kind == "Job":  # immutable once created; its name carries the generation it measures
         try:
-            _batch().create_namespaced_job(namespace, cast(Any, manifest), field_manager=FIELD_MANAGER)
+            _request("POST", JOBS, manifest, query={"fieldManager": FIELD_MANAGER}, namespace=namespace)
         except ApiException as exc:
             if exc.status != 409:
                 raise
     elif kind == "PodMonitor":  # not watched: written again after a change or a restart
-        _custom().patch_namespaced_custom_object(
-            MONITORING_GROUP, "v1", namespace, "podmonitors", name, manifest, **common
+        _request(
+            "PATCH", POD_MONITOR, manifest, content_type=APPLY, query=applied, namespace=namespace, name=name
         )
     else:
         raise ValueError(f"specgate does not manage {kind} objects")
@@ -280,7 +308,10 @@ def scale_deployment(namespace: str, name: str, replicas: int, children: Childre
     """Change only the replicas (the scale subresource): the pod template stays as it is."""
     dep = (children or Children()).deployment(namespace, name)
     if dep is None or dep.replicas != replicas:
-        _apps().patch_namespaced_deployment_scale(name, namespace, {"spec": {"replicas": replicas}})
+        scale = {"spec": {"replicas": replicas}}
+        _request(
+            "PATCH", DEPLOYMENT + "/scale", scale, content_type=MERGE_PATCH, namespace=namespace, name=name
+        )
 
 
 @dataclass(frozen=True)
@@ -394,15 +425,17 @@ def delete_benchmark_jobs(owner: Owner, keep: set[str]) -> None:
     done = (owner.uid, frozenset(keep))
     if done in _CLEANED:
         return
-    batch = _batch()
-    jobs = batch.list_namespaced_job(owner.namespace, label_selector=f"{LABEL_DEPLOYMENT}={owner.name}").items
-    for job in jobs:
-        meta = job.metadata
-        if meta is None or meta.name is None or meta.name in keep or meta.deletion_timestamp is not None:
+    selector = {"labelSelector": f"{LABEL_DEPLOYMENT}={owner.name}"}
+    for job in _request("GET", JOBS, query=selector, namespace=owner.namespace).get("items") or []:
+        meta = job["metadata"]
+        if meta["name"] in keep or meta.get("deletionTimestamp") is not None:
             continue
-        if any(ref.uid == owner.uid for ref in (meta.owner_references or [])):
+        if any(ref["uid"] == owner.uid for ref in meta.get("ownerReferences") or []):
+            background = {"propagationPolicy": "Background"}
             try:
-                batch.delete_namespaced_job(meta.name, owner.namespace, propagation_policy="Background")
+                _request(
+                    "DELETE", JOBS + "/{name}", query=background, namespace=owner.namespace, name=meta["name"]
+                )
             except ApiException as exc:
                 if exc.status != 404:
                     raise
@@ -412,28 +445,28 @@ def delete_benchmark_jobs(owner: Owner, keep: set[str]) -> None:
 def benchmark_job(namespace: str, name: str) -> BenchmarkJob:
     """The Job's outcome and its pod's termination message (the driver's report)."""
     try:
-        job = _batch().read_namespaced_job(name, namespace)
+        job = _request("GET", JOBS + "/{name}", namespace=namespace, name=name)
     except ApiException as exc:
         if exc.status == 404:
             return BenchmarkJob(name)
         raise
-    status = job.status or client.V1JobStatus()
-    conditions = {c.type: c for c in (status.conditions or []) if c.status == "True"}
-    listed = _core().list_namespaced_pod(namespace, label_selector=f"job-name={name}").items
-    pods = [cast(dict[str, Any], _api().sanitize_for_serialization(pod)) for pod in listed]  # type: ignore[no-untyped-call]
+    status = job.get("status") or {}
+    conditions = {c["type"]: c for c in status.get("conditions") or [] if c.get("status") == "True"}
+    job_pods = {"labelSelector": f"job-name={name}"}
+    pods = _request("GET", PODS, query=job_pods, namespace=namespace).get("items") or []
     terminated = next(filter(None, map(_terminated, pods)), None)
     failure = next((f for f in map(_pod_failure, pods) if f), None)
     if "Failed" in conditions:
         failed = conditions["Failed"]
-        failure = f"Job {failed.reason}: {failed.message or ''}".strip()
+        failure = f"Job {failed.get('reason')}: {failed.get('message') or ''}".strip()
     return BenchmarkJob(
         name,
         exists=True,
         finished=bool({"Complete", "Failed"} & set(conditions)) or failure is not None,
         failure=failure,
         report=terminated.get("message") if terminated is not None else None,
-        start=status.start_time,
-        end=status.completion_time,
+        start=api.parse_time(status.get("startTime")),
+        end=api.parse_time(status.get("completionTime")),
     )
 
 

@@ -4,7 +4,6 @@ sends them, built with the kubernetes client's models and serialized), and the w
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from types import SimpleNamespace
 from typing import Any
 
 from kubernetes.client import (
@@ -116,17 +115,19 @@ def test_pods_are_kept_by_namespace_owner_and_track() -> None:
     assert kube.pods_key("ml", {"app": "other"}) == ("ml", "", "")
 
 
-class FakeApps:
-    """kube._apps() stand-in: records the applies and answers with the generation they leave."""
+class FakeApi:
+    """kube._request stand-in: records the applies and answers with the generation they leave."""
 
     def __init__(self) -> None:
         self.writes: list[int] = []
         self.generation = 1
 
-    def patch_namespaced_deployment(self, name: str, namespace: str, body: Any, **_: Any) -> Any:
+    def request(self, method: str, path: str, body: Any = None, **options: Any) -> dict[str, Any]:
+        assert (method, path, options["name"]) == ("PATCH", kube.DEPLOYMENT, "llama-baseline")
+        assert options["content_type"] == kube.APPLY and options["query"]["force"] is True
         self.generation += 1
         self.writes.append(body["spec"]["replicas"])
-        return SimpleNamespace(metadata=SimpleNamespace(name=name, generation=self.generation))
+        return {"metadata": {"name": options["name"], "generation": self.generation}}
 
 
 def watched(generation: int | None) -> kube.Children:
@@ -138,8 +139,8 @@ def watched(generation: int | None) -> kube.Children:
 
 
 def test_a_child_is_written_again_only_when_it_or_its_manifest_changed(monkeypatch: Any) -> None:
-    apps = FakeApps()
-    monkeypatch.setattr(kube, "_apps", lambda: apps)
+    apps = FakeApi()
+    monkeypatch.setattr(kube, "_request", apps.request)
     monkeypatch.setattr(kube, "_owner_uids", lambda kind, namespace, name: None)  # no such object yet
     owner = Owner("llama", "ml", f"u-{id(apps)}")
     manifest = {
