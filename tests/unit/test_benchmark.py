@@ -436,22 +436,23 @@ def test_benchmark_mode_runs_a_job_per_track_and_promotes_without_traffic() -> N
     assert run.status.verdict == "Pass"
 
 
-def test_a_slower_canary_at_the_gate_point_rolls_back_with_latency_regression() -> None:
+@pytest.mark.parametrize(
+    ("gate_point", "alpha", "reason", "message"),
+    [
+        (point(8, 40, 13, 0.8), 0.8, Reason.LATENCY_REGRESSION, "P99 ITL 40.0 ms vs 22.0 ms (tolerance 50%)"),
+        (point(8, 22, 10, 0.55), 0.55, Reason.MEASUREMENT_FAILED, "cannot tell alpha 0.550"),
+    ],
+    ids=["slower-at-the-gate-point", "alpha-undecided-at-the-gate"],
+)
+def test_a_canary_benchmark_that_fails_or_cannot_decide_rolls_back(
+    gate_point: dict[str, Any], alpha: float, reason: str, message: str
+) -> None:
     run = to_canary_analysis()
-    slow = report(point(1, 20, 8, 0.8), point(8, 40, 13, 0.8))
-    run.step(after=40, baseline=ready(1), canary=ready(1), canary_job=finished(job("canary"), slow),
-             canary_job_acceptance=windows(0.8))  # fmt: skip
-    assert (run.phase, run.status.reason) == (Phase.ROLLING_BACK, Reason.LATENCY_REGRESSION)
-    assert "P99 ITL 40.0 ms vs 22.0 ms (tolerance 50%)" in (run.status.message or "")
-
-
-def test_an_undecided_benchmark_rolls_back_with_measurement_failed() -> None:
-    run = to_canary_analysis()
-    at_gate = report(point(1, 20, 8, 0.55), point(8, 22, 10, 0.55))
-    run.step(after=40, baseline=ready(1), canary=ready(1), canary_job=finished(job("canary"), at_gate),
-             canary_job_acceptance=windows(0.55))  # fmt: skip
-    assert (run.phase, run.status.reason) == (Phase.ROLLING_BACK, Reason.MEASUREMENT_FAILED)
-    assert "cannot tell alpha 0.550" in (run.status.message or "")
+    canary = report(point(1, 20, 8, alpha), gate_point)
+    run.step(after=40, baseline=ready(1), canary=ready(1), canary_job=finished(job("canary"), canary),
+             canary_job_acceptance=windows(alpha))  # fmt: skip
+    assert (run.phase, run.status.reason) == (Phase.ROLLING_BACK, reason)
+    assert message in (run.status.message or "")
 
 
 def test_an_unreadable_prometheus_after_the_job_waits_within_the_budget_then_acts() -> None:
