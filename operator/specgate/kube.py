@@ -101,10 +101,6 @@ def warm_up() -> None:
         log.warning("the API server did not answer at start: %s", exc)
 
 
-def _core() -> client.CoreV1Api:
-    return client.CoreV1Api(_api())
-
-
 def _custom() -> client.CustomObjectsApi:
     return client.CustomObjectsApi(_api())
 
@@ -123,13 +119,29 @@ def _request(
     body: object = None,
     *,
     content_type: str | None = None,
-    query: Mapping[str, str | bool] | None = None,
+    query: Mapping[str, str | bool | int] | None = None,
     **path_params: str,
 ) -> dict[str, Any]:
     """One API call through the shared client, its answer as plain JSON. Not the client's typed
     methods: their argument validation builds the pydantic models of their whole signature (some
-    300 classes for a Deployment and a Service: 25 MB of the operator's memory on first use) and
-    they validate every answer into models, of which the operator reads a field or two."""
+    300 classes for a Deployment and a Service, or a pod's log: 25 MB of the operator's memory on
+    first use) and they validate every answer into models, of which the operator reads a field or
+    two."""
+    answer = _call(method, path, path_params, body, content_type=content_type, query=query)
+    return cast(dict[str, Any], json.loads(answer or b"{}"))
+
+
+def _call(
+    method: str,
+    path: str,
+    path_params: Mapping[str, str],
+    body: object = None,
+    *,
+    content_type: str | None = None,
+    query: Mapping[str, str | bool | int] | None = None,
+    timeout: float | None = None,
+) -> bytes:
+    """_request's call, its answer's bytes; ApiException on an HTTP error status."""
     api_client = _api()
     headers = {"Accept": "application/json"}
     if content_type is not None:
@@ -143,11 +155,11 @@ def _request(
         body=body,
         auth_settings=["BearerToken"],
     )
-    response = api_client.call_api(*request)
+    response = api_client.call_api(*request, _request_timeout=timeout)
     response.read()  # type: ignore[no-untyped-call]
     if not 200 <= response.status <= 299:
         raise ApiException.from_response(http_resp=response, body=None, data=None)
-    return cast(dict[str, Any], json.loads(response.data or b"{}"))
+    return response.data or b""
 
 
 SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
@@ -524,18 +536,18 @@ def _last_log_lines(namespace: str, pod: PodView) -> str:
 
 def _read_previous_log(namespace: str, pod: str) -> str:
     try:
-        text = _core().read_namespaced_pod_log(
-            pod,
-            namespace,
-            container=VLLM_CONTAINER,
-            previous=True,
-            tail_lines=LAST_LOG_LINES,
-            _request_timeout=5,
-        )
+        previous: dict[str, str | bool | int] = {
+            "container": VLLM_CONTAINER,
+            "previous": True,
+            "tailLines": LAST_LOG_LINES,
+        }
+        where = {"namespace": namespace, "name": pod}
+        answer = _call("GET", PODS + "/{name}/log", where, query=previous, timeout=5)
     except (ApiException, OSError, urllib3.exceptions.HTTPError) as exc:  # e.g. the kubelet keeps no log
         log.info("no previous log of pod %s/%s: %s", namespace, pod, getattr(exc, "reason", exc))
         return ""
-    lines = [" ".join(line.split()) for line in str(text).splitlines() if line.strip()]
+    text = answer.decode(errors="replace")
+    lines = [" ".join(line.split()) for line in text.splitlines() if line.strip()]
     return f"; its last log lines: {' | '.join(lines)[-LAST_LOG_CHARS:]}" if lines else ""
 
 
