@@ -182,11 +182,12 @@ def evaluate(
     gates_spec, bench = spec.rollout.gates, spec.rollout.benchmark
     comparison = compare(runs.baseline.points, runs.canary.points, bench, gates_spec)
     bench_alpha = _benchmark_alpha(runs.canary.points)
-    windows = judged_windows(prometheus or ())
-    if not windows:
+    windows = prometheus or ()
+    judged = len(judged_windows(windows))
+    if not judged:
         raise _no_windows(bench_alpha)
-    acceptance = _acceptance(prometheus or (), len(windows), gates_spec)
-    prom_alpha = round(sum(w.accepted_tokens for w in windows) / sum(w.draft_tokens for w in windows), 4)
+    acceptance = _acceptance(windows, judged, gates_spec)
+    prom_alpha = round(acceptance.estimate or 0.0, 4)  # a judged window has draft tokens: never None
     point = comparison.gate
     latency = GateResult(
         Verdict(point.verdict),

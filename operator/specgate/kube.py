@@ -108,9 +108,11 @@ def _custom() -> client.CustomObjectsApi:
 DEPLOYMENT = "/apis/apps/v1/namespaces/{namespace}/deployments/{name}"
 SERVICE = "/api/v1/namespaces/{namespace}/services/{name}"
 JOBS = "/apis/batch/v1/namespaces/{namespace}/jobs"
+JOB = JOBS + "/{name}"
 PODS = "/api/v1/namespaces/{namespace}/pods"
 POD_MONITOR = f"/apis/{MONITORING_GROUP}/v1/namespaces/{{namespace}}/podmonitors/{{name}}"
 MERGE_PATCH = "application/merge-patch+json"
+CHILD_PATHS = {"Deployment": DEPLOYMENT, "Service": SERVICE, "Job": JOB, "PodMonitor": POD_MONITOR}
 
 
 def _request(
@@ -253,9 +255,8 @@ def _child_key(manifest: Manifest, owner_uid: str) -> ChildKey:
 def _owner_uids(kind: str, namespace: str, name: str) -> set[str] | None:
     """The uids in the object's ownerReferences; None when it (or its resource, for a PodMonitor
     without the Prometheus Operator's CRD) does not exist."""
-    paths = {"Deployment": DEPLOYMENT, "Service": SERVICE, "Job": JOBS + "/{name}", "PodMonitor": POD_MONITOR}
     try:
-        obj = _request("GET", paths[kind], namespace=namespace, name=name)
+        obj = _request("GET", CHILD_PATHS[kind], namespace=namespace, name=name)
     except ApiException as exc:
         if exc.status == 404:
             return None
@@ -277,31 +278,38 @@ def apply(manifest: Manifest, children: Children | None = None) -> None:
         return
     if foreign_children([manifest], key[0], fresh=True):
         raise ForeignChild(f"{kind} {namespace}/{name} (not created by this SpeculativeDeployment)")
-    applied: dict[str, str | bool] = {"fieldManager": FIELD_MANAGER, "force": True}
     written: str | None = None
-    if kind == "Deployment":
-        deployment = _request(
-            "PATCH", DEPLOYMENT, manifest, content_type=APPLY, query=applied, namespace=namespace, name=name
-        )
-        written = str(deployment["metadata"]["generation"])
-    elif kind == "Service":
-        service = _request(
-            "PATCH", SERVICE, manifest, content_type=APPLY, query=applied, namespace=namespace, name=name
-        )
-        written = service["metadata"]["resourceVersion"]
-    elif kind == "Job":  # immutable once created; its name carries the generation it measures
+    if kind == "Job":  # immutable once created; its name carries the generation it measures
         try:
             _request("POST", JOBS, manifest, query={"fieldManager": FIELD_MANAGER}, namespace=namespace)
         except ApiException as exc:
             if exc.status != 409:
                 raise
-    elif kind == "PodMonitor":  # not watched: written again after a change or a restart
-        _request(
-            "PATCH", POD_MONITOR, manifest, content_type=APPLY, query=applied, namespace=namespace, name=name
+    elif kind in CHILD_PATHS:  # a PodMonitor is not watched: written again after a change or a restart
+        applied: dict[str, str | bool] = {"fieldManager": FIELD_MANAGER, "force": True}
+        answer = _request(
+            "PATCH",
+            CHILD_PATHS[kind],
+            manifest,
+            content_type=APPLY,
+            query=applied,
+            namespace=namespace,
+            name=name,
         )
+        written = _write_mark(kind, answer["metadata"])
     else:
         raise ValueError(f"specgate does not manage {kind} objects")
     _APPLIED[key] = (digest, written)
+
+
+def _write_mark(kind: str, meta: Mapping[str, Any]) -> str | None:
+    """What a write left that the watch will show (see _written_as): a Deployment's generation, a
+    Service's resourceVersion; None for what is not watched."""
+    if kind == "Deployment":
+        return str(meta["generation"])
+    if kind == "Service":
+        return str(meta["resourceVersion"])
+    return None
 
 
 def _written_as(children: Children, key: ChildKey) -> str | None:
@@ -445,9 +453,7 @@ def delete_benchmark_jobs(owner: Owner, keep: set[str]) -> None:
         if any(ref["uid"] == owner.uid for ref in meta.get("ownerReferences") or []):
             background = {"propagationPolicy": "Background"}
             try:
-                _request(
-                    "DELETE", JOBS + "/{name}", query=background, namespace=owner.namespace, name=meta["name"]
-                )
+                _request("DELETE", JOB, query=background, namespace=owner.namespace, name=meta["name"])
             except ApiException as exc:
                 if exc.status != 404:
                     raise
@@ -457,7 +463,7 @@ def delete_benchmark_jobs(owner: Owner, keep: set[str]) -> None:
 def benchmark_job(namespace: str, name: str) -> BenchmarkJob:
     """The Job's outcome and its pod's termination message (the driver's report)."""
     try:
-        job = _request("GET", JOBS + "/{name}", namespace=namespace, name=name)
+        job = _request("GET", JOB, namespace=namespace, name=name)
     except ApiException as exc:
         if exc.status == 404:
             return BenchmarkJob(name)
