@@ -17,7 +17,11 @@ from specgate_lab.calibrate import counter
 pytestmark = [pytest.mark.cluster, pytest.mark.engine]
 
 SELF_DRAFT = {"method": "draft_model", "draftModel": "specgate/tiny-llama", "numSpeculativeTokens": 3}
-PROMPTS = 48  # drafting spans the acceptance statistics' 3 windows of 15 s at least
+# The acceptance statistics need drafts in 3 windows of 15 s, so drafting must span more than 30 s on
+# any machine: arrivals paced at REQUEST_RATE make each point last about PROMPTS / REQUEST_RATE = 30 s
+# however fast the engine is (a CI run at 48 unpaced prompts drafted for under 30 s and failed).
+PROMPTS = 24
+REQUEST_RATE = 0.8
 
 
 def benchmark_rollout(name: str, speculative: dict[str, Any], **benchmark: Any) -> dict[str, Any]:
@@ -34,7 +38,8 @@ def benchmark_rollout(name: str, speculative: dict[str, Any], **benchmark: Any) 
         "gateConcurrency": 2,
         "numPrompts": PROMPTS,
         "inputLen": 32,
-        "outputLen": 48,
+        "outputLen": 64,
+        "requestRate": REQUEST_RATE,
         "timeout": "10m",
         **benchmark,
     }

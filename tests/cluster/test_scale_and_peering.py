@@ -88,10 +88,31 @@ def test_fifty_rollouts_at_once_reach_their_verdicts(lab: dict[str, Any]) -> Non
         if phase == "RolledBack" and reason != "AcceptanceBelowGate"
     }
     assert other_reasons == {}, other_reasons
-    for obj in objects:
-        alpha = obj["status"]["canary"]["alpha"]
-        assert alpha == pytest.approx(alphas[obj["metadata"]["name"]], abs=0.08), obj["metadata"]["name"]
+    check_alphas(objects, alphas)
     assert false_promotions == 0 and orphans == []
+
+
+def check_alphas(objects: list[dict[str, Any]], alphas: dict[str, float]) -> None:
+    """Each object's alpha is its own engine's: pooled over the objects of one true alpha (weighted by
+    drafts) it is that alpha, and no object's is nearer the other group's. One object's own figure
+    is not held to a tight bound: the SPRT stops after a few hundred drafts from a handful of
+    requests, each with its own acceptance level (the simulator's per-request spread), and stopping
+    when the evidence is strong picks the samples that stray away from the gate."""
+    groups: dict[float, list[tuple[float, float]]] = {}
+    for obj in objects:
+        canary = obj["status"]["canary"]
+        groups.setdefault(alphas[obj["metadata"]["name"]], []).append((canary["alpha"], canary["drafts"]))
+    midpoint = (GOOD_ALPHA + BAD_ALPHA) / 2
+    for true_alpha, figures in groups.items():
+        pooled = sum(a * d for a, d in figures) / sum(d for _, d in figures)
+        report(
+            **{
+                f"alpha_{true_alpha}": f"pooled={pooled:.3f} min={min(a for a, _ in figures):.3f} "
+                f"max={max(a for a, _ in figures):.3f} drafts_min={min(d for _, d in figures):.0f}"
+            }
+        )
+        assert pooled == pytest.approx(true_alpha, abs=0.04), figures
+        assert all((a > midpoint) == (true_alpha > midpoint) for a, _ in figures), figures
 
 
 def all_settled(api_client: client.ApiClient, namespace: str) -> list[dict[str, Any]] | None:
