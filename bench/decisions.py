@@ -46,8 +46,9 @@ from specgate.gates import (
     MIN_WINDOWS,
     AcceptanceWindow,
     Verdict,
-    acceptance_gate,
     judged_windows,
+    mix_drift_variance,
+    spec_acceptance_gate,
     sprt_log_lr,
     wald_bounds,
 )
@@ -56,6 +57,7 @@ from traffic import DRIFT_SD, for_alpha, windows
 GATES = api.Gates()
 ROLLOUT = api.RolloutSpec()
 GATE, DELTA, ERROR_RATE = GATES.min_acceptance_rate, GATES.indifference, GATES.error_rate
+MIX_DRIFT_SECONDS = api.parse_duration(GATES.mix_drift_timescale)
 WINDOW_SECONDS = 15.0
 ANALYSIS_LOOKS = math.ceil(api.parse_duration(ROLLOUT.analysis_window) / WINDOW_SECONDS)
 LOOKS = int(api.parse_duration(ROLLOUT.max_analysis_duration) // WINDOW_SECONDS)
@@ -111,13 +113,16 @@ def verdicts_per_look(counts: FloatArray) -> IntArray:
     variance = np.where(j >= 2, long_run * j / np.maximum(j - 1, 1), 0.0)
     dof = np.maximum(j - 1, 1)
     s2 = per_token_variance(variance, dof, j, big_n, big_a, ERROR_RATE)
-    llr = 2 * DELTA * (big_a - GATE * big_n) / s2
+    judged_so_far = np.cumsum(judged)
+    looks = np.flatnonzero(judged_so_far > 0)  # looks with a judged window; the rest stay NONE
+    at = judged_so_far[looks] - 1  # the look's last judged window
+    span = (looks + 1) * WINDOW_SECONDS  # every window of the look, empty ones too
+    drift = np.array([mix_drift_variance(GATES.mix_drift, MIX_DRIFT_SECONDS, t) for t in span])
+    llr = 2 * DELTA * (alpha[at] - GATE) / (s2[at] / big_n[at] + drift)
     fail_at, pass_at = wald_bounds(ERROR_RATE)
     verdict = np.where(llr >= pass_at, PASS, np.where(llr <= fail_at, FAIL, NONE))
-    verdict[(drafts < GATES.min_drafts) | (j < MIN_WINDOWS)] = NONE
-    judged_so_far = np.cumsum(judged)
-    has = judged_so_far > 0
-    per_look[has] = verdict[judged_so_far[has] - 1]
+    verdict[(drafts[at] < GATES.min_drafts) | (j[at] < MIN_WINDOWS)] = NONE
+    per_look[looks] = verdict
     return per_look
 
 
@@ -127,18 +132,13 @@ def check_against_the_operator(counts: FloatArray, per_look: IntArray, rng: rand
     expected_code = {Verdict.PASS: PASS, Verdict.FAIL: FAIL}
     for m in rng.sample(range(1, len(counts) + 1), min(CHECKED_LOOKS, len(counts))):
         looked = [AcceptanceWindow(*map(float, row)) for row in counts[:m]]
-        result = acceptance_gate(
-            looked,
-            GATE,
-            min_drafts=GATES.min_drafts,
-            error_rate=ERROR_RATE,
-            indifference=DELTA,
-        )
+        result = spec_acceptance_gate(looked, GATES, window_seconds=WINDOW_SECONDS)
         expected = expected_code.get(result.verdict, NONE)
         if expected == per_look[m - 1]:
             continue
         usable = judged_windows(looked)
-        llr = sprt_log_lr(usable, GATE, DELTA, ERROR_RATE) if usable else math.nan
+        drift = mix_drift_variance(GATES.mix_drift, MIX_DRIFT_SECONDS, m * WINDOW_SECONDS)
+        llr = sprt_log_lr(usable, GATE, DELTA, ERROR_RATE, drift) if usable else math.nan
         if not any(math.isclose(abs(llr), bound, rel_tol=1e-9) for bound in wald_bounds(ERROR_RATE)):
             raise SystemExit(
                 f"vectorized gate {per_look[m - 1]} != acceptance_gate {result.verdict} at look {m}"

@@ -279,6 +279,20 @@ class Gates(Model):
         "verdict with probability 1 - errorRate. Smaller values decide near the gate more reliably "
         "but take longer (at the zone's edges, time to a verdict grows like 1/indifference^2).",
     )
+    mix_drift: float = Field(
+        0.09,
+        ge=0,
+        lt=0.5,
+        description="How far the traffic mix moves alpha over minutes (standard deviation, in alpha; "
+        "0.09: the prompts' mix swings alpha 0.55 to about 0.46 or 0.64 and back). A swing slower "
+        "than the analysis so far moves every window together, so the windows' spread cannot show "
+        "it; the acceptance gate adds it to that spread and decides near the gate only once it has "
+        "seen several swings. 0 for a steady mix: decides sooner, but wrongly far more often than "
+        "errorRate if the mix does drift.",
+    )
+    mix_drift_timescale: Duration = duration(
+        "3m", "Correlation time of the traffic mix's drift (mixDrift): how long a swing lasts."
+    )
 
 
 class MetricsSource(Model):
@@ -649,6 +663,13 @@ RULES: tuple[Rule, ...] = (
         "scrapeInterval must be at least 1s, e.g. 15s (Prometheus' usual interval)",
         "scrapeInterval",
         lambda m: parse_duration(m.scrape_interval) >= 1,
+    ),
+    Rule(
+        Gates,
+        "!has(self.mixDriftTimescale) || duration(self.mixDriftTimescale) >= duration('1s')",
+        "mixDriftTimescale must be at least 1s, e.g. 3m (how long a swing of the traffic mix lasts)",
+        "mixDriftTimescale",
+        lambda g: parse_duration(g.mix_drift_timescale) >= 1,
     ),
     Rule(
         PodTemplate,

@@ -28,6 +28,17 @@ with probability e / 4, a level set by simulation (test_gates): acceptance is sk
 e = 5 %, gate 0.8 and low traffic, wrong Passes at alpha = gate - delta were about 6 % with the
 bound at e and 4.5 % at e / 2; at e / 4 about 3 %, for a window or so more to a verdict.
 
+The traffic's mix drifts: the share of easy and hard prompts moves alpha by several points over
+minutes. A swing slower than the windows seen so far moves them all together, so no spread
+estimated from them can show it, and an SPRT at high traffic decides on the level of the moment:
+in bench/decisions.py a drifting mix (alpha +-0.09 over 3 minutes) got 20-30 % wrong verdicts at
+the zone's edges. So the variance of the estimate of alpha is s^2 / N plus the variance that an
+Ornstein-Uhlenbeck drift of sd `mixDrift` and correlation time `mixDriftTimescale` leaves in an
+average over the span seen (`mix_drift_variance`: the full drift at first, 2 tau / T of it after
+T >> tau), and the log LR is 2 * delta * (A / N - gate) / that. Near the gate the test then
+waits for several swings; far from it the drift does not matter. A benchmark replays a fixed
+dataset and has no such drift.
+
 Status also reports an interval for alpha: a normal-mixture confidence sequence (Robbins; Howard
 et al. 2021) on the residual sum with the same spread, always valid at level 1 - e. It describes
 the estimate; the verdict is the SPRT's and may come before the interval clears the gate.
@@ -70,10 +81,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from statistics import NormalDist
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from specgate.api import Gates
+from specgate.api import Gates, parse_duration
 
 # A spread needs a few windows before it means anything. 2 was tried and changes nothing in
 # bench/decisions.py: with one degree of freedom the variance bound is unbounded, so two windows
@@ -226,16 +235,17 @@ def spread_with_horizon(residuals: Sequence[float]) -> tuple[float, int]:
 
 
 def acceptance_interval(
-    windows: Sequence[AcceptanceWindow], error_rate: float
+    windows: Sequence[AcceptanceWindow], error_rate: float, drift_variance: float = 0.0
 ) -> tuple[float, float, float] | None:
-    """(alpha, lower, upper), always valid at level 1 - error_rate; None without draft tokens."""
+    """(alpha, lower, upper) at level 1 - error_rate over all looks while the spread holds (the mix's
+    drift included); None without draft tokens."""
     n = sum(w.draft_tokens for w in windows)
     a = sum(w.accepted_tokens for w in windows)
     if not (0 < n < math.inf and 0 <= a < math.inf):
         return None
     alpha = a / n
     m = len(windows)
-    sd = math.sqrt(residual_variance(windows, error_rate) * n / m)  # of one window's residual
+    sd = n * math.sqrt(mean_variance(windows, error_rate, drift_variance) / m)  # of one window's residual
     radius = confidence_radius(sd, m, error_rate) / n
     return alpha, max(alpha - radius, 0.0), min(alpha + radius, 1.0)
 
@@ -246,14 +256,44 @@ def wald_bounds(error_rate: float) -> tuple[float, float]:
     return math.log(error_rate / (1 - error_rate)), math.log((1 - error_rate) / error_rate)
 
 
+def mix_drift_variance(drift_sd: float, timescale_seconds: float, span_seconds: float) -> float:
+    """Variance of the mean alpha over `span_seconds` that a traffic mix swinging with sd `drift_sd`
+    (Ornstein-Uhlenbeck, correlation time `timescale_seconds`) adds: a swing slower than the windows
+    seen so far moves them all together, so no spread estimated from them can show it."""
+    if drift_sd <= 0:
+        return 0.0
+    x = max(span_seconds, 0.0) / timescale_seconds
+    share = 1 - x / 3 if x < 1e-4 else 2 * (x - 1 + math.exp(-x)) / x**2  # of the stationary variance
+    return drift_sd**2 * share
+
+
+def span_seconds(windows: Sequence[AcceptanceWindow], window_seconds: float) -> float:
+    """Seconds from the start of the first window to the end of the last."""
+    if windows and windows[0].end is not None and windows[-1].end is not None:
+        return windows[-1].end - windows[0].end + window_seconds
+    return len(windows) * window_seconds
+
+
+def mean_variance(windows: Sequence[AcceptanceWindow], error_rate: float, drift_variance: float) -> float:
+    """Variance of the estimate of alpha (sum a / sum n) over `windows` (with draft tokens): the
+    windows' own spread (s^2 / N) plus what the mix's slow drift adds."""
+    n = sum(w.draft_tokens for w in windows)
+    return residual_variance(windows, error_rate) / n + drift_variance
+
+
 def sprt_log_lr(
-    windows: Sequence[AcceptanceWindow], gate: float, indifference: float, error_rate: float
+    windows: Sequence[AcceptanceWindow],
+    gate: float,
+    indifference: float,
+    error_rate: float,
+    drift_variance: float = 0.0,
 ) -> float:
-    """log LR of alpha = gate + indifference against alpha = gate - indifference (module docstring);
-    `windows` must hold draft tokens."""
+    """log LR of alpha = gate + indifference against alpha = gate - indifference (module docstring),
+    the estimate's variance widened by the mix's drift; `windows` must hold draft tokens."""
     n = sum(w.draft_tokens for w in windows)
     a = sum(w.accepted_tokens for w in windows)
-    return 2 * indifference * (a - gate * n) / residual_variance(windows, error_rate)
+    # 2 delta (A/N - gate) / (s^2/N + drift), multiplied through by N: s^2 never underflows to 0
+    return 2 * indifference * (a - gate * n) / (residual_variance(windows, error_rate) + n * drift_variance)
 
 
 def judged_windows(windows: Sequence[AcceptanceWindow]) -> list[AcceptanceWindow]:
@@ -268,16 +308,21 @@ def acceptance_gate(
     min_drafts: int = 200,
     error_rate: float = 0.05,
     indifference: float = 0.05,
+    mix_drift: float = 0.0,
+    mix_drift_seconds: float = 180.0,
+    window_seconds: float = MIN_ACCEPTANCE_WINDOW_SECONDS,
 ) -> GateResult:
     """Pass, Fail or InsufficientData for alpha >= min_rate over every window seen so far: an SPRT of
     alpha >= min_rate + indifference against alpha <= min_rate - indifference: a wrong verdict is
-    about error_rate likely at the edges of that zone and less beyond them; inside it either verdict
-    is acceptable."""
+    about error_rate likely at the edges of that zone and less beyond them, on traffic whose mix
+    swings by at most `mix_drift` (sd, in alpha) over `mix_drift_seconds`; inside the zone either
+    verdict is acceptable."""
     usable = judged_windows(windows)
     dropped = sum(1 for w in windows if not w.usable())
     note = f" ({dropped} windows with NaN or negative increases dropped)" if dropped else ""
     drafts = sum(w.drafts for w in usable)
-    interval = acceptance_interval(usable, error_rate)
+    drift = mix_drift_variance(mix_drift, mix_drift_seconds, span_seconds(windows, window_seconds))
+    interval = acceptance_interval(usable, error_rate, drift)
     if interval is None or drafts < min_drafts or len(usable) < MIN_WINDOWS:
         return GateResult(
             Verdict.INSUFFICIENT_DATA,
@@ -288,7 +333,7 @@ def acceptance_gate(
             f"{drafts:.0f} drafts in {len(usable)} windows, need {min_drafts} drafts and {MIN_WINDOWS} windows{note}",
         )
     alpha, lower, upper = interval
-    llr = sprt_log_lr(usable, min_rate, indifference, error_rate)
+    llr = sprt_log_lr(usable, min_rate, indifference, error_rate, drift)
     fail_at, pass_at = wald_bounds(error_rate)
     figures = f"alpha {alpha:.3f} [{lower:.3f}, {upper:.3f}] over {drafts:.0f} drafts: SPRT log-LR {llr:.1f}"
     zone = f"(gate {min_rate:g} +/- {indifference:g}){note}"
@@ -306,15 +351,25 @@ def acceptance_gate(
     )
 
 
-def spec_acceptance_gate(windows: Sequence[AcceptanceWindow], limits: Gates) -> GateResult:
-    """acceptance_gate with a spec's gates (minAcceptanceRate, minDrafts, errorRate, indifference):
-    traffic and benchmark measurement judge alpha alike."""
+def spec_acceptance_gate(
+    windows: Sequence[AcceptanceWindow],
+    limits: Gates,
+    *,
+    window_seconds: float = MIN_ACCEPTANCE_WINDOW_SECONDS,
+    traffic: bool = True,
+) -> GateResult:
+    """acceptance_gate with a spec's gates (minAcceptanceRate, minDrafts, errorRate, indifference,
+    mixDrift): traffic and benchmark measurement judge alpha alike, except that a benchmark replays
+    a fixed dataset, whose mix does not drift (traffic=False)."""
     return acceptance_gate(
         windows,
         limits.min_acceptance_rate,
         min_drafts=limits.min_drafts,
         error_rate=limits.error_rate,
         indifference=limits.indifference,
+        mix_drift=limits.mix_drift if traffic else 0.0,
+        mix_drift_seconds=parse_duration(limits.mix_drift_timescale),
+        window_seconds=window_seconds,
     )
 
 

@@ -627,7 +627,7 @@ def _traffic_gates(step: _Step) -> tuple[_Step, GateResults | None]:
     step, metrics = _metrics_or_budget(step, step.obs.canary_metrics)
     if metrics is None:
         return step, None
-    acceptance = gates.spec_acceptance_gate(metrics.acceptance, step.spec.rollout.gates)
+    acceptance = _acceptance_gate(step.spec, metrics)
     step = step.update(
         canary=measurements.canary_measurement(metrics, acceptance, step.now),
         recommendation=measurements.recommendation(metrics),
@@ -748,7 +748,7 @@ def _promoted(step: _Step) -> _Step:
         return _roll_back(
             step, Reason.GUARD_TRIPPED, f"latency regressed over the last {guard_window}: {latency.message}"
         )
-    acceptance = gates.spec_acceptance_gate(metrics.acceptance, spec.rollout.gates)
+    acceptance = _acceptance_gate(spec, metrics)
     if acceptance.estimate is not None:  # until the guard has drafts, the analysis figures stand
         step = step.update(canary=measurements.canary_measurement(metrics, acceptance, step.now))
     return step.note(Reason.GUARDING, f"guard: {guard.message}")
@@ -767,8 +767,19 @@ def _acceptance_guard(
         indifference=g.indifference,
         error_rate=g.error_rate,
         false_alarms_per_month=guard.false_alarms_per_month,
-        window_seconds=metrics.acceptance_window_seconds or acceptance_window(spec).total_seconds(),
+        window_seconds=_window_seconds(spec, metrics),
     )
+
+
+def _acceptance_gate(spec: SpeculativeDeploymentSpec, metrics: TrackMetrics) -> gates.GateResult:
+    """The acceptance gate over the production traffic's windows so far."""
+    return gates.spec_acceptance_gate(
+        metrics.acceptance, spec.rollout.gates, window_seconds=_window_seconds(spec, metrics)
+    )
+
+
+def _window_seconds(spec: SpeculativeDeploymentSpec, metrics: TrackMetrics) -> float:
+    return metrics.acceptance_window_seconds or acceptance_window(spec).total_seconds()
 
 
 def _guard_status(guard: gates.GuardResult, metrics: TrackMetrics, now: datetime) -> GuardStatus:

@@ -137,10 +137,15 @@ RULE_CASES: list[tuple[int, dict[str, Any], dict[str, Any]]] = [
     ),
     (
         20,
+        with_("rollout.gates", {"mixDriftTimescale": "0s"}),
+        with_("rollout.gates", {"mixDriftTimescale": "1s"}),
+    ),
+    (
+        21,
         with_("podTemplate", {"volumes": [{"name": "dshm", "emptyDir": {}}]}),
         with_("podTemplate", {"volumes": [{"name": "scratch", "emptyDir": {}}]}),
     ),
-    (20, with_("podTemplate", {"volumes": [{"emptyDir": {}}]}), with_("podTemplate", {"volumes": []})),
+    (21, with_("podTemplate", {"volumes": [{"emptyDir": {}}]}), with_("podTemplate", {"volumes": []})),
 ]
 
 

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import math
 import random
+import sys
+from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -20,12 +23,17 @@ from specgate.gates import (
     confidence_radius,
     histogram_quantile,
     latency_gate,
+    mix_drift_variance,
     residual_variance,
     sprt_log_lr,
     wald_bounds,
     worst,
 )
 from specgate_lab.sim.streams import draft_windows
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+
+import traffic
 
 INF = math.inf
 
@@ -347,3 +355,46 @@ def test_worst_verdict_fail_then_unavailable_then_insufficient() -> None:
     for i, expected in enumerate(order):
         assert worst(order[i:]) == worst([*reversed(order[i + 1 :]), expected]) == expected
     assert worst([]) == Verdict.PASS
+
+
+def test_mix_drift_variance_is_the_variance_of_an_ou_average() -> None:
+    """Against a simulated Ornstein-Uhlenbeck path (exact AR(1) steps of 1 s), averaged over spans
+    shorter and longer than its timescale."""
+    rng = np.random.default_rng(3)
+    sd, tau, paths = 0.09, 180.0, 20_000
+    rho = math.exp(-1 / tau)
+    level = rng.normal(0, sd, paths)
+    total = np.zeros(paths)
+    for second in range(1, 1801):
+        total += level
+        level = rho * level + rng.normal(0, sd * math.sqrt(1 - rho**2), paths)
+        if second in (60, 300, 1800):
+            simulated = float(np.var(total / second))
+            assert mix_drift_variance(sd, tau, second) == pytest.approx(simulated, rel=0.05), second
+    assert mix_drift_variance(0.0, tau, 60) == 0.0
+    assert mix_drift_variance(sd, tau, 0) == pytest.approx(sd**2)
+
+
+@pytest.mark.parametrize(("drift", "most_wrong"), [(0.0, None), (0.09, 6)])
+def test_a_drifting_mix_at_the_zones_lower_edge_is_rarely_passed(drift: float, most_wrong: int | None) -> None:
+    """bench/traffic.py's drifting mix (sd 0.35 logit, 3 min) at 200 requests per 15 s window and a
+    long-run alpha of gate - indifference, looked at every window for 30 minutes. Without the mix's
+    drift in the spread (mixDrift 0) the gate passes a fifth of these canaries on a swing of the
+    mix; with the default it passes at most about errorRate of them."""
+    t = traffic.for_alpha(0.50, 200, window_seconds=15.0, drift_sd=traffic.DRIFT_SD)
+    rng = np.random.default_rng(11)
+    trials, looks, gap = 100, 120, 40
+    stream = traffic.windows(t, trials * (looks + gap), rng)
+    wrong = 0
+    for trial in range(trials):
+        rows = stream[trial * (looks + gap) : trial * (looks + gap) + looks]
+        windows = [AcceptanceWindow(*map(float, row)) for row in rows]
+        for m in range(1, looks + 1):
+            verdict = acceptance_gate(windows[:m], 0.55, mix_drift=drift, mix_drift_seconds=180.0).verdict
+            if verdict != Verdict.INSUFFICIENT_DATA:
+                wrong += verdict == Verdict.PASS
+                break
+    if most_wrong is None:
+        assert wrong >= 10  # the failure the drift term exists for
+    else:
+        assert wrong <= most_wrong

@@ -255,8 +255,9 @@ def test_good_canary_is_promoted_after_a_full_window() -> None:
 @pytest.mark.parametrize(("indifference", "verdict"), [(0.05, "InsufficientData"), (0.3, "Pass")])
 def test_the_indifference_zone_reaches_the_gate(indifference: float, verdict: str) -> None:
     """alpha 0.56 over spread-out windows: inside the default zone (0.55 +/- 0.05) that is not yet a
-    verdict; with a zone of +/- 0.3 it is well past its middle and passes."""
-    run = Run(make_spec(gates={"minDrafts": 100, "minLatencySamples": 50, "indifference": indifference}))
+    verdict; with a zone of +/- 0.3 it is well past its middle and passes (a steady mix: mixDrift 0)."""
+    limits = {"minDrafts": 100, "minLatencySamples": 50, "indifference": indifference, "mixDrift": 0}
+    run = Run(make_spec(gates=limits))
     run.to_analyzing()
     spread = tuple(AcceptanceWindow(50, 200, 90 if i % 2 else 134) for i in range(20))
     canary = replace(metrics(0.56), acceptance=spread)
