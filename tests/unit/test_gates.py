@@ -376,7 +376,9 @@ def test_mix_drift_variance_is_the_variance_of_an_ou_average() -> None:
 
 
 @pytest.mark.parametrize(("drift", "most_wrong"), [(0.0, None), (0.09, 6)])
-def test_a_drifting_mix_at_the_zones_lower_edge_is_rarely_passed(drift: float, most_wrong: int | None) -> None:
+def test_a_drifting_mix_at_the_zones_lower_edge_is_rarely_passed(
+    drift: float, most_wrong: int | None
+) -> None:
     """bench/traffic.py's drifting mix (sd 0.35 logit, 3 min) at 200 requests per 15 s window and a
     long-run alpha of gate - indifference, looked at every window for 30 minutes. Without the mix's
     drift in the spread (mixDrift 0) the gate passes a fifth of these canaries on a swing of the
