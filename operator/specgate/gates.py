@@ -336,7 +336,8 @@ def acceptance_gate(
     llr = sprt_log_lr(usable, min_rate, indifference, error_rate, drift)
     fail_at, pass_at = wald_bounds(error_rate)
     figures = f"alpha {alpha:.3f} [{lower:.3f}, {upper:.3f}] over {drafts:.0f} drafts: SPRT log-LR {llr:.1f}"
-    zone = f"(gate {min_rate:g} +/- {indifference:g}){note}"
+    drifting = f"; mix drift sd {mix_drift:g} over {mix_drift_seconds:g}s" if mix_drift > 0 else ""
+    zone = f"(gate {min_rate:g} +/- {indifference:g}{drifting}){note}"
     if llr >= pass_at:
         return GateResult(Verdict.PASS, alpha, lower, upper, drafts, f"{figures} >= {pass_at:.1f} {zone}")
     if llr <= fail_at:

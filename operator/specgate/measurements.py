@@ -92,12 +92,24 @@ def canary_measurement(metrics: TrackMetrics, acceptance: gates.GateResult, now:
     )
 
 
-def recommendation(metrics: TrackMetrics) -> Recommendation | None:
+def recommendation(
+    metrics: TrackMetrics, baseline_mean_itl_ms: float | None, k: int
+) -> Recommendation | None:
+    """The draft length with the best expected speedup, from the canary's per-position acceptance;
+    costed by the measured step times (the canary's mean ITL at draft length k over the baseline's)
+    where both are known, else by the default GPU cost model."""
     drafts = sum(w.drafts for w in gates.judged_windows(metrics.acceptance))
     concurrency = max(round(metrics.concurrency or 1), 1)
-    advice = planning.recommend_k(metrics.accepted_per_position, drafts, concurrency=concurrency)
+    cost, costed = None, "default GPU step costs"
+    if metrics.mean_itl_ms and baseline_mean_itl_ms:
+        step_ratio = metrics.mean_itl_ms / baseline_mean_itl_ms
+        cost = planning.CostModel.measured(step_ratio, k, concurrency)
+        costed = f"a step at K={k} measured {step_ratio:.2f}x a plain one"
+    advice = planning.recommend_k(metrics.accepted_per_position, drafts, cost, concurrency=concurrency)
     if advice is None:
         return None
     return Recommendation(
-        num_speculative_tokens=advice.k, expected_speedup=advice.expected_speedup, message=advice.message
+        num_speculative_tokens=advice.k,
+        expected_speedup=advice.expected_speedup,
+        message=f"{advice.message}; {costed}",
     )

@@ -12,7 +12,10 @@ and verified token (compute; dominant at large batch) and K draft passes:
     step(B, K) = step_ms + token_ms * B * (1 + K) + K * draft_pass_ms * (1 + 0.05 * B)
 
 so speedup(B, K) = (1 + E[accepted]) * step(B, 0) / step(B, K): high at low concurrency, below one
-at high concurrency. The simulator uses the same model, so the recommendation is testable there.
+at high concurrency. The default constants describe a GPU; where the canary's and the baseline's
+mean step times are measured, the draft pass is fitted to their ratio (`CostModel.measured`), so a
+draft that costs more than the defaults (or a CPU, where verifying K + 1 tokens costs K + 1 times
+one) gets advice from its own costs. bench/draft_length.py scores the advice against real engines.
 """
 
 from __future__ import annotations
@@ -37,6 +40,20 @@ class CostModel:
         """A model whose draft pass costs `overhead` target steps (at batch 1)."""
         base = cls()
         return cls(step_ms=base.step_ms, token_ms=base.token_ms, draft_pass_ms=overhead * base.step(1, 0))
+
+    @classmethod
+    def measured(cls, step_ratio: float, k: int, batch: int) -> CostModel:
+        """The model whose step at draft length k costs `step_ratio` times a plain step at this batch,
+        as the canary's and the baseline's mean step times (ITL) measured it: the draft pass
+        absorbs every extra cost, so other K are extrapolated linearly in K from this one run."""
+        base = cls()
+        extra = (
+            step_ratio * base.step(batch, 0)
+            - base.step(batch, k)
+            + k * base.draft_pass_ms * (1 + 0.05 * batch)
+        )
+        draft_pass_ms = max(extra / (k * (1 + 0.05 * batch)), 0.0)
+        return cls(step_ms=base.step_ms, token_ms=base.token_ms, draft_pass_ms=draft_pass_ms)
 
 
 def expected_accepted(conditional: Sequence[float]) -> float:

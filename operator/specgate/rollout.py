@@ -630,7 +630,11 @@ def _traffic_gates(step: _Step) -> tuple[_Step, GateResults | None]:
     acceptance = _acceptance_gate(step.spec, metrics)
     step = step.update(
         canary=measurements.canary_measurement(metrics, acceptance, step.now),
-        recommendation=measurements.recommendation(metrics),
+        recommendation=measurements.recommendation(
+            metrics,
+            step.status.baseline.mean_itl_ms if step.status.baseline else None,
+            step.spec.speculative.num_speculative_tokens,
+        ),
     )
     latency = [(Reason.LATENCY_REGRESSION, result) for result in _latency_results(step, metrics)]
     return step, [(Reason.ACCEPTANCE_BELOW_GATE, acceptance), *latency]

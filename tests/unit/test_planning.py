@@ -55,3 +55,26 @@ def test_plan_cli(capsys: pytest.CaptureFixture[str]) -> None:
     assert main(["plan", "--alpha", "0.6", "--k", "4", "--concurrency", "8"]) == 0
     out = capsys.readouterr().out
     assert "expected speedup" in out and "break-even alpha" in out and "best K" in out
+
+
+@pytest.mark.parametrize("batch", [1, 8, 32])
+def test_a_measured_step_ratio_gives_back_the_engines_costs(batch: int) -> None:
+    """An engine whose draft pass costs 9 ms (15x the default): one run at K=4 measures its step
+    ratio, and the fitted model prices every other K as that engine does."""
+    engine = planning.CostModel(draft_pass_ms=9.0)
+    ratio = engine.step(batch, 4) / engine.step(batch, 0)
+    fitted = planning.CostModel.measured(ratio, 4, batch)
+    for k in range(1, 9):
+        assert fitted.step(batch, k) / fitted.step(batch, 0) == pytest.approx(
+            engine.step(batch, k) / engine.step(batch, 0)
+        )
+
+
+def test_an_expensive_step_turns_the_advice_to_the_shortest_draft() -> None:
+    """Acceptance 0.8, 0.64, 0.51, 0.41: on the default GPU costs K=4 pays; where a K=4 step measured
+    6x a plain one (a CPU: every verified token costs a forward pass) no K pays and the least loss
+    is K=1."""
+    counts, drafts = [80, 64, 51, 41], 100
+    assert planning.recommend_k(counts, drafts, concurrency=4).k == 4  # type: ignore[union-attr]
+    advice = planning.recommend_k(counts, drafts, planning.CostModel.measured(6.0, 4, 4), concurrency=4)
+    assert advice is not None and advice.k == 1 and advice.expected_speedup < 1
