@@ -109,7 +109,7 @@ def load(url: str, concurrency: int) -> Run:
 
 def measure(draft: str | None, k: int, logs: Path) -> dict[int, Run]:
     """One engine, each concurrency's load in turn."""
-    with real_engine(serve_args(draft, k), logs / f"{draft or 'baseline'}-{k}.log") as url:
+    with real_engine(serve_args(draft, k), logs / f"{Path(draft or 'baseline').name}-{k}.log") as url:
         return {c: load(url, c) for c in CONCURRENCY}
 
 
