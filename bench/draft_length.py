@@ -22,11 +22,14 @@ import tempfile
 import threading
 import time
 import urllib.request
+from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "operator"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lab"))
+
+from prometheus_client.parser import text_string_to_metric_families
 
 from specgate import vllm_metrics
 from specgate.gates import AcceptanceWindow
@@ -62,15 +65,11 @@ def scrape(url: str) -> dict[str, float]:
     """Sample name (with its position label, if any) -> value, summed over the other labels."""
     with urllib.request.urlopen(f"{url}/metrics", timeout=10) as resp:
         text = resp.read().decode()
-    samples: dict[str, float] = {}
-    for line in text.splitlines():
-        if line.startswith("#") or " " not in line:
-            continue
-        name_labels, value = line.rsplit(" ", 1)
-        name = name_labels.split("{", 1)[0]
-        if 'position="' in name_labels:
-            name += ":" + name_labels.split('position="', 1)[1].split('"', 1)[0]
-        samples[name] = samples.get(name, 0.0) + float(value)
+    samples: dict[str, float] = defaultdict(float)
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            position = sample.labels.get("position")
+            samples[sample.name if position is None else f"{sample.name}:{position}"] += sample.value
     return samples
 
 

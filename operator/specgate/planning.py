@@ -21,7 +21,7 @@ one) gets advice from its own costs. bench/draft_length.py scores the advice aga
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
@@ -46,14 +46,10 @@ class CostModel:
         """The model whose step at draft length k costs `step_ratio` times a plain step at this batch,
         as the canary's and the baseline's mean step times (ITL) measured it: the draft pass
         absorbs every extra cost, so other K are extrapolated linearly in K from this one run."""
-        base = cls()
-        extra = (
-            step_ratio * base.step(batch, 0)
-            - base.step(batch, k)
-            + k * base.draft_pass_ms * (1 + 0.05 * batch)
-        )
-        draft_pass_ms = max(extra / (k * (1 + 0.05 * batch)), 0.0)
-        return cls(step_ms=base.step_ms, token_ms=base.token_ms, draft_pass_ms=draft_pass_ms)
+        plain = cls(draft_pass_ms=0.0)
+        per_draft_pass_ms = replace(plain, draft_pass_ms=1.0).step(batch, k) - plain.step(batch, k)
+        draft_pass_ms = (step_ratio * plain.step(batch, 0) - plain.step(batch, k)) / per_draft_pass_ms
+        return replace(plain, draft_pass_ms=max(draft_pass_ms, 0.0))
 
 
 def expected_accepted(conditional: Sequence[float]) -> float:
