@@ -31,8 +31,8 @@ from specgate_lab.crds import install_crd
 from specgate_lab.loadgen import run_load
 
 SCENARIOS = {  # samples in the checkout's crds/samples/
-    "default": "tiny-cpu.yaml",
-    "low-alpha": "tiny-cpu-low-alpha.yaml",
+    "default": "wide-cpu.yaml",
+    "low-alpha": "wide-cpu-low-alpha.yaml",
 }
 EXPECTED_PHASE = {"default": "Promoted", "low-alpha": "RolledBack"}  # what the story should end in
 SETTLED = {"Promoted", "RolledBack", "Failed"}
@@ -51,7 +51,9 @@ def result_line(name: str, status: dict[str, Any]) -> str:
     reason = history[-1].get("reason", status.get("reason"))  # why the phase was entered
     return (
         f"RESULT: {name} phase={status.get('phase')} alpha={'-' if alpha is None else f'{alpha:.2f}'} "
-        f"p99_itl_ms={baseline.get('p99ItlMs', '-')}/{canary.get('p99ItlMs', '-')} reason={reason}"
+        f"p99_itl_ms={baseline.get('p99ItlMs', '-')}/{canary.get('p99ItlMs', '-')} "
+        f"p99_per_token_ms={baseline.get('p99PerTokenLatencyMs', '-')}/{canary.get('p99PerTokenLatencyMs', '-')} "
+        f"tok_s={baseline.get('outputTokensPerSecond', '-')}/{canary.get('outputTokensPerSecond', '-')} reason={reason}"
     )
 
 

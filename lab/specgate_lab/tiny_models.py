@@ -5,6 +5,13 @@
 - `tiny-llama-eagle3`: an EAGLE-3 head config only (served with --load-format dummy): alpha ~ 0.
 - `tiny-llama-noise-<scale>`: the target's weights plus Gaussian noise of `scale` times each
   tensor's standard deviation: a draft with a tunable acceptance rate (scale 0 drafts itself).
+- `wide-llama`: a target where speculation pays on a CPU (the demo's): hidden 1024, 12 layers,
+  136M parameters, so one decode step reads ~0.5 GB of weights and is bound by memory, not by
+  vLLM's per-step overhead; verifying K+1 tokens then costs little more than one. Layers after
+  the first write almost nothing to the residual stream (their output projections scaled by
+  QUIET_LAYER_SCALE), so a draft made of the first layer predicts the target well.
+- `wide-llama-draft-<scale>`: that draft (embeddings, layer 0, final norm and head of the
+  target; 12M parameters) plus noise as above.
 
 Runs inside the vLLM virtualenv (torch, transformers, tokenizers): `python -m
 specgate_lab.tiny_models DIR NAME...`. Heavy imports stay inside functions so the operator's
@@ -24,6 +31,11 @@ EAGLE3 = "tiny-llama-eagle3"
 NOISE_PREFIX = "tiny-llama-noise-"
 SEED = 1234
 HIDDEN, LAYERS, HEADS, KV_HEADS, INTERMEDIATE, VOCAB, MAX_POSITIONS = 128, 8, 4, 2, 256, 2048, 2048
+WIDE = "wide-llama"
+WIDE_DRAFT_PREFIX = "wide-llama-draft-"
+WIDE_SHAPE = {"hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 12,
+              "num_attention_heads": 16, "num_key_value_heads": 4}  # fmt: skip
+QUIET_LAYER_SCALE = 1e-3
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
     "{% if add_generation_prompt %}<|assistant|>{% endif %}"
@@ -88,9 +100,8 @@ def corpus(lines: int = 4000) -> list[str]:
 
 
 def make_target(out: Path) -> None:
-    import torch
     from tokenizers import ByteLevelBPETokenizer
-    from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+    from transformers import PreTrainedTokenizerFast
 
     bpe = ByteLevelBPETokenizer()
     bpe.train_from_iterator(corpus(), vocab_size=VOCAB, special_tokens=["<s>", "</s>", "<unk>", "<pad>"])
@@ -98,9 +109,30 @@ def make_target(out: Path) -> None:
         tokenizer_object=bpe, bos_token="<s>", eos_token="</s>", unk_token="<unk>", pad_token="<pad>"
     )
     tokenizer.chat_template = CHAT_TEMPLATE
+    _save_random_llama(out, _llama_shape(len(tokenizer)), tokenizer)
+
+
+def make_wide_target(tiny: Path, out: Path) -> None:
+    """The wide target, with the tiny target's tokenizer; layers 1.. nearly silent (see above)."""
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(tiny)
+    _save_random_llama(out, {**_llama_shape(len(tokenizer)), **WIDE_SHAPE}, tokenizer, quiet_from_layer=1)
+
+
+def _save_random_llama(
+    out: Path, shape: dict[str, Any], tokenizer: Any, quiet_from_layer: int | None = None
+) -> None:
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
     torch.manual_seed(SEED)
-    config = LlamaConfig(**_llama_shape(len(tokenizer)), bos_token_id=0, eos_token_id=1, pad_token_id=3)
-    model = LlamaForCausalLM(config)
+    model = LlamaForCausalLM(LlamaConfig(**shape, bos_token_id=0, eos_token_id=1, pad_token_id=3))
+    if quiet_from_layer is not None:
+        with torch.no_grad():
+            for layer in model.model.layers[quiet_from_layer:]:
+                layer.self_attn.o_proj.weight.mul_(QUIET_LAYER_SCALE)
+                layer.mlp.down_proj.weight.mul_(QUIET_LAYER_SCALE)
     tmp = out.with_name(out.name + ".tmp")
     model.save_pretrained(tmp, safe_serialization=True)
     tokenizer.save_pretrained(tmp)
@@ -136,7 +168,8 @@ def make_eagle3_head(target: Path, out: Path) -> None:
     (out / "config.json").write_text(json.dumps(config, indent=2))
 
 
-def make_noise_draft(target: Path, out: Path, scale: float) -> None:
+def make_noise_draft(target: Path, out: Path, scale: float, layers: int | None = None) -> None:
+    """The target's weights plus noise; with `layers`, only its first layers (a prefix draft)."""
     import shutil
 
     import torch
@@ -146,17 +179,28 @@ def make_noise_draft(target: Path, out: Path, scale: float) -> None:
     weights = load_file(str(target / "model.safetensors"))
     noisy = {}
     for name, tensor in weights.items():
+        if layers is not None and _layer_index(name) >= layers:
+            continue
         std = tensor.float().std() if tensor.numel() > 1 else torch.tensor(0.0)
         noise = torch.randn(tensor.shape, generator=generator) * std * scale
         noisy[name] = (tensor.float() + noise).to(tensor.dtype).contiguous()
     tmp = out.with_name(out.name + ".tmp")
-    shutil.copytree(target, tmp, dirs_exist_ok=True)
+    shutil.copytree(target, tmp, ignore=shutil.ignore_patterns("model.safetensors"), dirs_exist_ok=True)
     save_file(noisy, str(tmp / "model.safetensors"), metadata={"format": "pt"})
+    if layers is not None:
+        config = json.loads((tmp / "config.json").read_text())
+        (tmp / "config.json").write_text(json.dumps({**config, "num_hidden_layers": layers}, indent=2))
     tmp.replace(out)
 
 
-def noise_scale(name: str) -> float | None:
-    return float(name.removeprefix(NOISE_PREFIX)) if name.startswith(NOISE_PREFIX) else None
+def _layer_index(tensor_name: str) -> int:
+    """model.layers.<i>.… -> i; -1 for tensors outside the layers (embeddings, norm, head)."""
+    parts = tensor_name.split(".")
+    return int(parts[2]) if parts[:2] == ["model", "layers"] else -1
+
+
+def noise_scale(name: str, prefix: str = NOISE_PREFIX) -> float | None:
+    return float(name.removeprefix(prefix)) if name.startswith(prefix) else None
 
 
 def ensure(models: Path, name: str) -> Path:
@@ -168,15 +212,22 @@ def ensure(models: Path, name: str) -> Path:
     target = models / TARGET
     if name != TARGET:
         ensure(models, TARGET)
-    scale = noise_scale(name)
+    scale, wide_scale = noise_scale(name), noise_scale(name, WIDE_DRAFT_PREFIX)
     if name == TARGET:
         make_target(out)
     elif name == EAGLE3:
         make_eagle3_head(target, out)
     elif scale is not None:
         make_noise_draft(target, out, scale)
+    elif name == WIDE:
+        make_wide_target(target, out)
+    elif wide_scale is not None:
+        make_noise_draft(ensure(models, WIDE), out, wide_scale, layers=1)
     else:
-        raise ValueError(f"unknown tiny model {name!r}: {TARGET}, {EAGLE3} or {NOISE_PREFIX}<scale>")
+        raise ValueError(
+            f"unknown lab model {name!r}: {TARGET}, {EAGLE3}, {NOISE_PREFIX}<scale>, {WIDE} "
+            f"or {WIDE_DRAFT_PREFIX}<scale>"
+        )
     return out
 
 

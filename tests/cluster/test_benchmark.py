@@ -17,16 +17,34 @@ from specgate_lab.calibrate import counter
 pytestmark = [pytest.mark.cluster, pytest.mark.engine]
 
 SELF_DRAFT = {"method": "draft_model", "draftModel": "specgate/tiny-llama", "numSpeculativeTokens": 3}
+# The wide lab model (wide-cpu.yaml) with a noisier one-layer draft, measured standalone at alpha
+# 0.57 (per position 0.71, 0.56, 0.44) and, against the plain target, 1.51x the output tokens per
+# second at concurrency 1, 1.21x at 4 and 0.98x at 8: verifying 4 tokens a request costs little
+# more than 1 while the batch is small, and as much as the tokens it adds once it is large.
+WIDE_DRAFT = {
+    "method": "draft_model",
+    "draftModel": "specgate/wide-llama-draft-0.05",
+    "numSpeculativeTokens": 4,
+}
+CURVE = [1, 2, 4, 8]
+WIDE_PROMPTS = 16
 # The acceptance statistics need drafts in 3 windows of 15 s, so drafting must span more than 30 s on
 # any machine: arrivals paced at REQUEST_RATE make each point last about PROMPTS / REQUEST_RATE = 30 s
 # however fast the engine is (a CI run at 48 unpaced prompts drafted for under 30 s and failed).
 PROMPTS = 24
 REQUEST_RATE = 0.8
+PACED = {"concurrency": [1, 2], "gateConcurrency": 2, "numPrompts": PROMPTS, "requestRate": REQUEST_RATE}
 
 
-def benchmark_rollout(name: str, speculative: dict[str, Any], **benchmark: Any) -> dict[str, Any]:
-    """The tiny CPU sample measured by benchmark Jobs only: no traffic reaches it."""
-    body = load_sample("tiny-cpu.yaml")
+def benchmark_rollout(
+    name: str,
+    speculative: dict[str, Any],
+    sample: str = "tiny-cpu.yaml",
+    paced: bool = True,
+    **benchmark: Any,
+) -> dict[str, Any]:
+    """A CPU sample measured by benchmark Jobs only: no traffic reaches it."""
+    body = load_sample(sample)
     body["metadata"] = {"name": name}
     spec = body["spec"]
     spec["speculative"] = speculative
@@ -34,13 +52,10 @@ def benchmark_rollout(name: str, speculative: dict[str, Any], **benchmark: Any) 
     rollout["gates"] = {**spec["rollout"]["gates"], "minDrafts": 100}
     rollout["measurement"] = "benchmark"
     rollout["benchmark"] = {
-        "concurrency": [1, 2],
-        "gateConcurrency": 2,
-        "numPrompts": PROMPTS,
         "inputLen": 32,
         "outputLen": 64,
-        "requestRate": REQUEST_RATE,
         "timeout": "10m",
+        **(PACED if paced else {}),
         **benchmark,
     }
     spec["rollout"] = {**spec["rollout"], **rollout}
@@ -57,20 +72,22 @@ def engine_counters(namespace: str, pod_prefix: str) -> tuple[float, float]:
     )
 
 
-def check_benchmark_status(status: dict[str, Any]) -> dict[str, Any]:
-    """Both tracks measured at both points, every request served; the comparison per point."""
+def check_benchmark_status(status: dict[str, Any], benchmark: dict[str, Any]) -> dict[str, Any]:
+    """Both tracks measured at every point, every request served; the comparison per point."""
     bench: dict[str, Any] = status["benchmark"]
     for track in ("baseline", "canary"):
         points = bench[track]["points"]
-        assert [p["concurrency"] for p in points] == [1, 2]
-        assert all(p["completed"] == PROMPTS and p["failed"] == 0 for p in points), points
+        assert [p["concurrency"] for p in points] == benchmark["concurrency"]
+        assert all(p["completed"] == benchmark["numPrompts"] and p["failed"] == 0 for p in points), points
         assert all(p["p99ItlMs"] > 0 and p["outputThroughput"] > 0 for p in points), points
-    assert [p["concurrency"] for p in bench["points"]] == [1, 2]
-    assert bench["gateConcurrency"] == 2
+    assert [p["concurrency"] for p in bench["points"]] == benchmark["concurrency"]
+    assert bench["gateConcurrency"] == benchmark["gateConcurrency"]
     report(
         **{f"benchmark_{status['phase']}": f"alpha={bench['alpha']} bench_alpha={bench['benchmarkAlpha']}"},
         points=";".join(
-            f"c{p['concurrency']}:p99_itl={p['baselineP99ItlMs']}/{p['canaryP99ItlMs']}ms,speedup={p['speedup']}"
+            f"c{p['concurrency']}:tok_s={p['baselineOutputThroughput']}/{p['canaryOutputThroughput']},"
+            f"p99_itl={p['baselineP99ItlMs']}/{p['canaryP99ItlMs']}ms,"
+            f"p99_tpot={p['baselineP99TpotMs']}/{p['canaryP99TpotMs']}ms,speedup={p['speedup']}"
             for p in bench["points"]
         ),
         break_even=bench.get("breakEvenConcurrency"),
@@ -78,17 +95,30 @@ def check_benchmark_status(status: dict[str, Any]) -> dict[str, Any]:
     return bench
 
 
-def test_benchmark_jobs_promote_a_quiet_service_with_real_vllm(lab: dict[str, Any]) -> None:
-    """No traffic at all: the verdict comes from the benchmark Jobs alone, at two concurrency
-    points, and its alpha is the canary engine's own (a self-draft: every token accepted)."""
-    status = run_rollout(
-        body=benchmark_rollout("bench", SELF_DRAFT), timeout=1200, concurrency=0, **lab
-    ).status
+def test_benchmark_jobs_measure_where_speculation_pays_and_promote_a_quiet_service(
+    lab: dict[str, Any],
+) -> None:
+    """No traffic at all: the verdict comes from the benchmark Jobs alone (vLLM's own benchmark,
+    unpaced, at concurrency 1 to 8), and its alpha is the canary engine's own. On the wide lab
+    model speculation pays at low concurrency and stops paying as the batch grows (issue 20): the
+    speedup at 1 is well above 1 and the break-even concurrency lies inside the curve.
+
+    Two gates are set for the draft, not for the lab: alpha 0.57 sits at the default 0.55, so the
+    test asks for 0.45 (a right verdict, not one inside the indifference zone), and a K=4 step
+    stalls ~1.8x a plain one, so the step-stall tolerance is 100 %; the per-token gate keeps its
+    default 10 % at the gate concurrency 1."""
+    benchmark = {"concurrency": CURVE, "gateConcurrency": 1, "numPrompts": WIDE_PROMPTS}
+    body = benchmark_rollout("bench", WIDE_DRAFT, sample="wide-cpu.yaml", paced=False, **benchmark)
+    body["spec"]["rollout"]["gates"] |= {"minAcceptanceRate": 0.45, "maxP99ItlRegression": 1.0}
+    status = run_rollout(body=body, timeout=1200, concurrency=0, **lab).status
     assert status["phase"] == "Promoted", status.get("message")
-    bench = check_benchmark_status(status)
+    bench = check_benchmark_status(status, benchmark)
     accepted, drafted = engine_counters(lab["namespace"], "bench-canary-")
     assert drafted > 0 and bench["prometheusAlpha"] == pytest.approx(accepted / drafted, abs=0.02)
-    assert bench["alpha"] == bench["prometheusAlpha"] == 1.0
+    assert bench["alpha"] == bench["prometheusAlpha"]
+    speedup = {p["concurrency"]: p["speedup"] for p in bench["points"]}
+    assert speedup[1] > 1.2, speedup
+    assert bench["breakEvenConcurrency"] in CURVE[:-1], speedup  # faster at 1, not faster at 8
     jobs = client.BatchV1Api(lab["api_client"]).list_namespaced_job(lab["namespace"]).items
     assert sorted(j.metadata.name for j in jobs) == ["bench-bench-baseline-1", "bench-bench-canary-1"]
     for job in jobs:
