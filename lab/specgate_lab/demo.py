@@ -31,8 +31,8 @@ from specgate_lab.crds import install_crd
 from specgate_lab.loadgen import run_load
 
 SCENARIOS = {  # samples in the checkout's crds/samples/
-    "default": "wide-cpu.yaml",
-    "low-alpha": "wide-cpu-low-alpha.yaml",
+    "default": "tiny-cpu.yaml",
+    "low-alpha": "tiny-cpu-low-alpha.yaml",
 }
 EXPECTED_PHASE = {"default": "Promoted", "low-alpha": "RolledBack"}  # what the story should end in
 SETTLED = {"Promoted", "RolledBack", "Failed"}

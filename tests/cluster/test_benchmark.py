@@ -17,10 +17,10 @@ from specgate_lab.calibrate import counter
 pytestmark = [pytest.mark.cluster, pytest.mark.engine]
 
 SELF_DRAFT = {"method": "draft_model", "draftModel": "specgate/tiny-llama", "numSpeculativeTokens": 3}
-# The wide lab model (wide-cpu.yaml) with a noisier one-layer draft, measured standalone at alpha
-# 0.57 (per position 0.71, 0.56, 0.44) and, against the plain target, 1.51x the output tokens per
-# second at concurrency 1, 1.21x at 4 and 0.98x at 8: verifying 4 tokens a request costs little
-# more than 1 while the batch is small, and as much as the tokens it adds once it is large.
+# The wide lab model (wide-cpu.yaml) with a noisier one-layer draft at K=4: alpha about 0.44
+# (per position about 0.75, 0.53, 0.4, 0.1); one run of this test measured 1.45x the baseline's
+# per-token speed at concurrency 1, 1.19x at 2, 1.01x at 4 and 0.84x at 8. Verifying 5 tokens a
+# request costs little more than 1 while the batch is small, and as much as they add once it is large.
 WIDE_DRAFT = {
     "method": "draft_model",
     "draftModel": "specgate/wide-llama-draft-0.05",
@@ -103,16 +103,16 @@ def test_benchmark_jobs_measure_where_speculation_pays_and_promote_a_quiet_servi
     model speculation pays at low concurrency and stops paying as the batch grows (issue 20): the
     speedup at 1 is well above 1 and the break-even concurrency lies inside the curve.
 
-    Two gates are set for the draft, not for the lab: alpha 0.57 sits at the default 0.55, so the
-    test asks for 0.45 (a right verdict, not one inside the indifference zone), and a K=4 step
-    stalls ~1.8x a plain one, so the step-stall tolerance is 100 %; the per-token gate keeps its
+    Two gates are set for this draft: its alpha (about 0.44) is below the default 0.55, so the test
+    asks for 0.25 (a clear verdict, not one inside the indifference zone), and a K=4 step stalls
+    about 1.6x a plain one at P99, so the step-stall tolerance is 100 %; the per-token gate keeps its
     default 10 % at the gate concurrency 1."""
     benchmark = {"concurrency": CURVE, "gateConcurrency": 1, "numPrompts": WIDE_PROMPTS}
     body = benchmark_rollout("bench", WIDE_DRAFT, sample="wide-cpu.yaml", paced=False, **benchmark)
-    body["spec"]["rollout"]["gates"] |= {"minAcceptanceRate": 0.45, "maxP99ItlRegression": 1.0}
+    body["spec"]["rollout"]["gates"] |= {"minAcceptanceRate": 0.25, "maxP99ItlRegression": 1.0}
     status = run_rollout(body=body, timeout=1200, concurrency=0, **lab).status
+    bench = check_benchmark_status(status, benchmark)  # prints the curve, whatever the verdict
     assert status["phase"] == "Promoted", status.get("message")
-    bench = check_benchmark_status(status, benchmark)
     accepted, drafted = engine_counters(lab["namespace"], "bench-canary-")
     assert drafted > 0 and bench["prometheusAlpha"] == pytest.approx(accepted / drafted, abs=0.02)
     assert bench["alpha"] == bench["prometheusAlpha"]
