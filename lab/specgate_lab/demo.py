@@ -5,7 +5,8 @@ through the bridge, load goes through the Service, and the timeline prints as th
 It ends with the result, and right under it a caveat naming every gate the sample sets away
 from its default, with the figures that explain why (on the CPU lab speculation does not pay):
 
-    RESULT: <name> phase=<Promoted|RolledBack> alpha=<x.xx> p99_itl_ms=<baseline>/<canary> reason=<Reason>
+    RESULT: <name> phase=<Promoted|RolledBack> alpha=<x.xx> p99_itl_ms=<baseline>/<canary>
+            p99_per_token_ms=<baseline>/<canary> tok_s=<baseline>/<canary> reason=<Reason>
     CAVEAT: ...
 """
 
