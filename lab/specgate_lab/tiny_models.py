@@ -5,7 +5,7 @@
 - `tiny-llama-eagle3`: an EAGLE-3 head config only (served with --load-format dummy): alpha ~ 0.
 - `tiny-llama-noise-<scale>`: the target's weights plus Gaussian noise of `scale` times each
   tensor's standard deviation: a draft with a tunable acceptance rate (scale 0 drafts itself).
-- `wide-llama`: a target where speculation pays on a CPU (the demo's): hidden 1024, 12 layers,
+- `wide-llama`: a target where speculation pays on a CPU (the benchmark test's): hidden 1024, 12 layers,
   136M parameters, so one decode step reads ~0.5 GB of weights and is bound by memory, not by
   vLLM's per-step overhead; verifying K+1 tokens then costs little more than one. Layers after
   the first write almost nothing to the residual stream (their output projections scaled by
