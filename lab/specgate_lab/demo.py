@@ -3,7 +3,8 @@
 The operator runs as a local process (`specgate run`), the sample is served by real vLLM CPU engines
 through the bridge, load goes through the Service, and the timeline prints as the status changes.
 It ends with the result, and right under it a caveat naming every gate the sample sets away
-from its default, with the figures that explain why (on the CPU lab speculation does not pay):
+from its default, with the figures that explain why (speculation does not pay on the tiny CPU
+samples; README "The local lab" shows the wide model where it does):
 
     RESULT: <name> phase=<Promoted|RolledBack> alpha=<x.xx> p99_itl_ms=<baseline>/<canary>
             p99_per_token_ms=<baseline>/<canary> tok_s=<baseline>/<canary> reason=<Reason>

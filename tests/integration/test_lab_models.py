@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from specgate_lab.engines import MODELS, VLLM_VENV
-from specgate_lab.tiny_models import QUIET_LAYER_SCALE, WIDE, WIDE_DRAFT_PREFIX
+from specgate_lab.tiny_models import QUIET_LAYER_SCALE, WIDE, WIDE_DRAFT_PREFIX, WIDE_SHAPE
 
 pytestmark = pytest.mark.engine
 
@@ -23,7 +23,8 @@ target, draft = load_file(sys.argv[1]), load_file(sys.argv[2])
 def rms(t): return t.float().pow(2).mean().sqrt().item()
 noise = {k: rms(draft[k] - target[k]) / rms(target[k]) for k in draft}
 first = {p: rms(target[f"model.layers.0.{p}.weight"]) for p in ("self_attn.o_proj", "mlp.down_proj")}
-quiet = [rms(target[f"model.layers.{i}.{p}.weight"]) / first[p] for i in range(1, 12) for p in first]
+layers = int(sys.argv[3])
+quiet = [rms(target[f"model.layers.{i}.{p}.weight"]) / first[p] for i in range(1, layers) for p in first]
 print(json.dumps({"noise": noise, "quiet": quiet, "target": sorted(target)}))
 """
 
@@ -31,13 +32,14 @@ print(json.dumps({"noise": noise, "quiet": quiet, "target": sorted(target)}))
 def test_the_wide_draft_is_the_targets_first_layer_with_noise() -> None:
     target, draft = MODELS / WIDE, MODELS / DRAFT
     config, draft_config = (json.loads((d / "config.json").read_text()) for d in (target, draft))
-    assert config["num_hidden_layers"] == 12 and draft_config["num_hidden_layers"] == 1
+    layers = WIDE_SHAPE["num_hidden_layers"]
+    assert config["num_hidden_layers"] == layers and draft_config["num_hidden_layers"] == 1
     assert {k: v for k, v in draft_config.items() if k != "num_hidden_layers"} == {
         k: v for k, v in config.items() if k != "num_hidden_layers"
     }
     out = subprocess.run(
         [str(VLLM_VENV / "bin" / "python"), "-c", PROBE,
-         str(target / "model.safetensors"), str(draft / "model.safetensors")],
+         str(target / "model.safetensors"), str(draft / "model.safetensors"), str(layers)],
         capture_output=True, text=True, check=True,
     )  # fmt: skip
     probe = json.loads(out.stdout)
@@ -48,5 +50,6 @@ def test_the_wide_draft_is_the_targets_first_layer_with_noise() -> None:
     noisy = {k for k, v in probe["noise"].items() if v == pytest.approx(0.05, rel=0.1)}
     assert noisy == {k for k in probe["noise"] if not k.endswith("norm.weight")}, probe["noise"]
     assert all(probe["noise"][k] == 0 for k in set(probe["noise"]) - noisy)
+    assert len(probe["quiet"]) == 2 * (layers - 1)
     assert max(probe["quiet"]) == pytest.approx(QUIET_LAYER_SCALE, rel=0.1)
     assert min(probe["quiet"]) == pytest.approx(QUIET_LAYER_SCALE, rel=0.1)
