@@ -122,10 +122,13 @@ class Series:
                 out.append(Increase(t0, t1, v1 - v0 if v1 >= v0 else v1))
         return out
 
-    def mean(self, since: float, leave_out: Sequence[Window]) -> float | None:
-        """Mean of a gauge's samples from `since` on, outside the spans left out."""
+    def values(self, since: float, leave_out: Sequence[Window]) -> list[float]:
+        """A gauge's samples from `since` on, outside the spans left out."""
         spans = _spans(leave_out)
-        kept = [v for t, v in self.points if t >= since and math.isfinite(v) and not _inside(t, spans)]
+        return [v for t, v in self.points if t >= since and math.isfinite(v) and not _inside(t, spans)]
+
+    def mean(self, since: float, leave_out: Sequence[Window]) -> float | None:
+        kept = self.values(since, leave_out)
         return statistics.fmean(kept) if kept else None
 
 
@@ -323,7 +326,6 @@ def _track_metrics(
     step = max(MIN_ACCEPTANCE_WINDOW_SECONDS, interval)
     acceptance, per_position = acceptance_windows(families, since, step, leave_out)
     itl_name = next((name for name in ITL_METRICS if families.get(f"{name}_bucket")), ITL_METRICS[0])
-    pods = len({s.labels.get("instance", "") for series in families.values() for s in series})
     requests_per_second = _rate(families.get(SUCCEEDED, []), since, leave_out)
     means = [m for s in families.get(RUNNING, []) if (m := s.mean(since, leave_out)) is not None]
     running = _finite_sum(means) if means else None
@@ -339,7 +341,7 @@ def _track_metrics(
         output_tokens_per_second=_round(_rate(families.get(GENERATED, []), since, leave_out)),
         requests_per_second=_round(requests_per_second),
         concurrency=_round(running),
-        load=Load(pods, _per_pod(requests_per_second, pods), _per_pod(running, pods)),
+        load=_load(families, since, leave_out),
         scrape_interval_seconds=round(interval, 3),
         acceptance_window_seconds=round(step, 3),
     )
@@ -414,8 +416,31 @@ def _rate(series: Iterable[Series], since: float, leave_out: Sequence[Window]) -
     return sum(rates) if rates else None
 
 
-def _per_pod(total: float | None, pods: int) -> float | None:
-    return None if total is None or pods == 0 else _round(total / pods)
+def _load(families: Families, since: float, leave_out: Sequence[Window]) -> Load:
+    """What the track's pods carried per pod, each weighed by the time it was scraped in the window:
+    a pod that left (scaled down, replaced, drained) or came late counts for the seconds it was
+    there, and one whose last scrape fell before the window (the query reaches back) not at all. A
+    pod counted whole would halve the per-pod load for as long as the window lasts."""
+    finished: dict[str, float] = defaultdict(float)
+    seconds: dict[str, float] = defaultdict(float)  # by instance: the longest of its series' spans
+    for s in families.get(SUCCEEDED, []):
+        increases = s.increases(since, leave_out)
+        pod = s.labels.get("instance", "")
+        finished[pod] += sum(i.value for i in increases)
+        seconds[pod] = max(seconds[pod], sum(i.end - i.start for i in increases))
+    scraped = sum(seconds.values())
+    running = [v for s in families.get(RUNNING, []) for v in s.values(since, leave_out)]
+    pods = {
+        s.labels.get("instance", "")
+        for series in families.values()
+        for s in series
+        if s.values(since, leave_out)
+    }
+    return Load(
+        len(pods),
+        _round(sum(finished.values()) / scraped) if scraped > 0 else None,
+        _round(statistics.fmean(running)) if running else None,
+    )
 
 
 def _position(label: str) -> int:

@@ -27,7 +27,7 @@ WIDE_DRAFT = {
     "numSpeculativeTokens": 4,
 }
 CURVE = [1, 2, 4, 8]
-WIDE_PROMPTS = 16
+WIDE_PROMPTS = 12
 # The acceptance statistics need drafts in 3 windows of 15 s, so drafting must span more than 30 s on
 # any machine: arrivals paced at REQUEST_RATE make each point last about PROMPTS / REQUEST_RATE = 30 s
 # however fast the engine is (a CI run at 48 unpaced prompts drafted for under 30 s and failed).
@@ -105,11 +105,11 @@ def test_benchmark_jobs_measure_where_speculation_pays_and_promote_a_quiet_servi
 
     Two gates are set for this draft: its alpha (about 0.44) is below the default 0.55, so the test
     asks for 0.25 (a clear verdict, not one inside the indifference zone), and a K=4 step stalls
-    about 1.6x a plain one at P99, so the step-stall tolerance is 100 %; the per-token gate keeps its
-    default 10 % at the gate concurrency 1."""
+    1.6x to 2.0x a plain one at P99 (2.01x in one CI run), so the step-stall tolerance is 150 %; the
+    per-token gate keeps its default 10 % at the gate concurrency 1."""
     benchmark = {"concurrency": CURVE, "gateConcurrency": 1, "numPrompts": WIDE_PROMPTS}
     body = benchmark_rollout("bench", WIDE_DRAFT, sample="wide-cpu.yaml", paced=False, **benchmark)
-    body["spec"]["rollout"]["gates"] |= {"minAcceptanceRate": 0.25, "maxP99ItlRegression": 1.0}
+    body["spec"]["rollout"]["gates"] |= {"minAcceptanceRate": 0.25, "maxP99ItlRegression": 1.5}
     status = run_rollout(body=body, timeout=1200, concurrency=0, **lab).status
     bench = check_benchmark_status(status, benchmark)  # prints the curve, whatever the verdict
     assert status["phase"] == "Promoted", status.get("message")

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from specgate import api, prometheus
+from specgate import api, gates, prometheus
 from specgate.gates import AcceptanceWindow
 from specgate.observation import Window
 from specgate.prometheus import ACCEPTED, DRAFT_TOKENS, DRAFTS, Selector, Series
@@ -114,6 +114,52 @@ def test_benchmark_requests_do_not_move_the_traffic_alpha() -> None:
         (10 * 585 * 0.6 + 40 * 180 * 0.95) / (10 * 585 + 40 * 180)
     )
     assert len(clean.acceptance) < len(mixed.acceptance)
+
+
+def served(pod: str, scrapes: range, requests_per_second: float, running: float) -> dict[str, Series]:
+    """One pod's finished requests (two finished_reason series, as vLLM exports) and its running
+    gauge, scraped every 15 s at the seconds in `scrapes` after T0."""
+    stamps = [T0.timestamp() + t for t in scrapes]
+    finished = {
+        reason: Series(
+            {"instance": pod, "finished_reason": reason},
+            tuple((stamp, share * requests_per_second * t) for stamp, t in zip(stamps, scrapes, strict=True)),
+        )
+        for reason, share in (("stop", 0.75), ("length", 0.25))
+    }
+    return {f"{prometheus.SUCCEEDED}#{reason}": series for reason, series in finished.items()} | {
+        prometheus.RUNNING: Series({"instance": pod}, tuple((stamp, running) for stamp in stamps))
+    }
+
+
+def load(*pods: dict[str, Series], start: float) -> gates.Load:
+    merged: dict[str, list[Series]] = {}
+    for pod in pods:
+        for name, series in pod.items():
+            merged.setdefault(name.split("#")[0], []).append(series)
+    window = Window(T0 + timedelta(seconds=start), T0 + timedelta(minutes=10))
+    return prometheus._track_metrics(merged, window, 15.0, ()).load
+
+
+def test_a_pod_gone_before_the_window_is_not_a_pod_of_it() -> None:
+    """The query reaches two scrapes before the window: a baseline pod scaled down just before the
+    analysis began is in the answer, but carried nothing in the window, so it must not halve the
+    per-pod load (that kept a canary's latency uncompared until maxAnalysisDuration)."""
+    stayed = served("a:8000", range(0, 600, 15), requests_per_second=2.0, running=3.0)
+    gone = served("b:8000", range(0, 120, 15), requests_per_second=2.0, running=3.0)
+    assert load(stayed, gone, start=120.0) == gates.Load(1, 2.0, 3.0)
+
+
+def test_a_pod_drained_early_in_the_window_weighs_by_the_seconds_it_was_scraped() -> None:
+    """A pod taken out of the Service still answers scrapes, with no traffic, for 30 s of the
+    window, beside one that serves 2 requests a second and runs 4 at a time, scraped over 435 s: per
+    pod and second scraped, 870 requests in 465 s, and 4 running in 30 of 33 scrapes."""
+    serving = served("a:8000", range(150, 600, 15), requests_per_second=2.0, running=4.0)
+    drained = served("b:8000", range(150, 181, 15), requests_per_second=0.0, running=0.0)
+    figures = load(serving, drained, start=150.0)
+    assert figures.pods == 2
+    assert figures.requests_per_second_per_pod == pytest.approx(870 / 465, abs=1e-3)
+    assert figures.running_per_pod == pytest.approx(4.0 * 30 / 33, abs=1e-3)
 
 
 # --- the ITL histogram's older name and custom target labels ---
