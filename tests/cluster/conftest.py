@@ -5,8 +5,9 @@ from __future__ import annotations
 import os
 import subprocess
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -86,10 +87,10 @@ def release_finalizers(api_client: client.ApiClient, namespace: str) -> None:
         )
 
 
-@pytest.fixture
-def gpu_cluster_classes(api_client: client.ApiClient, namespace: str) -> Iterator[str]:
+@contextmanager
+def cluster_classes(api_client: client.ApiClient, namespace: str) -> Iterator[str]:
     """A RuntimeClass and a PriorityClass, as a GPU cluster has (the API server's admission checks
-    that a pod's classes exist), named after the test's namespace and deleted after it."""
+    that a pod's classes exist), named after the namespace and deleted after it."""
     node = client.NodeV1Api(api_client)
     scheduling = client.SchedulingV1Api(api_client)
     node.create_runtime_class({"metadata": {"name": namespace}, "handler": "nvidia"})
@@ -99,6 +100,12 @@ def gpu_cluster_classes(api_client: client.ApiClient, namespace: str) -> Iterato
     finally:
         node.delete_runtime_class(namespace)
         scheduling.delete_priority_class(namespace)
+
+
+@pytest.fixture
+def gpu_cluster_classes(api_client: client.ApiClient, namespace: str) -> Iterator[str]:
+    with cluster_classes(api_client, namespace) as name:
+        yield name
 
 
 @pytest.fixture
@@ -130,6 +137,29 @@ def lab_in(
         "prometheus_url": prometheus_url,
         "log_dir": log_dir,
     }
+
+
+Run = Callable[[dict[str, Any]], Any]  # given its lab, drives a rollout and returns what it saw
+
+
+@contextmanager
+def side_by_side(
+    runs: dict[str, Run], request: pytest.FixtureRequest
+) -> Iterator[dict[str, Future[tuple[dict[str, Any], Any]]]]:
+    """Every run started at once, each in its own namespace, thread and operator: a simulated
+    rollout spends its minutes waiting for windows, so the module pays for its longest rollout,
+    not their sum. Each test takes (lab, what its run returned) from its future, which re-raises
+    what the run raised; the namespaces go after the last run has ended."""
+    api_client = request.getfixturevalue("api_client")
+    fixtures = [request.getfixturevalue(f) for f in ("kubeconfig", "bridge_url", "prometheus_url")]
+    with ExitStack() as namespaces, ThreadPoolExecutor(len(runs), thread_name_prefix="rollout") as pool:
+        futures = {}
+        for name, run in runs.items():
+            namespace = namespaces.enter_context(fresh_namespace(api_client))
+            log_dir = request.getfixturevalue("tmp_path_factory").mktemp(name)
+            lab = lab_in(namespace, api_client, *fixtures, log_dir)
+            futures[name] = pool.submit(lambda run=run, lab=lab: (lab, run(lab)))
+        yield futures
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

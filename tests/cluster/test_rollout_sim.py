@@ -9,13 +9,14 @@ import subprocess
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
+from concurrent.futures import Future
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client
-from tests.cluster.conftest import CACHE, fresh_namespace, lab_in
+from tests.cluster.conftest import CACHE, cluster_classes, side_by_side
 from tests.cluster.operator_process import get_sd, specgate_status
 from tests.cluster.rollouts import Rollout, run_rollout, sim_rollout
 from tests.conftest import ROOT
@@ -37,9 +38,24 @@ def reasons(api_client: client.ApiClient, namespace: str) -> list[str]:
     return [e.reason for e in client.CoreV1Api(api_client).list_namespaced_event(namespace).items]
 
 
-def test_a_gpu_pod_template_is_promoted_while_another_writer_and_an_hpa_change_the_object(
-    lab: dict[str, Any], gpu_cluster_classes: str
-) -> None:
+Rollouts = dict[str, Future[tuple[dict[str, Any], Any]]]
+
+
+@pytest.fixture(scope="module")
+def rollouts(request: pytest.FixtureRequest) -> Iterator[Rollouts]:
+    """This module's rollouts, all running at once (conftest.side_by_side), the longest first."""
+    runs = {
+        "drift": drift_after_promotion,
+        "good": promote_under_another_writer_and_an_hpa,
+        "lowalpha": roll_back_below_the_gate,
+        "slow": roll_back_a_heavy_draft,
+        "outage": stop_prometheus_mid_analysis,
+    }
+    with side_by_side(runs, request) as futures:
+        yield futures
+
+
+def promote_under_another_writer_and_an_hpa(lab: dict[str, Any]) -> tuple[Rollout, list[int], dict[str, Any]]:
     """A GitOps tool or `kubectl annotate` writes the object throughout, so its resourceVersion keeps
     moving under the operator: status is written by merge patch and children by server-side apply,
     neither conditional on a resourceVersion, so no write may fail with 409 Conflict. Meanwhile a
@@ -77,12 +93,21 @@ def test_a_gpu_pod_template_is_promoted_while_another_writer_and_an_hpa_change_t
 
     body = sim_rollout("good", {"SPECGATE_SIM_ALPHA": "0.8"})
     body["spec"]["podTemplate"] = {
-        "runtimeClassName": gpu_cluster_classes,
-        "priorityClassName": gpu_cluster_classes,
+        "runtimeClassName": lab["namespace"],
+        "priorityClassName": lab["namespace"],
         "imagePullSecrets": ["registry"],
         "shmSizeLimit": "1Gi",
     }
-    run = run_rollout(body=body, during=annotate, **lab)
+    with cluster_classes(lab["api_client"], lab["namespace"]):
+        return run_rollout(body=body, during=annotate, **lab), writes, pod_specs
+
+
+def test_a_gpu_pod_template_is_promoted_while_another_writer_and_an_hpa_change_the_object(
+    rollouts: Rollouts,
+) -> None:
+    lab, (run, writes, pod_specs) = rollouts["good"].result()
+    gpu_cluster_classes = lab["namespace"]
+    objects = client.CustomObjectsApi(lab["api_client"])
     status = run.status
     assert status["phase"] == "Promoted", status.get("message")
     assert sorted(pod_specs) == ["baseline", "canary"]
@@ -121,25 +146,12 @@ def test_a_gpu_pod_template_is_promoted_while_another_writer_and_an_hpa_change_t
     assert specgate_status(lab["kubeconfig"], lab["namespace"], "good", "--watch").returncode == 0
 
 
-@pytest.fixture(scope="module")
-def low_alpha(
-    api_client: client.ApiClient,
-    kubeconfig: str,
-    bridge_url: str,
-    prometheus_url: str,
-    tmp_path_factory: pytest.TempPathFactory,
-) -> Iterator[tuple[dict[str, Any], Rollout]]:
-    """A rollout of a draft at alpha 0.3, rolled back, and its lab: shared by the test of its
-    verdict and the runbook test, which runs its commands on what the rollback left."""
-    with fresh_namespace(api_client) as namespace:
-        lab = lab_in(
-            namespace, api_client, kubeconfig, bridge_url, prometheus_url, tmp_path_factory.mktemp("low")
-        )
-        yield lab, run_rollout(body=sim_rollout("lowalpha", {"SPECGATE_SIM_ALPHA": "0.3"}), **lab)
+def roll_back_below_the_gate(lab: dict[str, Any]) -> Rollout:
+    return run_rollout(body=sim_rollout("lowalpha", {"SPECGATE_SIM_ALPHA": "0.3"}), **lab)
 
 
-def test_low_alpha_rolls_back_below_the_gate(low_alpha: tuple[dict[str, Any], Rollout]) -> None:
-    lab, run = low_alpha
+def test_low_alpha_rolls_back_below_the_gate(rollouts: Rollouts) -> None:
+    lab, run = rollouts["lowalpha"].result()
     status = run.status
     assert (status["phase"], status["reason"]) == ("RolledBack", "AcceptanceBelowGate"), status.get("message")
     assert status["canary"]["alpha"] == pytest.approx(0.3, abs=0.06)
@@ -174,13 +186,13 @@ def runbook_snippets(kind: str) -> list[tuple[str, str]]:
 
 
 def test_the_runbooks_commands_and_the_dashboards_queries_run_on_a_rolled_back_object(
-    low_alpha: tuple[dict[str, Any], Rollout], kubectl: str
+    rollouts: Rollouts, kubectl: str
 ) -> None:
     """Every kubectl and specgate command of runbooks/ (but those LAB_LACKS names) runs as written
     on the rolled-back object, and every PromQL expression evaluates on the lab's Prometheus; the
     AcceptanceBelowGate page's alpha query gives the simulator's alpha (0.3); every query of the
     Grafana dashboard evaluates, and its vLLM panels have data."""
-    lab, _ = low_alpha
+    lab, _ = rollouts["lowalpha"].result()
     names = {"NS": lab["namespace"], "NAME": "lowalpha", "OBJECT": "lowalpha", "GEN": "1"}
 
     def filled(text: str) -> str:
@@ -235,33 +247,41 @@ def test_the_runbooks_commands_and_the_dashboards_queries_run_on_a_rolled_back_o
                 )
 
 
-def test_worse_p99_itl_rolls_back_with_latency_regression(lab: dict[str, Any]) -> None:
+def roll_back_a_heavy_draft(lab: dict[str, Any]) -> Rollout:
     # A heavy draft: every step pays 3 x 40 ms of drafting, so streaming users see longer stalls.
     env = {"SPECGATE_SIM_ALPHA": "0.85", "SPECGATE_SIM_DRAFT_PASS_MS": "40"}
-    run = run_rollout(body=sim_rollout("slow", env), **lab)
+    return run_rollout(body=sim_rollout("slow", env), **lab)
+
+
+def test_worse_p99_itl_rolls_back_with_latency_regression(rollouts: Rollouts) -> None:
+    lab, run = rollouts["slow"].result()
     status = run.status
     assert (status["phase"], status["reason"]) == ("RolledBack", "LatencyRegression"), status.get("message")
     assert "P99 ITL (step stall) canary" in status["message"]
     assert canary_replicas(lab["api_client"], lab["namespace"], "slow") == 0
 
 
-def test_guard_rolls_back_when_alpha_drifts_after_promotion_keeping_every_replica(
-    lab: dict[str, Any],
-) -> None:
-    """replicas 4, maxSurge 1: after promotion the baseline is at 0, so the rollback must grow it
-    while the canary serves; run_rollout's CapacityMonitor fails the test below 4 Ready pods."""
+def drift_after_promotion(lab: dict[str, Any]) -> Rollout:
     script = "0s:alpha=0.85;90s:alpha=0.15"  # each engine drifts 90 s after it started
     body = sim_rollout("drift", {"SPECGATE_SIM_SCRIPT": script})
     body["spec"]["replicas"] = 4
     # A budget of one false alarm a day (the default is 0.1 a month): a lower CUSUM threshold, so a
     # drop this large trips in fewer windows; the month-long budget is the guard benchmark's to show.
     body["spec"]["rollout"]["guard"]["falseAlarmsPerMonth"] = 30
-    run = run_rollout(
+    return run_rollout(
         body=body,
         until=lambda obj: obj.get("status", {}).get("phase") in ("RolledBack", "Failed"),
         timeout=540,
         **lab,
     )
+
+
+def test_guard_rolls_back_when_alpha_drifts_after_promotion_keeping_every_replica(
+    rollouts: Rollouts,
+) -> None:
+    """replicas 4, maxSurge 1: after promotion the baseline is at 0, so the rollback must grow it
+    while the canary serves; run_rollout's CapacityMonitor fails the test below 4 Ready pods."""
+    lab, run = rollouts["drift"].result()
     status = run.status
     assert "Promoted" in run.phases, run.phases
     assert (status["phase"], status["reason"]) == ("RolledBack", "GuardTripped"), status.get("message")
@@ -273,10 +293,7 @@ def test_guard_rolls_back_when_alpha_drifts_after_promotion_keeping_every_replic
     assert baseline.spec.replicas == 4
 
 
-def test_prometheus_outage_never_promotes(lab: dict[str, Any]) -> None:
-    """The operator's Prometheus (the test's own, scraping the lab's 2 s targets as the lab's does)
-    stops mid-analysis and stays down: the rollout rolls back as MetricsUnavailable, never promoted.
-    The shared Prometheus of the other tests is not touched."""
+def stop_prometheus_mid_analysis(lab: dict[str, Any]) -> tuple[Rollout, list[bool]]:
     with ExitStack() as outage:
         url, _ = outage.enter_context(
             prometheus_server(lab["log_dir"] / "prometheus", 2, targets=CACHE / "cluster" / "targets" / "2s")
@@ -290,6 +307,14 @@ def test_prometheus_outage_never_promotes(lab: dict[str, Any]) -> None:
 
         body = sim_rollout("outage", {"SPECGATE_SIM_ALPHA": "0.9"})
         run = run_rollout(body=body, during=stop_prometheus_once_analyzing, **{**lab, "prometheus_url": url})
+    return run, stopped
+
+
+def test_prometheus_outage_never_promotes(rollouts: Rollouts) -> None:
+    """The operator's Prometheus (the test's own, scraping the lab's 2 s targets as the lab's does)
+    stops mid-analysis and stays down: the rollout rolls back as MetricsUnavailable, never promoted.
+    The shared Prometheus of the other tests is not touched."""
+    lab, (run, stopped) = rollouts["outage"].result()
     status = run.status
     assert stopped, "the rollout never reached Analyzing"
     assert "Promoting" not in run.phases and "Promoted" not in run.phases
