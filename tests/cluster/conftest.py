@@ -140,12 +140,11 @@ def lab_in(
 
 
 Run = Callable[[dict[str, Any]], Any]  # given its lab, drives a rollout and returns what it saw
+Rollouts = dict[str, Future[tuple[dict[str, Any], Any]]]  # by name: (its lab, what its Run returned)
 
 
 @contextmanager
-def side_by_side(
-    runs: dict[str, Run], request: pytest.FixtureRequest
-) -> Iterator[dict[str, Future[tuple[dict[str, Any], Any]]]]:
+def side_by_side(runs: dict[str, Run], request: pytest.FixtureRequest) -> Iterator[Rollouts]:
     """Every run started at once, each in its own namespace, thread and operator: a simulated
     rollout spends its minutes waiting for windows, so the module pays for its longest rollout,
     not their sum. Each test takes (lab, what its run returned) from its future, which re-raises

@@ -8,12 +8,13 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client
-from tests.cluster.conftest import CACHE
+from tests.cluster.conftest import CACHE, Rollouts, side_by_side
 from tests.cluster.figures import report
 from tests.cluster.operator_process import get_sd, run, wait_for
 from tests.cluster.rollouts import lab_operator, run_rollout, sim_rollout
@@ -46,13 +47,11 @@ def patch_rollout(api_client: client.ApiClient, namespace: str, name: str, spec:
     )
 
 
-def test_a_crash_looping_canary_after_promotion_rolls_back_with_no_spare_gpu(
-    lab: dict[str, Any], tmp_path: Path
-) -> None:
+def crash_loop_after_promotion(lab: dict[str, Any]) -> None:
     """replicas 4, maxSurge 0, maxUnavailable 1: one promoted pod starts crash-looping; the rollback
     swaps pods one at a time and never has fewer than 3 Ready behind the Service."""
     api_client, namespace = lab["api_client"], lab["namespace"]
-    crash_flag = tmp_path / "crash"
+    crash_flag = lab["log_dir"] / "crash"
     body = sim_rollout("crashlate", {**GOOD, "SPECGATE_SIM_EXIT": f"speculative-if:{crash_flag}"})
     body["spec"]["replicas"] = 4
     body["spec"]["rollout"] |= {"maxSurge": 0, "maxUnavailable": 1}
@@ -87,15 +86,14 @@ def test_a_crash_looping_canary_after_promotion_rolls_back_with_no_spare_gpu(
     report(test="crash_after_promotion", replicas=4, max_surge=0, floor=3, killed=killed[0])
 
 
-def test_pauses_change_no_pod_an_edit_reaches_only_the_canary_and_abort_and_retry_go_through_kubectl(
-    lab: dict[str, Any], kubectl: str, tmp_path: Path
-) -> None:
+def pause_edit_abort_retry(lab: dict[str, Any]) -> None:
     """Promoted: pause and unpause in the spec, then with `kubectl specgate pause|resume` across a
     GitOps sync of the unchanged spec (server-side apply by another field manager, as Flux does,
     keeps the annotation): no pod changes, nothing restarts. Then a new draft length serves on
     canaryReplicas pods at most until its own gates pass, while the gated pods keep their template;
     `kubectl specgate abort` rolls it back (Aborted) and `kubectl specgate retry` runs it again."""
     api_client, namespace = lab["api_client"], lab["namespace"]
+    kubectl, tmp_path = str(CACHE / "bin" / "kubectl"), lab["log_dir"]
     body = sim_rollout("day2", GOOD)
     body["spec"]["replicas"] = 2
     from_git = tmp_path / "from-git.yaml"
@@ -236,9 +234,7 @@ def settled(view: kube.DeploymentView) -> bool:
     return not view.rolling and view.ready_replicas == view.replicas
 
 
-def test_an_operator_upgrade_that_renders_pods_differently_rolls_one_track_at_a_time(
-    lab: dict[str, Any],
-) -> None:
+def upgrade_the_operator_mid_analysis(lab: dict[str, Any]) -> None:
     """replicas 4, canary 1, maxSurge 0, maxUnavailable 1, mid-analysis: the operator stops, both
     tracks' pods are rolled (one track at a time) onto an older version's rendering, and the
     operator starts again. Its first reconcile would re-render both Deployments at once, each taking
@@ -284,3 +280,32 @@ def test_an_operator_upgrade_that_renders_pods_differently_rolls_one_track_at_a_
     report(
         test="operator_upgrade_re_render", replicas=4, floor=3, seconds=round(time.monotonic() - upgraded[0])
     )
+
+
+# The three rollouts above run side by side (conftest.side_by_side), each asserting as it goes; a
+# test takes its rollout's outcome, re-raising its failure.
+@pytest.fixture(scope="module")
+def rollouts(request: pytest.FixtureRequest) -> Iterator[Rollouts]:
+    runs = {
+        "day2": pause_edit_abort_retry,
+        "crashlate": crash_loop_after_promotion,
+        "upgrade": upgrade_the_operator_mid_analysis,
+    }
+    with side_by_side(runs, request) as futures:
+        yield futures
+
+
+def test_pauses_change_no_pod_an_edit_reaches_only_the_canary_and_abort_and_retry_go_through_kubectl(
+    rollouts: Rollouts,
+) -> None:
+    rollouts["day2"].result()
+
+
+def test_a_crash_looping_canary_after_promotion_rolls_back_with_no_spare_gpu(rollouts: Rollouts) -> None:
+    rollouts["crashlate"].result()
+
+
+def test_an_operator_upgrade_that_renders_pods_differently_rolls_one_track_at_a_time(
+    rollouts: Rollouts,
+) -> None:
+    rollouts["upgrade"].result()

@@ -10,6 +10,7 @@ from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 
 import pytest
@@ -17,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from tests.cluster.conftest import Rollouts, side_by_side
 from tests.cluster.operator_process import (
     OPERATOR_INTERVAL_SECONDS,
     RECONCILE_LINE,
@@ -153,17 +155,33 @@ def test_sigkilled_operator_resumes_each_phase_it_is_killed_in_and_never_leaks_t
 # --- 2: a canary that crashes, cannot be scheduled or never starts rolls back as CanaryUnhealthy ---
 
 
-@pytest.fixture
-def private_gpu_node(api_client: client.ApiClient, namespace: str) -> Iterator[str]:
-    """A fake node with 1 GPU that only this test's pods tolerate: filling it disturbs no other test."""
-    with fake_gpu_node(api_client, f"rel-{namespace}", gpus=1, taint=namespace) as name:
-        yield name
+FAILURES = ("crashloop", "unschedulable", "stuck")
 
 
-@pytest.mark.parametrize("mode", ["crashloop", "unschedulable", "stuck"])
-def test_failing_canary_rolls_back_as_unhealthy(
-    lab: dict[str, Any], request: pytest.FixtureRequest, mode: str
-) -> None:
+@pytest.fixture(scope="module")
+def failing_canaries(
+    request: pytest.FixtureRequest,
+) -> Iterator[Rollouts]:
+    """The three failing canaries, side by side (conftest.side_by_side)."""
+    with side_by_side({mode: partial(fail_the_canary, mode) for mode in FAILURES}, request) as futures:
+        yield futures
+
+
+@pytest.mark.parametrize("mode", FAILURES)
+def test_failing_canary_rolls_back_as_unhealthy(failing_canaries: Rollouts, mode: str) -> None:
+    failing_canaries[mode].result()
+
+
+def fail_the_canary(mode: str, lab: dict[str, Any]) -> None:
+    if mode != "unschedulable":
+        return check_the_failing_canary(mode, lab, node="")
+    # A fake node with 1 GPU that only this rollout's pods tolerate: filling it disturbs no other.
+    namespace = lab["namespace"]
+    with fake_gpu_node(lab["api_client"], f"rel-{namespace}", gpus=1, taint=namespace) as node:
+        check_the_failing_canary(mode, lab, node)
+
+
+def check_the_failing_canary(mode: str, lab: dict[str, Any], node: str) -> None:
     api_client, namespace = lab["api_client"], lab["namespace"]
     if mode == "crashloop":
         # The canary alone gets --speculative-config; its engine exits at start, again and again.
@@ -172,7 +190,6 @@ def test_failing_canary_rolls_back_as_unhealthy(
         )
     elif mode == "unschedulable":
         # Baseline and canary pods may only use a 1-GPU node: the baseline holds it, the canary waits.
-        node = request.getfixturevalue("private_gpu_node")
         body = sim_rollout("nogpu", GOOD, **SHORT, progressDeadline="30s")
         pin_to_node(body, node, taint=namespace)
     else:

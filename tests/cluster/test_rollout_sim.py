@@ -9,14 +9,13 @@ import subprocess
 import urllib.parse
 import urllib.request
 from collections.abc import Iterator
-from concurrent.futures import Future
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
 
 import pytest
 from kubernetes import client
-from tests.cluster.conftest import CACHE, cluster_classes, side_by_side
+from tests.cluster.conftest import CACHE, Rollouts, cluster_classes, side_by_side
 from tests.cluster.operator_process import get_sd, specgate_status
 from tests.cluster.rollouts import Rollout, run_rollout, sim_rollout
 from tests.conftest import ROOT
@@ -36,9 +35,6 @@ def canary_replicas(api_client: client.ApiClient, namespace: str, name: str) -> 
 
 def reasons(api_client: client.ApiClient, namespace: str) -> list[str]:
     return [e.reason for e in client.CoreV1Api(api_client).list_namespaced_event(namespace).items]
-
-
-Rollouts = dict[str, Future[tuple[dict[str, Any], Any]]]
 
 
 @pytest.fixture(scope="module")
