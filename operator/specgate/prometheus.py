@@ -428,18 +428,16 @@ def _load(families: Families, since: float, leave_out: Sequence[Window]) -> Load
         pod = s.labels.get("instance", "")
         finished[pod] += sum(i.value for i in increases)
         seconds[pod] = max(seconds[pod], sum(i.end - i.start for i in increases))
+    running: dict[str, list[float]] = defaultdict(list)  # by instance: its samples in the window
+    for s in families.get(RUNNING, []):
+        running[s.labels.get("instance", "")] += s.values(since, leave_out)
     scraped = sum(seconds.values())
-    running = [v for s in families.get(RUNNING, []) for v in s.values(since, leave_out)]
-    pods = {
-        s.labels.get("instance", "")
-        for series in families.values()
-        for s in series
-        if s.values(since, leave_out)
-    }
+    samples = [v for values in running.values() for v in values]
+    pods = {pod for pod, covered in seconds.items() if covered > 0} | {pod for pod, v in running.items() if v}
     return Load(
         len(pods),
         _round(sum(finished.values()) / scraped) if scraped > 0 else None,
-        _round(statistics.fmean(running)) if running else None,
+        _round(statistics.fmean(samples)) if samples else None,
     )
 
 

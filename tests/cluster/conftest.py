@@ -143,22 +143,31 @@ Run = Callable[[dict[str, Any]], Any]  # given its lab, drives a rollout and ret
 Rollouts = dict[str, Future[tuple[dict[str, Any], Any]]]  # by name: (its lab, what its Run returned)
 
 
-@contextmanager
-def side_by_side(runs: dict[str, Run], request: pytest.FixtureRequest) -> Iterator[Rollouts]:
-    """Every run started at once, each in its own namespace, thread and operator: a simulated
-    rollout spends its minutes waiting for windows, so the module pays for its longest rollout,
-    not their sum. Each test takes (lab, what its run returned) from its future, which re-raises
-    what the run raised; the namespaces go after the last run has ended."""
-    api_client = request.getfixturevalue("api_client")
-    fixtures = [request.getfixturevalue(f) for f in ("kubeconfig", "bridge_url", "prometheus_url")]
-    with ExitStack() as namespaces, ThreadPoolExecutor(len(runs), thread_name_prefix="rollout") as pool:
-        futures = {}
-        for name, run in runs.items():
-            namespace = namespaces.enter_context(fresh_namespace(api_client))
-            log_dir = request.getfixturevalue("tmp_path_factory").mktemp(name)
-            lab = lab_in(namespace, api_client, *fixtures, log_dir)
-            futures[name] = pool.submit(lambda run=run, lab=lab: (lab, run(lab)))
-        yield futures
+def side_by_side(runs: dict[str, Run]) -> Any:
+    """A module fixture, `rollouts`, that starts every run at once, each in its own namespace,
+    thread and operator: a simulated rollout spends its minutes waiting for windows, so the module
+    pays for its longest rollout, not their sum. Each test takes (lab, what its run returned) from
+    its future, which re-raises what the run raised; the namespaces go after the last run has ended.
+    Assign it in the module, after the runs: `rollouts = side_by_side({...})`."""
+
+    @pytest.fixture(scope="module", name="rollouts")
+    def rollouts(
+        api_client: client.ApiClient,
+        kubeconfig: str,
+        bridge_url: str,
+        prometheus_url: str,
+        tmp_path_factory: pytest.TempPathFactory,
+    ) -> Iterator[Rollouts]:
+        with ExitStack() as namespaces, ThreadPoolExecutor(len(runs), thread_name_prefix="rollout") as pool:
+            futures = {}
+            for name, run in runs.items():
+                namespace = namespaces.enter_context(fresh_namespace(api_client))
+                log_dir = tmp_path_factory.mktemp(name)
+                lab = lab_in(namespace, api_client, kubeconfig, bridge_url, prometheus_url, log_dir)
+                futures[name] = pool.submit(lambda run=run, lab=lab: (lab, run(lab)))
+            yield futures
+
+    return rollouts
 
 
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:

@@ -8,7 +8,6 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -282,17 +281,15 @@ def upgrade_the_operator_mid_analysis(lab: dict[str, Any]) -> None:
     )
 
 
-# The three rollouts above run side by side (conftest.side_by_side), each asserting as it goes; a
-# test takes its rollout's outcome, re-raising its failure.
-@pytest.fixture(scope="module")
-def rollouts(request: pytest.FixtureRequest) -> Iterator[Rollouts]:
-    runs = {
+# The three rollouts above run side by side, each asserting as it goes; a test takes its rollout's
+# outcome, re-raising its failure.
+rollouts = side_by_side(
+    {
         "day2": pause_edit_abort_retry,
         "crashlate": crash_loop_after_promotion,
         "upgrade": upgrade_the_operator_mid_analysis,
     }
-    with side_by_side(runs, request) as futures:
-        yield futures
+)
 
 
 def test_pauses_change_no_pod_an_edit_reaches_only_the_canary_and_abort_and_retry_go_through_kubectl(

@@ -158,18 +158,9 @@ def test_sigkilled_operator_resumes_each_phase_it_is_killed_in_and_never_leaks_t
 FAILURES = ("crashloop", "unschedulable", "stuck")
 
 
-@pytest.fixture(scope="module")
-def failing_canaries(
-    request: pytest.FixtureRequest,
-) -> Iterator[Rollouts]:
-    """The three failing canaries, side by side (conftest.side_by_side)."""
-    with side_by_side({mode: partial(fail_the_canary, mode) for mode in FAILURES}, request) as futures:
-        yield futures
-
-
 @pytest.mark.parametrize("mode", FAILURES)
-def test_failing_canary_rolls_back_as_unhealthy(failing_canaries: Rollouts, mode: str) -> None:
-    failing_canaries[mode].result()
+def test_failing_canary_rolls_back_as_unhealthy(rollouts: Rollouts, mode: str) -> None:
+    rollouts[mode].result()
 
 
 def fail_the_canary(mode: str, lab: dict[str, Any]) -> None:
@@ -235,6 +226,8 @@ def check_the_failing_canary(mode: str, lab: dict[str, Any], node: str) -> None:
         assert any(said in m for m in unhealthy), unhealthy
     report(mode=mode, canary_to_rolled_back_s=round(took), progress_deadline_s=deadline, false_promotions=0)
 
+
+rollouts = side_by_side({mode: partial(fail_the_canary, mode) for mode in FAILURES})  # the three at once
 
 # --- 3: deleting the object mid-analysis removes every child and the object ---
 

@@ -8,7 +8,6 @@ import re
 import subprocess
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator
 from contextlib import ExitStack
 from pathlib import Path
 from typing import Any
@@ -35,20 +34,6 @@ def canary_replicas(api_client: client.ApiClient, namespace: str, name: str) -> 
 
 def reasons(api_client: client.ApiClient, namespace: str) -> list[str]:
     return [e.reason for e in client.CoreV1Api(api_client).list_namespaced_event(namespace).items]
-
-
-@pytest.fixture(scope="module")
-def rollouts(request: pytest.FixtureRequest) -> Iterator[Rollouts]:
-    """This module's rollouts, all running at once (conftest.side_by_side), the longest first."""
-    runs = {
-        "drift": drift_after_promotion,
-        "good": promote_under_another_writer_and_an_hpa,
-        "lowalpha": roll_back_below_the_gate,
-        "slow": roll_back_a_heavy_draft,
-        "outage": stop_prometheus_mid_analysis,
-    }
-    with side_by_side(runs, request) as futures:
-        yield futures
 
 
 def promote_under_another_writer_and_an_hpa(lab: dict[str, Any]) -> tuple[Rollout, list[int], dict[str, Any]]:
@@ -317,3 +302,15 @@ def test_prometheus_outage_never_promotes(rollouts: Rollouts) -> None:
     assert (status["phase"], status["reason"]) == ("RolledBack", "MetricsUnavailable"), status.get("message")
     assert "MetricsUnavailable" in reasons(lab["api_client"], lab["namespace"])
     assert answers_ok(f"{lab['prometheus_url']}/-/ready"), "the shared Prometheus went down"
+
+
+# This module's rollouts run side by side, the longest first.
+rollouts = side_by_side(
+    {
+        "drift": drift_after_promotion,
+        "good": promote_under_another_writer_and_an_hpa,
+        "lowalpha": roll_back_below_the_gate,
+        "slow": roll_back_a_heavy_draft,
+        "outage": stop_prometheus_mid_analysis,
+    }
+)
