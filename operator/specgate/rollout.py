@@ -540,11 +540,22 @@ def _traffic_baseline(step: _Step, measured_from: datetime) -> tuple[_Step, bool
     step, metrics = _metrics_or_budget(step, step.obs.baseline_metrics)
     if metrics is None:
         return step, False
-    itl = metrics.itl
-    if itl is None or itl.counts[-1] < spec.rollout.gates.min_latency_samples:
-        message = "baseline has too little traffic to measure: send traffic to the Service"
+    short = _too_few_latency_samples(metrics, spec.rollout.gates.min_latency_samples)
+    if short:
+        message = f"baseline has too little traffic to measure ({short}): send traffic to the Service"
         return _inconclusive_or_wait(step, message), False
     return step.update(baseline=measurements.measurement(metrics, step.now)), True
+
+
+def _too_few_latency_samples(metrics: TrackMetrics, needed: int) -> str:
+    """Which latency histogram has fewer than `needed` samples: a stored baseline short of either
+    could never be compared, and every later latency verdict would be InsufficientData."""
+    short = [
+        f"{count:.0f} {figure} samples, need {needed}"
+        for figure, histogram in (("step stall", metrics.itl), ("per-token", metrics.per_token))
+        if (count := histogram.counts[-1] if histogram is not None else 0) < needed
+    ]
+    return "; ".join(short)
 
 
 def _baseline_measurement_start(
