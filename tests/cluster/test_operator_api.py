@@ -23,7 +23,7 @@ from tests.cluster.operator_process import (
     specgate_status,
     wait_for,
 )
-from tests.conftest import load_sample
+from tests.conftest import SAMPLES, load_sample
 from tests.unit.test_api import RULE_CASES
 
 import specgate
@@ -45,8 +45,8 @@ def crd(api_client: client.ApiClient) -> None:
 
 
 def test_samples_are_accepted(api_client: client.ApiClient, namespace: str) -> None:
-    for sample in ("llama-3.1-8b-eagle3.yaml", "tiny-cpu.yaml", "tiny-cpu-low-alpha.yaml"):
-        body = load_sample(sample)
+    for path in sorted(SAMPLES.glob("*.yaml")):
+        body = load_sample(path.name)
         body["metadata"]["namespace"] = namespace
         created = create_sd(api_client, namespace, body, dry_run=True)
         # The API server applied the schema's defaults.

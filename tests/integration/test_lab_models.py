@@ -1,4 +1,4 @@
-"""The lab's wide models are what the README says: a target whose later layers barely write to the
+"""The lab's wide and heavy models are what the README says: a target whose later layers barely write to the
 residual stream, and a draft that is its first layer (read from the files `make engines` made)."""
 
 from __future__ import annotations
@@ -9,11 +9,10 @@ import subprocess
 import pytest
 
 from specgate_lab.engines import MODELS, VLLM_VENV
-from specgate_lab.tiny_models import QUIET_LAYER_SCALE, WIDE, WIDE_DRAFT_PREFIX, WIDE_SHAPE
+from specgate_lab.tiny_models import HEAVY, QUIET_LAYER_SCALE, WEIGHT_BOUND, WIDE
 
 pytestmark = pytest.mark.engine
 
-DRAFT = f"{WIDE_DRAFT_PREFIX}0.05"
 # Runs in the vLLM venv (torch): per tensor, the draft's relative distance from the target's, and
 # the ratio of each quiet layer's output projections to the first layer's.
 PROBE = """
@@ -29,10 +28,13 @@ print(json.dumps({"noise": noise, "quiet": quiet, "target": sorted(target)}))
 """
 
 
-def test_the_wide_draft_is_the_targets_first_layer_with_noise() -> None:
-    target, draft = MODELS / WIDE, MODELS / DRAFT
+@pytest.mark.parametrize(("name", "noise"), [(WIDE, 0.05), (HEAVY, 0.03)])
+def test_the_draft_is_the_targets_first_layer_with_noise(name: str, noise: float) -> None:
+    shape, draft_prefix = WEIGHT_BOUND[name]
+    target, draft = MODELS / name, MODELS / f"{draft_prefix}{noise}"
     config, draft_config = (json.loads((d / "config.json").read_text()) for d in (target, draft))
-    layers = WIDE_SHAPE["num_hidden_layers"]
+    assert config["intermediate_size"] == shape["intermediate_size"]
+    layers = shape["num_hidden_layers"]
     assert config["num_hidden_layers"] == layers and draft_config["num_hidden_layers"] == 1
     assert {k: v for k, v in draft_config.items() if k != "num_hidden_layers"} == {
         k: v for k, v in config.items() if k != "num_hidden_layers"
@@ -46,8 +48,8 @@ def test_the_wide_draft_is_the_targets_first_layer_with_noise() -> None:
     outside_layers = {k for k in probe["target"] if not k.startswith("model.layers.")}
     first_layer = {k for k in probe["target"] if k.startswith("model.layers.0.")}
     assert set(probe["noise"]) == outside_layers | first_layer
-    # Noise 0.05 of each tensor's spread (norm weights are constant: no spread, no noise).
-    noisy = {k for k, v in probe["noise"].items() if v == pytest.approx(0.05, rel=0.1)}
+    # Noise of each tensor's spread (norm weights are constant: no spread, no noise).
+    noisy = {k for k, v in probe["noise"].items() if v == pytest.approx(noise, rel=0.1)}
     assert noisy == {k for k in probe["noise"] if not k.endswith("norm.weight")}, probe["noise"]
     assert all(probe["noise"][k] == 0 for k in set(probe["noise"]) - noisy)
     assert len(probe["quiet"]) == 2 * (layers - 1)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from tests.conftest import load_sample
 
-from specgate_lab.demo import caveat_lines, result_line
+from specgate_lab.demo import SCENARIOS, caveat_lines, result_line
 
 STATUS = {
     "phase": "Promoted",
@@ -33,3 +33,16 @@ def test_a_sample_with_the_default_gates_needs_no_caveat() -> None:
 def test_the_caveat_holds_without_figures() -> None:
     lines = caveat_lines(load_sample("tiny-cpu.yaml")["spec"], {})
     assert len(lines) == 2 and "speculation does not pay here:" in lines[1]
+
+
+def test_the_demo_sample_keeps_both_latency_gates_so_no_speedup_caveat() -> None:
+    """heavy-cpu.yaml (make demo) lowers only the sample size the lab's ~0.3 requests a second can fill."""
+    lines = caveat_lines(load_sample("heavy-cpu.yaml")["spec"], STATUS)
+    assert len(lines) == 1 and "minLatencySamples 50, default 100" in lines[0], lines
+    assert "maxP99" not in lines[0]
+
+
+def test_every_scenario_names_a_sample_that_exists() -> None:
+    for name, scenario in SCENARIOS.items():
+        assert load_sample(scenario.sample)["kind"] == "SpeculativeDeployment", name
+    assert SCENARIOS["default"].sample == "heavy-cpu.yaml"
