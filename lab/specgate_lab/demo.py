@@ -3,8 +3,8 @@
 The operator runs as a local process (`specgate run`), the sample is served by real vLLM CPU engines
 through the bridge, load goes through the Service, and the timeline prints as the status changes.
 It ends with the result, and right under it a caveat naming every gate the sample sets away
-from its default, with the figures that explain why (speculation does not pay on the tiny CPU
-samples; README "The local lab" shows the wide model where it does):
+from its default, with the figures that explain why where a sample relaxes a latency gate (the tiny
+sample, where speculation does not pay; the default heavy sample keeps them):
 
     RESULT: <name> phase=<Promoted|RolledBack> alpha=<x.xx> p99_itl_ms=<baseline>/<canary>
             p99_per_token_ms=<baseline>/<canary> tok_s=<baseline>/<canary> reason=<Reason>
@@ -46,7 +46,7 @@ SCENARIOS = {
     # Concurrency 1: speculation pays on the heavy model while the batch is small (README, "The
     # local lab": break-even at concurrency 2 on the CPU), as it does on GPUs at low load.
     "default": Scenario("heavy-cpu.yaml", "Promoted", concurrency=1, max_tokens=32),
-    "low-alpha": Scenario("tiny-cpu-low-alpha.yaml", "RolledBack", concurrency=2, max_tokens=48),
+    "low-alpha": Scenario("heavy-cpu-low-alpha.yaml", "RolledBack", concurrency=1, max_tokens=32),
     "tiny": Scenario("tiny-cpu.yaml", "Promoted", concurrency=2, max_tokens=48),
 }
 SETTLED = {"Promoted", "RolledBack", "Failed"}
