@@ -540,19 +540,29 @@ def _traffic_baseline(step: _Step, measured_from: datetime) -> tuple[_Step, bool
     step, metrics = _metrics_or_budget(step, step.obs.baseline_metrics)
     if metrics is None:
         return step, False
-    short = _too_few_latency_samples(metrics, spec.rollout.gates.min_latency_samples)
+    short = _too_few_latency_samples(
+        metrics,
+        spec.rollout.gates.min_latency_samples,
+        stored_for_comparison=spec.rollout.strategy == Strategy.SEQUENTIAL,
+    )
     if short:
         message = f"baseline has too little traffic to measure ({short}): send traffic to the Service"
         return _inconclusive_or_wait(step, message), False
     return step.update(baseline=measurements.measurement(metrics, step.now)), True
 
 
-def _too_few_latency_samples(metrics: TrackMetrics, needed: int) -> str:
-    """Which latency histogram has fewer than `needed` samples: a stored baseline short of either
-    could never be compared, and every later latency verdict would be InsufficientData."""
+def _too_few_latency_samples(metrics: TrackMetrics, needed: int, stored_for_comparison: bool) -> str:
+    """Which latency histogram has fewer than `needed` samples ("" if none). The step stall always
+    counts (a baseline without traffic). The per-token one (a sample per request) counts where the
+    canary is compared with this stored baseline (sequential): one short of it could never be
+    compared, and every latency verdict would be InsufficientData until Inconclusive. The canary
+    strategy compares with the baseline measured beside the canary, over the whole analysis."""
+    histograms = [("step stall", metrics.itl)]
+    if stored_for_comparison:
+        histograms.append(("per-token", metrics.per_token))
     short = [
         f"{count:.0f} {figure} samples, need {needed}"
-        for figure, histogram in (("step stall", metrics.itl), ("per-token", metrics.per_token))
+        for figure, histogram in histograms
         if (count := histogram.counts[-1] if histogram is not None else 0) < needed
     ]
     return "; ".join(short)

@@ -178,17 +178,23 @@ def test_a_quiet_baseline_is_inconclusive_after_the_max_duration() -> None:
     assert (run.phase, run.status.reason) == (Phase.ROLLED_BACK, Reason.INCONCLUSIVE)
 
 
-def test_a_baseline_with_many_steps_but_few_requests_is_not_stored() -> None:
+def test_a_sequential_baseline_with_many_steps_but_few_requests_is_not_stored() -> None:
     """A few long requests fill the step histogram but not the per-token one (one sample per
-    request): stored like that, every later per-token verdict would be InsufficientData."""
-    run = Run()
-    run.step(baseline=ready(2))
+    request): a sequential canary is compared with the stored baseline, so stored like that, every
+    per-token verdict would be InsufficientData. The canary strategy compares with the baseline
+    beside the canary, whose window grows over the analysis: it goes on."""
     few_requests = replace(metrics(), per_token=itl(0.03, count=38))
-    run.step(after=120, baseline=ready(2), baseline_metrics=few_requests)
-    assert run.phase == Phase.BASELINE and run.status.baseline is None
-    assert "38 per-token samples, need 50" in (run.status.message or ""), run.status.message
-    run.step(after=30, baseline=ready(2), baseline_metrics=metrics())
-    run.expect(Phase.CANARY)
+    sequential = Run(make_spec(strategy="sequential"))
+    sequential.step(baseline=ready(2))
+    sequential.step(after=120, baseline=ready(2), baseline_metrics=few_requests)
+    assert sequential.phase == Phase.BASELINE and sequential.status.baseline is None
+    assert "38 per-token samples, need 50" in (sequential.status.message or ""), sequential.status.message
+    sequential.step(after=30, baseline=ready(2), baseline_metrics=metrics())
+    sequential.expect(Phase.CANARY)
+    beside = Run()
+    beside.step(baseline=ready(2))
+    beside.step(after=120, baseline=ready(2), baseline_metrics=few_requests)
+    beside.expect(Phase.CANARY)
 
 
 def test_sequential_strategy_swaps_the_replicas_as_the_candidate_becomes_ready() -> None:
