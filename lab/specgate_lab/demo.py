@@ -43,8 +43,8 @@ class Scenario:
 
 
 SCENARIOS = {
-    # Concurrency 1: speculation pays on the heavy model while the batch is small (README, "The
-    # local lab": break-even at concurrency 2 on the CPU), as it does on GPUs at low load.
+    # Concurrency 1: on the lab's CPU a speculative step's stall grows with the batch (heavy-llama at
+    # K=1: 1.26x a plain step at concurrency 1, 1.39x at 2; README, "The local lab"), as on GPUs.
     "default": Scenario("heavy-cpu.yaml", "Promoted", concurrency=1, max_tokens=32),
     "low-alpha": Scenario("heavy-cpu-low-alpha.yaml", "RolledBack", concurrency=1, max_tokens=32),
     "tiny": Scenario("tiny-cpu.yaml", "Promoted", concurrency=2, max_tokens=48),
