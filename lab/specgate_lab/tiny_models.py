@@ -35,13 +35,11 @@ NOISE_PREFIX = "tiny-llama-noise-"
 SEED = 1234
 HIDDEN, LAYERS, HEADS, KV_HEADS, INTERMEDIATE, VOCAB, MAX_POSITIONS = 128, 8, 4, 2, 256, 2048, 2048
 WIDE = "wide-llama"
-WIDE_DRAFT_PREFIX = "wide-llama-draft-"
 WIDE_SHAPE = {"hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 12,
               "num_attention_heads": 16, "num_key_value_heads": 4}  # fmt: skip
 HEAVY = "heavy-llama"
-HEAVY_DRAFT_PREFIX = "heavy-llama-draft-"
 HEAVY_SHAPE = {**WIDE_SHAPE, "intermediate_size": 8192}
-WEIGHT_BOUND = {WIDE: (WIDE_SHAPE, WIDE_DRAFT_PREFIX), HEAVY: (HEAVY_SHAPE, HEAVY_DRAFT_PREFIX)}
+WEIGHT_BOUND = {WIDE: WIDE_SHAPE, HEAVY: HEAVY_SHAPE}  # targets whose drafts are <target>-draft-<scale>
 QUIET_LAYER_SCALE = 1e-3
 CHAT_TEMPLATE = (
     "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}\n{% endfor %}"
@@ -210,6 +208,19 @@ def noise_scale(name: str, prefix: str = NOISE_PREFIX) -> float | None:
     return float(name.removeprefix(prefix)) if name.startswith(prefix) else None
 
 
+def draft_prefix(target: str) -> str:
+    return f"{target}-draft-"
+
+
+def _prefix_draft(name: str) -> tuple[str, float] | None:
+    """(target, noise scale) for a first-layer draft of a WEIGHT_BOUND target, else None."""
+    for target in WEIGHT_BOUND:
+        scale = noise_scale(name, draft_prefix(target))
+        if scale is not None:
+            return target, scale
+    return None
+
+
 def ensure(models: Path, name: str) -> Path:
     """Make the named tiny model under `models` unless it is there already."""
     out = models / name
@@ -219,15 +230,7 @@ def ensure(models: Path, name: str) -> Path:
     target = models / TARGET
     if name != TARGET:
         ensure(models, TARGET)
-    scale = noise_scale(name)
-    prefix_draft = next(
-        (
-            (big, found)
-            for big, (_, prefix) in WEIGHT_BOUND.items()
-            if (found := noise_scale(name, prefix)) is not None
-        ),
-        None,
-    )
+    scale, prefix_draft = noise_scale(name), _prefix_draft(name)
     if name == TARGET:
         make_target(out)
     elif name == EAGLE3:
@@ -235,12 +238,12 @@ def ensure(models: Path, name: str) -> Path:
     elif scale is not None:
         make_noise_draft(target, out, scale)
     elif name in WEIGHT_BOUND:
-        make_weight_bound_target(target, out, WEIGHT_BOUND[name][0])
+        make_weight_bound_target(target, out, WEIGHT_BOUND[name])
     elif prefix_draft is not None:
         big, big_scale = prefix_draft
         make_noise_draft(ensure(models, big), out, big_scale, layers=1)
     else:
-        known = ", ".join(f"{big}, {prefix}<scale>" for big, (_, prefix) in WEIGHT_BOUND.items())
+        known = ", ".join(f"{big}, {draft_prefix(big)}<scale>" for big in WEIGHT_BOUND)
         raise ValueError(f"unknown lab model {name!r}: {TARGET}, {EAGLE3}, {NOISE_PREFIX}<scale>, {known}")
     return out
 

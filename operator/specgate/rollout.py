@@ -563,7 +563,7 @@ def _too_few_latency_samples(metrics: TrackMetrics, needed: int, stored_for_comp
     short = [
         f"{count:.0f} {figure} samples, need {needed}"
         for figure, histogram in histograms
-        if (count := histogram.counts[-1] if histogram is not None else 0) < needed
+        if (count := histogram.total if histogram is not None else 0) < needed
     ]
     return "; ".join(short)
 

@@ -9,7 +9,7 @@ import subprocess
 import pytest
 
 from specgate_lab.engines import MODELS, VLLM_VENV
-from specgate_lab.tiny_models import HEAVY, QUIET_LAYER_SCALE, WEIGHT_BOUND, WIDE
+from specgate_lab.tiny_models import HEAVY, QUIET_LAYER_SCALE, WEIGHT_BOUND, WIDE, draft_prefix
 
 pytestmark = pytest.mark.engine
 
@@ -30,8 +30,8 @@ print(json.dumps({"noise": noise, "quiet": quiet, "target": sorted(target)}))
 
 @pytest.mark.parametrize(("name", "noise"), [(WIDE, 0.05), (HEAVY, 0.03)])
 def test_the_draft_is_the_targets_first_layer_with_noise(name: str, noise: float) -> None:
-    shape, draft_prefix = WEIGHT_BOUND[name]
-    target, draft = MODELS / name, MODELS / f"{draft_prefix}{noise}"
+    shape = WEIGHT_BOUND[name]
+    target, draft = MODELS / name, MODELS / f"{draft_prefix(name)}{noise}"
     config, draft_config = (json.loads((d / "config.json").read_text()) for d in (target, draft))
     assert config["intermediate_size"] == shape["intermediate_size"]
     layers = shape["num_hidden_layers"]
