@@ -9,6 +9,11 @@ sample, where speculation does not pay; the default heavy sample keeps them):
     RESULT: <name> phase=<Promoted|RolledBack> alpha=<x.xx> p99_itl_ms=<baseline>/<canary>
             p99_per_token_ms=<baseline>/<canary> tok_s=<baseline>/<canary> reason=<Reason>
     CAVEAT: ...
+
+The heavy samples are sized to the machine (demo_sizing): while the baseline warms up, the demo
+measures how fast it serves its own load and sets the tokens per request and the analysis windows
+so that a window holds twice the per-token samples the latency gates need; a machine too slow for
+that is told so in the first minutes. Progress lines show the samples so far and the time left.
 """
 
 from __future__ import annotations
@@ -21,6 +26,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any, cast
 
@@ -28,10 +34,11 @@ import yaml
 from kubernetes import client, config
 
 from specgate import api
-from specgate.api import parse_status
+from specgate.api import parse_duration, parse_status
 from specgate_lab import checkout
 from specgate_lab.crds import install_crd
-from specgate_lab.loadgen import run_load
+from specgate_lab.demo_sizing import Sizing, TooSlow, calibrate, size
+from specgate_lab.loadgen import LoadResult, run_load
 
 
 @dataclass(frozen=True)
@@ -39,7 +46,8 @@ class Scenario:
     sample: str  # in the checkout's crds/samples/
     expected_phase: str  # what the story should end in
     concurrency: int  # requests kept in flight through the Service
-    max_tokens: int
+    max_tokens: int  # tokens a request (fewer where sizing chooses so)
+    sized: bool = True  # fit the tokens a request and the windows to this machine (demo_sizing)
 
 
 SCENARIOS = {
@@ -47,8 +55,11 @@ SCENARIOS = {
     # K=1: 1.26x a plain step at concurrency 1, 1.39x at 2; README, "The local lab"), as on GPUs.
     "default": Scenario("heavy-cpu.yaml", "Promoted", concurrency=1, max_tokens=32),
     "low-alpha": Scenario("heavy-cpu-low-alpha.yaml", "RolledBack", concurrency=1, max_tokens=32),
-    "tiny": Scenario("tiny-cpu.yaml", "Promoted", concurrency=2, max_tokens=48),
+    # The tiny models serve hundreds of requests a window on any machine: no sizing needed.
+    "tiny": Scenario("tiny-cpu.yaml", "Promoted", concurrency=2, max_tokens=48, sized=False),
 }
+PROGRESS_EVERY_S = 30.0
+CALIBRATION_LIMIT_S = 120.0  # a baseline Ready this long without the requests to size from is too slow
 SETTLED = {"Promoted", "RolledBack", "Failed"}
 NAMESPACE = "specgate-demo"
 KOPF_FINALIZER = "kopf.zalando.org/KopfFinalizerMarker"  # kopf's default, which `specgate run` keeps
@@ -69,6 +80,19 @@ def result_line(name: str, status: dict[str, Any]) -> str:
         f"p99_per_token_ms={baseline.get('p99PerTokenLatencyMs', '-')}/{canary.get('p99PerTokenLatencyMs', '-')} "
         f"tok_s={baseline.get('outputTokensPerSecond', '-')}/{canary.get('outputTokensPerSecond', '-')} reason={reason}"
     )
+
+
+def demo_load_lines(status: dict[str, Any], load: Load) -> list[str]:
+    """Where the operator asks for more traffic, say what the demo's own load was: the demo is the
+    traffic, and "send traffic to the Service" is advice for a real cluster."""
+    if "too little traffic" not in (status.get("message") or ""):
+        return []
+    return [
+        f"WHY: the demo's own load is that traffic: {load.concurrency} request(s) in flight of "
+        f"{load.max_tokens} tokens each; it finished {load.result.requests} requests in all. The machine "
+        "served fewer than the run was sized for (something else running on its cores?): stop other "
+        "work and run it again, or run `make demo SCENARIO=tiny`."
+    ]
 
 
 def _tolerance(value: float) -> str:
@@ -123,18 +147,6 @@ def caveat_lines(spec: dict[str, Any], status: dict[str, Any]) -> list[str]:
     return lines
 
 
-def start_load(
-    bridge_url: str, service: str, model: str, seconds: float, scenario: Scenario
-) -> threading.Thread:
-    url = f"{bridge_url}/svc/{NAMESPACE}/{service}"
-    load = run_load(
-        url, model, concurrency=scenario.concurrency, duration=seconds, max_tokens=scenario.max_tokens
-    )
-    thread = threading.Thread(target=lambda: asyncio.run(load), daemon=True)
-    thread.start()
-    return thread
-
-
 def apply(api_client: client.ApiClient, body: dict[str, Any]) -> None:
     objects = client.CustomObjectsApi(api_client)
     name = body["metadata"]["name"]
@@ -145,35 +157,145 @@ def apply(api_client: client.ApiClient, body: dict[str, Any]) -> None:
     )  # fmt: skip
 
 
-def watch(api_client: client.ApiClient, name: str, timeout: float) -> dict[str, Any]:
-    """Print each new history entry with the figures, until the rollout settles."""
-    objects = client.CustomObjectsApi(api_client)
-    printed, last_message = 0, ""
-    deadline = time.monotonic() + timeout
-    status: dict[str, Any] = {}
-    while time.monotonic() < deadline:
-        obj = cast(
-            dict[str, Any],
-            objects.get_namespaced_custom_object(api.GROUP, api.VERSION, NAMESPACE, api.PLURAL, name),
-        )
-        status = obj.get("status") or {}
-        for entry in parse_status(status).history[printed:]:
+class Load:
+    """The demo's own traffic through the Service, followed as it runs; the tokens a request can
+    change while it runs (sizing)."""
+
+    def __init__(self, scenario: Scenario) -> None:
+        self.concurrency = scenario.concurrency
+        self.max_tokens = scenario.max_tokens
+        self.result = LoadResult()
+
+    def start(self, bridge_url: str, service: str, model: str, seconds: float) -> None:
+        url = f"{bridge_url}/svc/{NAMESPACE}/{service}"
+        load = run_load(
+            url, model, concurrency=self.concurrency, duration=seconds,
+            max_tokens=lambda: self.max_tokens, result=self.result,
+        )  # fmt: skip
+        threading.Thread(target=lambda: asyncio.run(load), daemon=True).start()
+
+    def finished_since(self, since: float) -> int:
+        return sum(1 for c in list(self.result.completed) if c.end >= since)
+
+
+def monotonic_at(stamp: str) -> float:
+    """A status timestamp (the API server's clock, this machine's) on time.monotonic()'s scale."""
+    return time.monotonic() - (time.time() - datetime.fromisoformat(stamp).timestamp())
+
+
+class Watch:
+    """Prints each new history entry and status message until the rollout settles; sizes the run
+    to the machine while the baseline warms up, and shows the measurement's progress."""
+
+    def __init__(
+        self, api_client: client.ApiClient, body: dict[str, Any], scenario: Scenario, load: Load
+    ) -> None:
+        self.api_client, self.body, self.scenario, self.load = api_client, body, scenario, load
+        self.name = body["metadata"]["name"]
+        rollout = body["spec"]["rollout"]
+        self.needed = int(rollout["gates"].get("minLatencySamples", api.Gates().min_latency_samples))
+        self.warmup = parse_duration(rollout["warmup"])
+        self.window = int(parse_duration(rollout["analysisWindow"]))
+        self.started = time.monotonic()
+        self.start_up_s: float | None = None  # apply to baseline Ready: how long an engine takes to start
+        self.sizing: Sizing | None = None
+        self.printed, self.last_message, self.next_progress = 0, "", 0.0
+
+    def run(self, timeout: float) -> dict[str, Any]:
+        objects = client.CustomObjectsApi(self.api_client)
+        deadline = time.monotonic() + timeout
+        status: dict[str, Any] = {}
+        while time.monotonic() < deadline:
+            obj = cast(
+                dict[str, Any],
+                objects.get_namespaced_custom_object(
+                    api.GROUP, api.VERSION, NAMESPACE, api.PLURAL, self.name
+                ),
+            )
+            status = obj.get("status") or {}
+            self._print_news(status)
+            if (
+                status.get("phase") in SETTLED
+                and status.get("observedGeneration") == obj["metadata"]["generation"]
+            ):
+                break
+            if self.scenario.sized:
+                self._size(status)
+            self._progress(status)
+            time.sleep(3)
+        for track in ("baseline", "canary"):
+            if status.get(track):
+                say(f"{track:<8} {api.Measurement.model_validate(status[track]).figures()}")
+        return status
+
+    def _print_news(self, status: dict[str, Any]) -> None:
+        for entry in parse_status(status).history[self.printed :]:
             say(f"{entry.phase.value:<12} {entry.reason}: {entry.message}")
-            printed += 1
+            self.printed += 1
         message = status.get("message") or ""
-        if message and message != last_message:
+        if message and message != self.last_message:
             say(f"  ... {message}")
-            last_message = message
-        if (
-            status.get("phase") in SETTLED
-            and status.get("observedGeneration") == obj["metadata"]["generation"]
-        ):
-            break
-        time.sleep(3)
-    for track in ("baseline", "canary"):
-        if status.get(track):
-            say(f"{track:<8} {api.Measurement.model_validate(status[track]).figures()}")
-    return status
+            self.last_message = message
+
+    def _size(self, status: dict[str, Any]) -> None:
+        """Once the baseline has served a few requests after Ready: choose, apply and say the sizing."""
+        ready = status.get("readySince")
+        if self.sizing is not None or status.get("phase") != "Baseline" or not ready:
+            return
+        ready_at = monotonic_at(ready)
+        self.start_up_s = self.start_up_s or ready_at - self.started
+        concurrency = self.load.concurrency
+        calibration = calibrate(self.load.result.completed, ready_at, self.load.max_tokens, concurrency)
+        if calibration is None:
+            if time.monotonic() - ready_at > CALIBRATION_LIMIT_S:
+                raise TooSlow(
+                    f"this machine is too slow for an honest run of this sample: its baseline finished "
+                    f"{self.load.finished_since(ready_at)} requests in the {CALIBRATION_LIMIT_S:.0f} s "
+                    "after it became Ready. Stop what else runs on this machine, or run `make demo "
+                    "SCENARIO=tiny` (the rollout's mechanics in about 4 minutes, latency gates relaxed)"
+                )
+            return
+        rollout = self.body["spec"]["rollout"]
+        self.sizing = size(
+            calibration, self.needed, self.window, int(parse_duration(rollout["maxAnalysisDuration"]))
+        )
+        say(self.sizing.explain(calibration))
+        self.load.max_tokens = self.sizing.max_tokens
+        self.window = self.sizing.window_s
+        rollout |= {
+            "analysisWindow": f"{self.window}s",
+            "maxAnalysisDuration": f"{self.sizing.max_analysis_s}s",
+        }
+        apply(self.api_client, self.body)  # the rollout goes on: neither field is in the pods' template
+
+    def _progress(self, status: dict[str, Any]) -> None:
+        """Every PROGRESS_EVERY_S: samples so far of those the gates need, the time left in the
+        window, and about when a verdict can come."""
+        now = time.monotonic()
+        phase, since = status.get("phase"), status.get("phaseSince")
+        if now < self.next_progress or since is None:
+            return
+        if phase == "Baseline" and status.get("readySince"):
+            begins = monotonic_at(status["readySince"]) + self.warmup
+            # After this window the canary starts (about as long as the baseline took), warms up
+            # and is measured for a window of its own.
+            later = (self.start_up_s or 0) + self.warmup + self.window
+            what = "baseline"
+        elif phase == "Analyzing":
+            begins, later, what = monotonic_at(since), 0.0, "canary"
+        else:
+            return
+        self.next_progress = now + PROGRESS_EVERY_S
+        if now < begins:
+            say(f"  ... {what} warming up: its window begins in {begins - now:.0f} s")
+            return
+        left = max(begins + self.window - now, 0)
+        samples = self.load.finished_since(max(begins, now - self.window))
+        verdict = f"about {(left + later) / 60:.0f} min" if left + later >= 60 else f"{left + later:.0f} s"
+        say(
+            f"  ... {what} window: {samples} of {self.needed} per-token samples (one a finished request), "
+            f"{left:.0f} s left in the {self.window:.0f} s window; a verdict in {verdict} at the earliest"
+        )
 
 
 def start_operator(
@@ -235,11 +357,17 @@ def main() -> None:
         install_crd(api_client)
         apply(api_client, body)
         served = body["spec"]["model"].get("servedName", name)
-        start_load(args.bridge_url, name, served, args.timeout, scenario)
-        status = watch(api_client, name, args.timeout)
+        load = Load(scenario)
+        load.start(args.bridge_url, name, served, args.timeout)
+        status = Watch(api_client, body, scenario, load).run(args.timeout)
+    except TooSlow as slow:
+        say(f"STOPPED: {slow}.")
+        sys.exit(2)
     finally:
         stop_operator(operator, api_client, NAMESPACE)
     print(result_line(name, status), flush=True)
+    for line in demo_load_lines(status, load):
+        print(line, flush=True)
     for line in caveat_lines(body["spec"], status):
         print(line, flush=True)
     expected = scenario.expected_phase

@@ -17,7 +17,7 @@ import random
 import statistics
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import urlparse
 
@@ -47,13 +47,26 @@ LOOPBACK = {"127.0.0.1", "localhost", "::1"}
 ERROR_BACKOFF_SECONDS = 0.5
 
 
+@dataclass(frozen=True)
+class Completion:
+    """One request served whole, in time.monotonic() seconds."""
+
+    start: float
+    first_chunk: float
+    end: float
+    chunks: int
+
+
 @dataclass
 class LoadResult:
+    """Filled in as the load runs, so a caller holding it can follow progress."""
+
     requests: int = 0
     errors: int = 0
     output_chunks: int = 0
     ttft: list[float] = field(default_factory=list)
     itl: list[float] = field(default_factory=list)
+    completed: list[Completion] = field(default_factory=list)
     elapsed: float = 0.0
 
     def percentile(self, values: list[float], q: float) -> float | None:
@@ -103,7 +116,9 @@ async def one_request(
         "ignore_eos": True,
     }
     start = time.monotonic()
+    first: float | None = None
     last: float | None = None
+    chunks = 0
     try:
         async with session.post(f"{url}/v1/completions", json=body) as resp:
             if resp.status != 200:
@@ -123,11 +138,15 @@ async def one_request(
                 now = time.monotonic()
                 if last is None:
                     result.ttft.append(now - start)
+                    first = now
                 else:
                     result.itl.append(now - last)
                 last = now
+                chunks += 1
                 result.output_chunks += 1
         result.requests += 1
+        if first is not None and last is not None:
+            result.completed.append(Completion(start, first, last, chunks))
     except (aiohttp.ClientError, TimeoutError):
         result.errors += 1
 
@@ -141,14 +160,17 @@ async def run_load(
     duration: float = 30.0,
     max_requests: int = 100_000,
     profile: str = "chat",
-    max_tokens: int = 64,
+    max_tokens: int | Callable[[], int] = 64,
     seed: int = 0,
+    result: LoadResult | None = None,
 ) -> LoadResult:
-    """Drive load until duration or max_requests; returns client-side measurements."""
+    """Drive load until duration or max_requests; returns client-side measurements (into `result`
+    where given, as they come). A callable max_tokens is read as each request starts."""
     check_loopback(url)
     prompts = PROMPTS[profile]
     rng = random.Random(seed)
-    result = LoadResult()
+    result = LoadResult() if result is None else result
+    tokens = max_tokens if callable(max_tokens) else lambda: max_tokens
     deadline = time.monotonic() + duration
     started = time.monotonic()
     budget = iter(range(max_requests))
@@ -158,7 +180,7 @@ async def run_load(
         async def client() -> None:
             while time.monotonic() < deadline and next(budget, None) is not None:
                 errors = result.errors
-                await one_request(session, url, model, rng.choice(prompts), max_tokens, result)
+                await one_request(session, url, model, rng.choice(prompts), tokens(), result)
                 if result.errors > errors:  # e.g. no Ready endpoint yet: do not spin
                     await asyncio.sleep(ERROR_BACKOFF_SECONDS)
 
@@ -169,7 +191,7 @@ async def run_load(
             while time.monotonic() < deadline and next(budget, None) is not None:
                 tasks.append(
                     asyncio.create_task(
-                        one_request(session, url, model, rng.choice(prompts), max_tokens, result)
+                        one_request(session, url, model, rng.choice(prompts), tokens(), result)
                     )
                 )
                 await asyncio.sleep(rng.expovariate(rate))

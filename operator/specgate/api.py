@@ -966,7 +966,10 @@ class BenchmarkStatus(StatusModel):
     points: list[PointComparison] = Field(default_factory=list, description="Baseline vs canary per point.")
     gate_concurrency: int | None = Field(None, description="The point the gates applied at.")
     break_even_concurrency: int | None = Field(
-        None, description="The highest point where speculation was still faster (speedup above 1)."
+        None,
+        description="The highest point where speculation was still faster (speedup above 1): the "
+        "largest concurrency measured when it was faster at every point (the break-even lies beyond "
+        "the curve), unset when it was faster at none.",
     )
     alpha: float | None = Field(None, description="Alpha the gate used.")
     benchmark_alpha: float | None = Field(None, description="Alpha reported by the benchmark.")

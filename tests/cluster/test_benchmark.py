@@ -95,30 +95,48 @@ def check_benchmark_status(status: dict[str, Any], benchmark: dict[str, Any]) ->
     return bench
 
 
-def test_benchmark_jobs_measure_where_speculation_pays_and_promote_a_quiet_service(
+def highest_faster_point(speedup: dict[int, float]) -> int | None:
+    """breakEvenConcurrency as its field documents it, read off the curve by the test."""
+    return max((c for c, s in speedup.items() if s > 1), default=None)
+
+
+def test_benchmark_jobs_measure_the_speedup_curve_and_the_verdict_follows_the_gates(
     lab: dict[str, Any],
 ) -> None:
     """No traffic at all: the verdict comes from the benchmark Jobs alone (vLLM's own benchmark,
-    unpaced, at concurrency 1 to 8), and its alpha is the canary engine's own. On the wide lab
-    model speculation pays at low concurrency and stops paying as the batch grows (issue 20): the
-    speedup at 1 is well above 1 and the break-even concurrency lies inside the curve.
+    unpaced, at concurrency 1 to 8), and its alpha is the canary engine's own.
+
+    How fast speculation is on this CPU, and where it stops paying, is the machine's (issue 43:
+    2.46x at concurrency 1 and still 1.12x at 8 on one 2-core machine, 1.3x and a break-even of 2-4
+    on others): the test prints the curve and checks the operator's reading of it, never its shape.
+    The speedup per point is the baseline's mean time per output token over the canary's, from each
+    Job's own report; breakEvenConcurrency is the highest point still faster (the largest measured
+    when faster at every point); the verdict is what the gates say at the gate concurrency 1.
 
     Two gates are set for this draft: its alpha (about 0.44) is below the default 0.55, so the test
     asks for 0.25 (a clear verdict, not one inside the indifference zone), and a K=4 step stalls
     1.6x to 2.0x a plain one at P99 (2.01x in one CI run), so the step-stall tolerance is 150 %; the
-    per-token gate keeps its default 10 % at the gate concurrency 1."""
+    per-token gate keeps its default 10 %."""
     benchmark = {"concurrency": CURVE, "gateConcurrency": 1, "numPrompts": WIDE_PROMPTS}
     body = benchmark_rollout("bench", WIDE_DRAFT, sample="wide-cpu.yaml", paced=False, **benchmark)
-    body["spec"]["rollout"]["gates"] |= {"minAcceptanceRate": 0.25, "maxP99ItlRegression": 1.5}
+    gates = body["spec"]["rollout"]["gates"]
+    gates |= {"minAcceptanceRate": 0.25, "maxP99ItlRegression": 1.5}
     status = run_rollout(body=body, timeout=1200, concurrency=0, **lab).status
     bench = check_benchmark_status(status, benchmark)  # prints the curve, whatever the verdict
-    assert status["phase"] == "Promoted", status.get("message")
     accepted, drafted = engine_counters(lab["namespace"], "bench-canary-")
     assert drafted > 0 and bench["prometheusAlpha"] == pytest.approx(accepted / drafted, abs=0.02)
     assert bench["alpha"] == bench["prometheusAlpha"]
-    speedup = {p["concurrency"]: p["speedup"] for p in bench["points"]}
-    assert speedup[1] > 1.2, speedup
-    assert bench["breakEvenConcurrency"] in CURVE[:-1], speedup  # faster at 1, not faster at 8
+    baseline = {p["concurrency"]: p for p in bench["baseline"]["points"]}
+    canary = {p["concurrency"]: p for p in bench["canary"]["points"]}
+    speedup = {c: baseline[c]["meanTpotMs"] / canary[c]["meanTpotMs"] for c in CURVE}
+    assert {p["concurrency"]: p["speedup"] for p in bench["points"]} == pytest.approx(speedup, abs=0.001)
+    faster = {p["concurrency"]: p["speedup"] for p in bench["points"]}
+    assert bench["breakEvenConcurrency"] == highest_faster_point(faster), speedup
+    base, cand = baseline[1], canary[1]
+    within = cand["p99TpotMs"] <= base["p99TpotMs"] * 1.1 and cand["p99ItlMs"] <= base["p99ItlMs"] * 2.5
+    expected = ("Promoted", "Promoted") if within else ("RolledBack", "LatencyRegression")
+    assert (status["phase"], status["reason"]) == expected, (status.get("message"), speedup)
+    assert bench["alpha"] > 0.25 + 0.05, "the draft's alpha left the margin this test's gate assumes"
     jobs = client.BatchV1Api(lab["api_client"]).list_namespaced_job(lab["namespace"]).items
     assert sorted(j.metadata.name for j in jobs) == ["bench-bench-baseline-1", "bench-bench-canary-1"]
     for job in jobs:

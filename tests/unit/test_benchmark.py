@@ -553,6 +553,33 @@ def test_the_verdict_waits_for_the_scrapes_after_the_canary_job() -> None:
     assert run.phase == Phase.PROMOTING
 
 
+@pytest.mark.parametrize(
+    ("canary_tpot", "break_even"),
+    [
+        ((6, 9, 11, 13), 2),  # faster at 1 and 2 (baseline 10 ms a token everywhere): inside the curve
+        ((4, 5, 8, 9), 8),  # faster at every point: the largest measured, break-even lies beyond it
+        ((11, 12, 15, 20), None),  # faster at none
+        ((12, 9, 11, 9.5), 8),  # not monotone: the highest point still faster
+        ((6, 10, 11, 12), 1),  # equal is not faster
+    ],
+)
+def test_break_even_is_the_highest_point_still_faster_on_any_curve(
+    canary_tpot: tuple[float, ...], break_even: int | None
+) -> None:
+    """The rule the field documents, on curves any machine can produce: a CPU where speculation
+    pays at every measured concurrency (issue 43's 2.46x at 1, 1.12x at 8) reports the curve's end."""
+    curve = [1, 2, 4, 8]
+    spec = bench_spec(concurrency=curve, gateConcurrency=1)
+    base = [point(c, 20, 10) for c in curve]
+    cand = [point(c, 20, tpot, 0.7) for c, tpot in zip(curve, canary_tpot, strict=True)]
+    status = BenchmarkStatus(
+        baseline=BenchmarkRun(job="b", points=benchmark.parse_report(report(*base), curve)),
+        canary=BenchmarkRun(job="c", points=benchmark.parse_report(report(*cand), curve)),
+    )
+    result = benchmark.evaluate(spec, status, windows(0.7))
+    assert result.status.break_even_concurrency == break_even
+
+
 def test_specgate_status_prints_the_points_and_the_break_even() -> None:
     spec = bench_spec()
     both = runs([point(1, 20, 10), point(8, 22, 11)], [point(1, 20, 8, 0.8), point(8, 30, 13, 0.8)])

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import pytest
 from tests.conftest import load_sample
 
-from specgate_lab.demo import SCENARIOS, caveat_lines, result_line
+from specgate_lab.demo import SCENARIOS, Load, caveat_lines, demo_load_lines, result_line
+from specgate_lab.demo_sizing import Calibration, TooSlow, calibrate, size
+from specgate_lab.loadgen import Completion
 
 STATUS = {
     "phase": "Promoted",
@@ -46,3 +49,77 @@ def test_every_scenario_names_a_sample_that_exists() -> None:
     for name, scenario in SCENARIOS.items():
         assert load_sample(scenario.sample)["kind"] == "SpeculativeDeployment", name
     assert SCENARIOS["default"].sample == "heavy-cpu.yaml"
+
+
+def served(
+    request_s: float, step_s: float, count: int, start: float = 100.0, tokens: int = 32
+) -> list[Completion]:
+    """`count` back-to-back requests at concurrency 1, each `request_s` long with `tokens` chunks
+    `step_s` apart at its end."""
+    done = []
+    for i in range(count):
+        begin = start + i * request_s
+        end = begin + request_s
+        done.append(Completion(begin, end - (tokens - 1) * step_s, end, tokens))
+    return done
+
+
+def test_calibration_counts_requests_started_after_ready_and_skips_the_first() -> None:
+    before_ready = served(5.0, 0.1, 3, start=80.0)  # ended by 95: served before Ready at 100
+    after = served(4.0, 0.125, 4)
+    assert calibrate(before_ready + after[:3], since=100.0, max_tokens=32, concurrency=1) is None
+    calibration = calibrate(before_ready + after, since=100.0, max_tokens=32, concurrency=1)
+    assert calibration is not None
+    assert (calibration.requests, calibration.seconds) == (3, 12.0)  # ends at 108, 112, 116 after 104
+    assert calibration.step_s == pytest.approx(0.125)
+    assert calibration.requests_per_second == pytest.approx(0.25)
+
+
+def test_the_readme_machine_keeps_the_samples_window_with_shorter_requests() -> None:
+    """0.35 requests a second at 32 tokens, 80 ms a token: 16 tokens take 2.86 - 16 x 0.08 = 1.58 s,
+    so 100 samples (2 x 50) take 158 s: within the sample's 180 s window, which holds 114."""
+    calibration = Calibration(requests=10, seconds=28.6, step_s=0.08, max_tokens=32, concurrency=1)
+    sizing = size(calibration, needed=50, window_s=180, max_analysis_s=600)
+    assert (sizing.max_tokens, sizing.window_s, sizing.max_analysis_s) == (16, 180, 600)
+    assert sizing.expected == pytest.approx(180 / 1.58)
+    assert "2.3x the 50" in sizing.explain(calibration)
+
+
+def test_a_slower_machine_gets_a_longer_window_with_twice_the_samples() -> None:
+    """The machine of issue 36: 0.24 requests a second at 32 tokens, 125 ms a token. 16 tokens take
+    4.17 - 2.0 = 2.17 s; 100 samples take 217 s, rounded up to 240 s; maxAnalysisDuration keeps the
+    sample's 420 s beyond its window."""
+    calibration = Calibration(requests=6, seconds=25.0, step_s=0.125, max_tokens=32, concurrency=1)
+    sizing = size(calibration, needed=50, window_s=180, max_analysis_s=600)
+    assert (sizing.max_tokens, sizing.window_s, sizing.max_analysis_s) == (16, 240, 660)
+    assert sizing.expected >= 2 * 50
+
+
+def test_a_fast_machine_keeps_the_scenarios_requests() -> None:
+    """1 s a request at 32 tokens: 100 samples in 100 s, the sample's 180 s floor holds 180."""
+    calibration = Calibration(requests=20, seconds=20.0, step_s=0.03, max_tokens=32, concurrency=1)
+    sizing = size(calibration, needed=50, window_s=180, max_analysis_s=600)
+    assert (sizing.max_tokens, sizing.window_s) == (32, 180)
+
+
+def test_a_machine_too_slow_for_an_honest_run_is_told_so_with_its_figures() -> None:
+    """12 s a request at 32 tokens, 350 ms a token: 16 tokens take 6.4 s, 100 samples 640 s, past
+    the 600 s most a window may take."""
+    calibration = Calibration(requests=4, seconds=48.0, step_s=0.35, max_tokens=32, concurrency=1)
+    with pytest.raises(TooSlow) as told:
+        size(calibration, needed=50, window_s=180, max_analysis_s=600)
+    message = str(told.value)
+    assert "0.083 requests a second at 32 tokens (350 ms a token)" in message
+    assert "about 0.156 at 16" in message and "needs 0.167 requests a second" in message
+    assert "make demo SCENARIO=tiny" in message
+
+
+def test_a_demo_short_of_traffic_names_its_own_load() -> None:
+    load = Load(SCENARIOS["default"])
+    short = {
+        "message": "baseline has too little traffic to measure (41 per-token samples, need 50): send traffic"
+    }
+    assert demo_load_lines({"message": "canary is Ready"}, load) == []
+    [line] = demo_load_lines(short, load)
+    assert "the demo's own load is that traffic: 1 request(s) in flight of 32 tokens" in line
+    assert "SCENARIO=tiny" in line
