@@ -403,6 +403,10 @@ def decide(
         )
     if step.status.template_hash is None:
         step = _adopt_template(step)
+    if step.status.phase_since is None:
+        # A status written by hand or by another tool: without a start, no deadline would ever pass
+        # (elapsed() reads a missing time as now), so the phase's deadlines run from now.
+        step = step.update(phase_since=iso(now))
     if observation.abort is not None and step.status.phase in ABORTABLE:
         step = _abort(step, observation.abort)
     elif step.status.phase == Phase.PAUSED or (spec.rollout.paused and step.status.phase not in UNPAUSABLE):

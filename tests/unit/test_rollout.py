@@ -717,6 +717,31 @@ def test_settled_phases_stay_put() -> None:
         assert decision.status.phase == phase and decision.events == ()
 
 
+# A phase with a deadline, the children it waits on, and where it ends past the deadline.
+DEADLINES = [
+    (Phase.ANALYZING, {"baseline": HALF_READY, "canary": ready(1), "canary_metrics": metrics(0.2)}, 10,
+     Reason.ACCEPTANCE_BELOW_GATE),
+    (Phase.PROMOTING, {"baseline": ready(1), "canary": HALF_READY}, 310, Reason.CANARY_UNHEALTHY),
+    (Phase.ROLLING_BACK, {"baseline": HALF_READY, "canary": ready(1)}, 310, Reason.ROLLBACK_STALLED),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("phase", "children", "after", "reason"), DEADLINES, ids=[d[0].value for d in DEADLINES]
+)
+def test_a_status_without_phase_since_runs_its_deadlines_from_when_it_is_seen(
+    phase: Phase, children: dict[str, Any], after: float, reason: Reason
+) -> None:
+    """A status without phaseSince (written by hand, or by another tool) adopts the first look as
+    its start: the failing canary is judged, the stuck promotion and rollback hit progressDeadline."""
+    status = at(phase).model_copy(update={"phase_since": None})
+    first = rollout.decide(make_spec(), status, Observation(generation=1, **children), T0)
+    assert first.status.phase_since == api.iso(T0)
+    later = T0 + timedelta(seconds=after)
+    d = rollout.decide(make_spec(), first.status, Observation(generation=1, **children), later)
+    assert (d.status.phase, d.status.reason) == (Phase.ROLLING_BACK, reason), d.status.message
+
+
 def test_a_name_conflict_fails_touching_nothing_and_resumes_once_the_name_is_free() -> None:
     run = Run()
     run.step(baseline=TrackState())
