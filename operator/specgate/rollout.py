@@ -466,11 +466,24 @@ def _restart(step: _Step) -> _Step:
 
 
 def _resume(step: _Step, phase: Phase, why: str) -> _Step:
-    """Back to a phase left without a step of the rollout (a pause, a failed spec)."""
+    """Back to a phase left without a step of the rollout (bad input, now fixed), with the reason and
+    message it was entered with: a rollback resumed still says why it rolls back, and ends with it."""
+    message = f"{why}; resuming {phase.value}"
     entry = HistoryEntry(time=iso(step.now), phase=phase, reason=Reason.RESUMED, message=why)
     history = [*step.status.history, entry][-HISTORY_LIMIT:]
     resumed = step.update(phase=phase, resume_phase=None, history=history)
-    return resumed.note(Reason.RESUMED, f"{why}; resuming {phase.value}")
+    resumed = resumed.emit(Event("Normal", Reason.RESUMED, message))
+    entered = _entered(step.status, phase)
+    if entered is None:
+        return resumed.update(reason=Reason.RESUMED, message=message)
+    return resumed.update(reason=entered.reason, message=entered.message)
+
+
+def _entered(status: SpeculativeDeploymentStatus, phase: Phase) -> HistoryEntry | None:
+    """The newest history entry of a step of the rollout into the phase: a resume's entry says only
+    that the phase resumed, not why it began."""
+    steps = (h for h in reversed(status.history) if h.phase == phase and h.reason != Reason.RESUMED)
+    return next(steps, None)
 
 
 def _paused(step: _Step) -> _Step:
@@ -866,7 +879,7 @@ def _rolling_back(step: _Step) -> _Step:
     spec, obs = step.spec, step.obs
     step = step.targets(spec.replicas, 0)
     if obs.baseline.ready(spec.replicas):  # the canary's last pods go in this same step
-        entered = next((h for h in reversed(step.status.history) if h.phase == Phase.ROLLING_BACK), None)
+        entered = _entered(step.status, Phase.ROLLING_BACK)
         reason = entered.reason if entered else step.status.reason or Reason.ROLLED_BACK
         return step.enter(Phase.ROLLED_BACK, reason, entered.message if entered else "", warning=True)
     if step.elapsed() > _seconds(spec.rollout.progress_deadline):
