@@ -454,6 +454,7 @@ def _restart(step: _Step) -> _Step:
         benchmark=None,
         verdict=None,
         recommendation=None,
+        guard=None,
         metrics_unavailable_since=None,
         resume_phase=None,
         unready_since=None,

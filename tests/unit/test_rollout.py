@@ -440,6 +440,16 @@ def test_an_edit_after_promotion_keeps_the_gated_pods_until_the_baseline_takes_o
     assert run.last.canary_replicas == 1
 
 
+def test_a_new_rollout_forgets_the_last_guard() -> None:
+    run = Run()
+    run.to_promoted()
+    run.step(after=60, canary=ready(2), canary_metrics=metrics(0.8))
+    assert run.status.guard is not None
+    edit(run, speculative={"method": "draft_model", "draftModel": "d", "numSpeculativeTokens": 2})
+    run.step(baseline=TrackState(exists=True), canary=ready(2))
+    assert (run.phase, run.status.guard) == (Phase.BASELINE, None)
+
+
 def test_pause_holds_and_resumes_without_restarting() -> None:
     run = Run()
     run.to_canary()
