@@ -947,8 +947,17 @@ def _roll_back_from(step: _Step, started: Phase | None, reason: str, message: st
 
 
 def _stop_before_canary(step: _Step, reason: str, message: str) -> _Step:
-    """Nothing to roll back yet: stop with the baseline serving."""
-    return step.enter(Phase.ROLLED_BACK, reason, f"{message}; the canary was never started", warning=True)
+    """Nothing of this rollout to roll back yet: stop with the baseline serving. After a promotion
+    (or an edit mid-analysis) the last rollout's canary pods still serve until the baseline's are
+    Ready: the message must not say there is no canary."""
+    serving = step.obs.canary.replicas
+    stopped = (
+        f"this rollout's canary was never started; the last rollout's {serving} canary pods serve "
+        "until the baseline's are Ready"
+        if serving
+        else "the canary was never started"
+    )
+    return step.enter(Phase.ROLLED_BACK, reason, f"{message}; {stopped}", warning=True)
 
 
 def _take_action(step: _Step, action: Action, reason: str, message: str) -> _Step:
