@@ -419,7 +419,11 @@ def decide(
 def begins_new_rollout(
     spec: SpeculativeDeploymentSpec, status: SpeculativeDeploymentStatus, generation: int
 ) -> bool:
-    """A change of what the pods run, or a retry of a rollout that ended; never pause or replicas alone."""
+    """A change of what the pods run, or a retry of a rollout that ended; never pause or replicas alone.
+    A rollback finishes first: the edit's rollout begins from RolledBack, which keeps the reason and
+    figures of what was rolled back."""
+    if status.phase == Phase.ROLLING_BACK:
+        return False
     if status.template_hash is None:  # a new object, or status of an operator without template hashes
         return status.observed_generation != generation
     if status.template_hash != render.template_hash(spec):

@@ -230,3 +230,23 @@ def test_a_rolled_back_object_restored_after_a_failed_spec_keeps_its_reason() ->
     fail_and_restore(run)
     run.step(baseline=ready(2), canary=TrackState(exists=True))
     assert (run.phase, run.status.reason) == (Phase.ROLLED_BACK, Reason.ACCEPTANCE_BELOW_GATE)
+
+
+def test_an_edit_during_a_rollback_begins_its_rollout_once_rolled_back() -> None:
+    """The guard trips and the spec is edited during the rollback: the rollback finishes first, and
+    RolledBack keeps its reason, verdict and canary figures (the edit wiped them, and the rollback
+    became a Baseline); the edit's rollout begins after."""
+    run = Run()
+    run.to_promoted()
+    run.step(after=60, canary=ready(2), canary_metrics=metrics(0.8, latency=0.4))
+    run.expect(Phase.ROLLING_BACK)
+    figures = (run.status.canary, run.status.verdict)
+    assert None not in figures
+    edit(run, speculative={"method": "draft_model", "draftModel": "d", "numSpeculativeTokens": 2})
+    run.step(baseline=TrackState(exists=True, replicas=2, ready_replicas=1), canary=ready(2))
+    assert (run.phase, (run.status.canary, run.status.verdict)) == (Phase.ROLLING_BACK, figures)
+    run.step(baseline=ready(2), canary=ready(1))
+    assert (run.phase, run.status.reason) == (Phase.ROLLED_BACK, Reason.GUARD_TRIPPED)
+    assert (run.status.canary, run.status.verdict) == figures
+    run.step(baseline=ready(2), canary=TrackState(exists=True))
+    assert (run.phase, run.status.history[-1].reason) == (Phase.BASELINE, Reason.NEW_GENERATION)
