@@ -109,7 +109,7 @@ class Reason(StrEnum):
 
 
 # Reasons that mark the object Degraded whatever its phase.
-DEGRADED_REASONS = frozenset({Reason.METRICS_UNAVAILABLE, Reason.ROLLBACK_STALLED})
+DEGRADED_REASONS = frozenset({Reason.METRICS_UNAVAILABLE, Reason.ROLLBACK_STALLED, Reason.BASELINE_UNHEALTHY})
 
 
 @dataclass(frozen=True)
@@ -524,13 +524,7 @@ def _baseline(step: _Step) -> _Step:
     # A new rollout after a promotion: the baseline takes over as it is Ready.
     step = step.targets(spec.replicas, None if step.canary_replicas is None else 0)
     if not obs.baseline.ready(spec.replicas) or obs.canary.replicas > 0:
-        return _wait_for_ready(
-            step.update(ready_since=None),
-            Track.BASELINE,
-            obs.baseline,
-            Reason.WAITING_FOR_BASELINE,
-            Reason.BASELINE_UNHEALTHY,
-        )
+        return _wait_for_baseline(step.update(ready_since=None))
     if step.status.ready_since is None:
         step = step.update(ready_since=iso(step.now)).note(
             Reason.MEASURING_BASELINE,
@@ -972,10 +966,23 @@ def _take_action(step: _Step, action: Action, reason: str, message: str) -> _Ste
     return _roll_back(step, reason, message)
 
 
-def _wait_for_ready(step: _Step, track: Track, state: TrackState, waiting: str, unhealthy: str) -> _Step:
-    if state.failure:
-        return step.note(unhealthy, f"{track} is unhealthy: {state.failure}")
-    return step.note(waiting, _waiting_message(track, state))
+def _wait_for_baseline(step: _Step) -> _Step:
+    """A baseline that crash-loops, or is short of Ready pods past progressDeadline, is
+    BaselineUnhealthy (Degraded, a Warning Event) and still waited for: there is nothing to roll
+    back to, and the pods that serve meanwhile (the last rollout's, if any) keep serving."""
+    spec, baseline = step.spec, step.obs.baseline
+    if baseline.failure:
+        return step.note(
+            Reason.BASELINE_UNHEALTHY, f"baseline is unhealthy: {baseline.failure}", warning=True
+        )
+    deadline = spec.rollout.progress_deadline
+    if not baseline.ready(spec.replicas) and step.elapsed() > _seconds(deadline):
+        message = (
+            f"baseline not Ready within progressDeadline {deadline} "
+            f"({_waiting_message(Track.BASELINE, baseline)}); nothing to roll back to: the rollout waits"
+        )
+        return step.note(Reason.BASELINE_UNHEALTHY, message, warning=True)
+    return step.note(Reason.WAITING_FOR_BASELINE, _waiting_message(Track.BASELINE, baseline))
 
 
 def _waiting_message(track: Track, state: TrackState) -> str:

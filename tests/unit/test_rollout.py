@@ -168,6 +168,30 @@ def test_baseline_waits_for_ready_then_warms_up_then_measures() -> None:
     )
 
 
+def test_a_baseline_never_ready_is_unhealthy_after_the_progress_deadline_and_waits() -> None:
+    """Baseline pods that never become Ready (no GPU, a gated model's 401): after progressDeadline
+    (5m) BaselineUnhealthy, Degraded and one Warning Event, still in Baseline asking for its pods
+    (nothing to roll back to); Ready pods clear it."""
+    run = Run()
+    stuck = TrackState(exists=True, replicas=2, waiting="pod b-1: Unschedulable")
+    run.step(baseline=stuck)
+    run.step(after=290, baseline=stuck)
+    assert (run.phase, run.status.reason) == (Phase.BASELINE, Reason.WAITING_FOR_BASELINE)
+    d = run.step(after=20, baseline=stuck)
+    assert (run.phase, run.status.reason) == (Phase.BASELINE, Reason.BASELINE_UNHEALTHY)
+    assert d.baseline_replicas == 2  # its pods still asked for
+    assert [(e.type, e.reason) for e in d.events] == [("Warning", Reason.BASELINE_UNHEALTHY)]
+    assert "progressDeadline 5m" in (run.status.message or "") and degraded(run) == "True"
+    d = run.step(after=600, baseline=stuck)
+    assert (run.phase, d.events) == (Phase.BASELINE, ())
+    run.step(baseline=ready(2))
+    assert (run.status.reason, degraded(run)) == (Reason.MEASURING_BASELINE, "False")
+
+
+def degraded(run: Run) -> str:
+    return next(c.status for c in run.status.conditions if c.type == "Degraded")
+
+
 def test_a_quiet_baseline_is_inconclusive_after_the_max_duration() -> None:
     run = Run()
     run.step(baseline=ready(2))
