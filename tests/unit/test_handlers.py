@@ -234,6 +234,26 @@ def test_a_benchmark_job_another_object_owns_is_a_name_conflict_not_a_measuremen
         assert fake.calls == []
 
 
+def test_scaling_below_the_canary_fails_naming_the_field_and_touches_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """replicas 2 -> 1 during the analysis with canaryReplicas 2 (an HPA, `kubectl scale`): the
+    ungated canary would be every pod (it was: baseline 0, canary 2). The API server refuses it by
+    the CRD's CEL rule; an object that reaches the operator anyway is Failed, pods as they are."""
+    fake = FakeKube({"llama-baseline": ready(1), "llama-canary": ready(1)}).install(monkeypatch)
+    FakePrometheus({"baseline": metrics(), "canary": metrics(0.8)}).install(monkeypatch)
+    run = analyzing()
+    raw = run.spec.model_dump(by_alias=True, mode="json")
+    raw["replicas"], raw["rollout"]["canaryReplicas"] = 1, 2
+    decision = handlers.step(raw, run.status, OWNER, run.generation + 1, run.now, {}, kube.Children())
+    status = decision.status
+    assert (status.phase, status.reason) == (Phase.FAILED, Reason.INVALID_SPEC)
+    assert (status.message or "").startswith(
+        "invalid spec: spec.rollout.canaryReplicas: canaryReplicas must be less"
+    )
+    assert fake.calls == []
+
+
 def test_a_pod_monitor_without_its_crd_is_failed_naming_the_field_and_touches_nothing(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
