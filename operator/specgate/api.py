@@ -417,7 +417,12 @@ class RolloutSpec(Model):
         description="canary: canary pods beside the baseline, traffic by replica ratio. sequential: "
         "the same replicas switched to the candidate (single-replica models).",
     )
-    canary_replicas: int = Field(1, ge=1, description="Replicas of the canary (strategy canary).")
+    canary_replicas: int = Field(
+        1,
+        ge=1,
+        description="Replicas of the canary (strategy canary): fewer than replicas, so that the baseline "
+        "serves beside it (at replicas 1, 1 canary pod beside the baseline's on a spare GPU).",
+    )
     max_surge: int = Field(
         1,
         ge=0,
@@ -679,6 +684,19 @@ RULES: tuple[Rule, ...] = (
         "volumes",
         lambda t: all(v.get("name") and v["name"] not in RENDERED_VOLUMES for v in t.volumes),
     ),
+    Rule(
+        SpeculativeDeploymentSpec,
+        "!has(self.rollout) || (has(self.rollout.strategy) && self.rollout.strategy == 'sequential') "
+        "|| (has(self.rollout.canaryReplicas) ? self.rollout.canaryReplicas : 1) "
+        "< (has(self.replicas) && self.replicas > 1 ? self.replicas : 2)",
+        "canaryReplicas must be less than replicas, so that the baseline serves beside the canary (at "
+        "replicas 1, canaryReplicas 1 runs beside it on a spare GPU): lower canaryReplicas, raise "
+        "replicas, or use strategy sequential",
+        "rollout.canaryReplicas",
+        lambda s: s.rollout.strategy == Strategy.SEQUENTIAL or s.rollout.canary_replicas < max(s.replicas, 2),
+    ),
+    _whole_number(SpeculativeDeploymentSpec, "replicas"),
+    _whole_number(RolloutSpec, "canaryReplicas"),
 )
 
 

@@ -136,14 +136,14 @@ def step(
         return rollout.failed(
             rollout.Reason.POD_MONITOR_CRD_MISSING, NO_POD_MONITOR_CRD, current, generation, now
         )
-    observation = replace(observe(spec, current, owner, generation, now, children), abort=requests.abort)
-    decision = rollout.decide(spec, current, observation, now)
-    if decision.touch_children:
-        try:
+    try:
+        observation = replace(observe(spec, current, owner, generation, now, children), abort=requests.abort)
+        decision = rollout.decide(spec, current, observation, now)
+        if decision.touch_children:
             apply_children(spec, owner, decision, observation, children)
-        except kube.ForeignChild as taken:  # taken since it was read free: refused, and no more written
-            message = f"{taken}: rename this object or remove the other"
-            return rollout.failed(rollout.Reason.NAME_CONFLICT, message, current, generation, now)
+    except kube.ForeignChild as taken:  # a benchmark Job read, or a child taken since it was read free
+        message = f"{taken}: rename this object or remove the other"
+        return rollout.failed(rollout.Reason.NAME_CONFLICT, message, current, generation, now)
     return replace(decision, status=decision.status.model_copy(update=scale_status(owner, observation)))
 
 
@@ -231,15 +231,11 @@ def _observe_benchmarks(
     """The benchmark Job of the phase's track and, once the canary's has run, its alpha in Prometheus."""
     rollout_generation = status.rollout_generation or observation.generation
     if status.phase == Phase.BASELINE:
-        job = kube.benchmark_job(
-            owner.namespace, render.benchmark_job_name(owner, Track.BASELINE, rollout_generation)
-        )
+        job = kube.benchmark_job(owner, render.benchmark_job_name(owner, Track.BASELINE, rollout_generation))
         return replace(observation, baseline_job=job)
     if status.phase != Phase.ANALYZING:
         return observation
-    job = kube.benchmark_job(
-        owner.namespace, render.benchmark_job_name(owner, Track.CANARY, rollout_generation)
-    )
+    job = kube.benchmark_job(owner, render.benchmark_job_name(owner, Track.CANARY, rollout_generation))
     observation = replace(observation, canary_job=job)
     url = prometheus_url(spec)
     if not job.finished or job.start is None or url is None:

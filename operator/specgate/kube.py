@@ -213,8 +213,12 @@ def foreign_children(manifests: list[Manifest], owner_uid: str, fresh: bool = Fa
             _OWNED.add(key)
         else:
             _FREE.pop(key, None)
-            foreign.append(f"{kind} {namespace}/{name} (not created by this SpeculativeDeployment)")
+            foreign.append(_foreign(kind, namespace, name))
     return foreign
+
+
+def _foreign(kind: str, namespace: str, name: str) -> str:
+    return f"{kind} {namespace}/{name} (not created by this SpeculativeDeployment)"
 
 
 def forget(owner_uid: str) -> None:
@@ -277,7 +281,7 @@ def apply(manifest: Manifest, children: Children | None = None) -> None:
     if kind != "Job" and _APPLIED.get(key) == (digest, _written_as(children or Children(), key)):
         return
     if foreign_children([manifest], key[0], fresh=True):
-        raise ForeignChild(f"{kind} {namespace}/{name} (not created by this SpeculativeDeployment)")
+        raise ForeignChild(_foreign(kind, namespace, name))
     written: str | None = None
     if kind == "Job":  # immutable once created; its name carries the generation it measures
         try:
@@ -460,14 +464,19 @@ def delete_benchmark_jobs(owner: Owner, keep: set[str]) -> None:
     _CLEANED.add(done)
 
 
-def benchmark_job(namespace: str, name: str) -> BenchmarkJob:
-    """The Job's outcome and its pod's termination message (the driver's report)."""
+def benchmark_job(owner: Owner, name: str) -> BenchmarkJob:
+    """The Job's outcome and its pod's termination message (the driver's report). A Job of that
+    name that another object owns (one of an earlier object of the same name, orphaned) raises
+    ForeignChild: its report is not this rollout's measurement."""
+    namespace = owner.namespace
     try:
         job = _request("GET", JOB, namespace=namespace, name=name)
     except ApiException as exc:
         if exc.status == 404:
             return BenchmarkJob(name)
         raise
+    if owner.uid not in {ref["uid"] for ref in job["metadata"].get("ownerReferences") or []}:
+        raise ForeignChild(_foreign("Job", namespace, name))
     status = job.get("status") or {}
     conditions = {c["type"]: c for c in status.get("conditions") or [] if c.get("status") == "True"}
     job_pods = {"labelSelector": f"job-name={name}"}

@@ -109,7 +109,7 @@ class Reason(StrEnum):
 
 
 # Reasons that mark the object Degraded whatever its phase.
-DEGRADED_REASONS = frozenset({Reason.METRICS_UNAVAILABLE, Reason.ROLLBACK_STALLED})
+DEGRADED_REASONS = frozenset({Reason.METRICS_UNAVAILABLE, Reason.ROLLBACK_STALLED, Reason.BASELINE_UNHEALTHY})
 
 
 @dataclass(frozen=True)
@@ -403,6 +403,10 @@ def decide(
         )
     if step.status.template_hash is None:
         step = _adopt_template(step)
+    if step.status.phase_since is None:
+        # A status written by hand or by another tool: without a start, no deadline would ever pass
+        # (elapsed() reads a missing time as now), so the phase's deadlines run from now.
+        step = step.update(phase_since=iso(now))
     if observation.abort is not None and step.status.phase in ABORTABLE:
         step = _abort(step, observation.abort)
     elif step.status.phase == Phase.PAUSED or (spec.rollout.paused and step.status.phase not in UNPAUSABLE):
@@ -415,7 +419,11 @@ def decide(
 def begins_new_rollout(
     spec: SpeculativeDeploymentSpec, status: SpeculativeDeploymentStatus, generation: int
 ) -> bool:
-    """A change of what the pods run, or a retry of a rollout that ended; never pause or replicas alone."""
+    """A change of what the pods run, or a retry of a rollout that ended; never pause or replicas alone.
+    A rollback finishes first: the edit's rollout begins from RolledBack, which keeps the reason and
+    figures of what was rolled back."""
+    if status.phase == Phase.ROLLING_BACK:
+        return False
     if status.template_hash is None:  # a new object, or status of an operator without template hashes
         return status.observed_generation != generation
     if status.template_hash != render.template_hash(spec):
@@ -450,6 +458,7 @@ def _restart(step: _Step) -> _Step:
         benchmark=None,
         verdict=None,
         recommendation=None,
+        guard=None,
         metrics_unavailable_since=None,
         resume_phase=None,
         unready_since=None,
@@ -462,11 +471,24 @@ def _restart(step: _Step) -> _Step:
 
 
 def _resume(step: _Step, phase: Phase, why: str) -> _Step:
-    """Back to a phase left without a step of the rollout (a pause, a failed spec)."""
+    """Back to a phase left without a step of the rollout (bad input, now fixed), with the reason and
+    message it was entered with: a rollback resumed still says why it rolls back, and ends with it."""
+    message = f"{why}; resuming {phase.value}"
     entry = HistoryEntry(time=iso(step.now), phase=phase, reason=Reason.RESUMED, message=why)
     history = [*step.status.history, entry][-HISTORY_LIMIT:]
     resumed = step.update(phase=phase, resume_phase=None, history=history)
-    return resumed.note(Reason.RESUMED, f"{why}; resuming {phase.value}")
+    resumed = resumed.emit(Event("Normal", Reason.RESUMED, message))
+    entered = _entered(step.status, phase)
+    if entered is None:
+        return resumed.update(reason=Reason.RESUMED, message=message)
+    return resumed.update(reason=entered.reason, message=entered.message)
+
+
+def _entered(status: SpeculativeDeploymentStatus, phase: Phase) -> HistoryEntry | None:
+    """The newest history entry of a step of the rollout into the phase: a resume's entry says only
+    that the phase resumed, not why it began."""
+    steps = (h for h in reversed(status.history) if h.phase == phase and h.reason != Reason.RESUMED)
+    return next(steps, None)
 
 
 def _paused(step: _Step) -> _Step:
@@ -502,13 +524,7 @@ def _baseline(step: _Step) -> _Step:
     # A new rollout after a promotion: the baseline takes over as it is Ready.
     step = step.targets(spec.replicas, None if step.canary_replicas is None else 0)
     if not obs.baseline.ready(spec.replicas) or obs.canary.replicas > 0:
-        return _wait_for_ready(
-            step.update(ready_since=None),
-            Track.BASELINE,
-            obs.baseline,
-            Reason.WAITING_FOR_BASELINE,
-            Reason.BASELINE_UNHEALTHY,
-        )
+        return _wait_for_baseline(step.update(ready_since=None))
     if step.status.ready_since is None:
         step = step.update(ready_since=iso(step.now)).note(
             Reason.MEASURING_BASELINE,
@@ -862,7 +878,7 @@ def _rolling_back(step: _Step) -> _Step:
     spec, obs = step.spec, step.obs
     step = step.targets(spec.replicas, 0)
     if obs.baseline.ready(spec.replicas):  # the canary's last pods go in this same step
-        entered = next((h for h in reversed(step.status.history) if h.phase == Phase.ROLLING_BACK), None)
+        entered = _entered(step.status, Phase.ROLLING_BACK)
         reason = entered.reason if entered else step.status.reason or Reason.ROLLED_BACK
         return step.enter(Phase.ROLLED_BACK, reason, entered.message if entered else "", warning=True)
     if step.elapsed() > _seconds(spec.rollout.progress_deadline):
@@ -929,8 +945,17 @@ def _roll_back_from(step: _Step, started: Phase | None, reason: str, message: st
 
 
 def _stop_before_canary(step: _Step, reason: str, message: str) -> _Step:
-    """Nothing to roll back yet: stop with the baseline serving."""
-    return step.enter(Phase.ROLLED_BACK, reason, f"{message}; the canary was never started", warning=True)
+    """Nothing of this rollout to roll back yet: stop with the baseline serving. After a promotion
+    (or an edit mid-analysis) the last rollout's canary pods still serve until the baseline's are
+    Ready: the message must not say there is no canary."""
+    serving = step.obs.canary.replicas
+    stopped = (
+        f"this rollout's canary was never started; the last rollout's {serving} canary pods serve "
+        "until the baseline's are Ready"
+        if serving
+        else "the canary was never started"
+    )
+    return step.enter(Phase.ROLLED_BACK, reason, f"{message}; {stopped}", warning=True)
 
 
 def _take_action(step: _Step, action: Action, reason: str, message: str) -> _Step:
@@ -941,10 +966,23 @@ def _take_action(step: _Step, action: Action, reason: str, message: str) -> _Ste
     return _roll_back(step, reason, message)
 
 
-def _wait_for_ready(step: _Step, track: Track, state: TrackState, waiting: str, unhealthy: str) -> _Step:
-    if state.failure:
-        return step.note(unhealthy, f"{track} is unhealthy: {state.failure}")
-    return step.note(waiting, _waiting_message(track, state))
+def _wait_for_baseline(step: _Step) -> _Step:
+    """A baseline that crash-loops, or is short of Ready pods past progressDeadline, is
+    BaselineUnhealthy (Degraded, a Warning Event) and still waited for: there is nothing to roll
+    back to, and the pods that serve meanwhile (the last rollout's, if any) keep serving."""
+    spec, baseline = step.spec, step.obs.baseline
+    if baseline.failure:
+        return step.note(
+            Reason.BASELINE_UNHEALTHY, f"baseline is unhealthy: {baseline.failure}", warning=True
+        )
+    deadline = spec.rollout.progress_deadline
+    if not baseline.ready(spec.replicas) and step.elapsed() > _seconds(deadline):
+        message = (
+            f"baseline not Ready within progressDeadline {deadline} "
+            f"({_waiting_message(Track.BASELINE, baseline)}); nothing to roll back to: the rollout waits"
+        )
+        return step.note(Reason.BASELINE_UNHEALTHY, message, warning=True)
+    return step.note(Reason.WAITING_FOR_BASELINE, _waiting_message(Track.BASELINE, baseline))
 
 
 def _waiting_message(track: Track, state: TrackState) -> str:

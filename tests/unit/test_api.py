@@ -74,6 +74,10 @@ def ngram(**fields: Any) -> dict[str, Any]:
     return {**BASE, "speculative": {"method": "ngram", **fields}}
 
 
+def sized(replicas: int, canary: int, strategy: str = "canary") -> dict[str, Any]:
+    return {**BASE, "replicas": replicas, "rollout": {"canaryReplicas": canary, "strategy": strategy}}
+
+
 # (rule index, a spec the rule rejects, a spec it accepts); every rule in api.RULES appears.
 RULE_CASES: list[tuple[int, dict[str, Any], dict[str, Any]]] = [
     (0, with_("speculative.draftModel", None), BASE),
@@ -146,6 +150,11 @@ RULE_CASES: list[tuple[int, dict[str, Any], dict[str, Any]]] = [
         with_("podTemplate", {"volumes": [{"name": "scratch", "emptyDir": {}}]}),
     ),
     (21, with_("podTemplate", {"volumes": [{"emptyDir": {}}]}), with_("podTemplate", {"volumes": []})),
+    (22, sized(2, canary=2), sized(2, canary=1)),
+    (22, sized(1, canary=2), sized(1, canary=1)),  # at replicas 1, 1 canary pod beside the baseline's
+    (22, sized(4, canary=5), sized(4, canary=5, strategy="sequential")),  # sequential: every pod in turn
+    (23, with_("replicas", 3.0), with_("replicas", 3)),
+    (24, with_("rollout.canaryReplicas", 1.0), with_("rollout.canaryReplicas", 1)),
 ]
 
 

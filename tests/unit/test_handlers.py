@@ -205,6 +205,55 @@ def test_a_name_taken_after_it_was_seen_free_fails_the_object_at_the_write(
     assert not decision.touch_children and ("delete jobs but", JOBS) not in fake.calls
 
 
+@pytest.mark.parametrize(
+    ("job_owner", "phase", "reason"),
+    [("u-0", Phase.FAILED, Reason.NAME_CONFLICT), (OWNER.uid, Phase.ROLLED_BACK, Reason.MEASUREMENT_FAILED)],
+)
+def test_a_benchmark_job_another_object_owns_is_a_name_conflict_not_a_measurement(
+    monkeypatch: pytest.MonkeyPatch, job_owner: str, phase: Phase, reason: Reason
+) -> None:
+    """A finished Job with the baseline benchmark's name that another uid owns (an earlier object of
+    this name deleted with --cascade=orphan left it): NameConflict, nothing written, its report not
+    read as ours. Our own Job with the same bad report fails the measurement."""
+    fake = FakeKube({"llama-baseline": ready(2)}).install(monkeypatch)
+    FakePrometheus().install(monkeypatch)
+    job = {
+        "metadata": {"name": "llama-bench-baseline-1", "ownerReferences": [{"uid": job_owner}]},
+        "status": {"conditions": [{"type": "Complete", "status": "True"}]},
+    }
+    report = {"state": {"terminated": {"exitCode": 0, "message": "not a report"}}}
+    pods = {"items": [{"metadata": {"name": "p"}, "status": {"containerStatuses": [report]}}]}
+    monkeypatch.setattr(kube, "_request", lambda method, path, **_: job if path == kube.JOB else pods)
+    run = Run(make_spec(measurement="benchmark"))
+    run.step(baseline=ready(2))
+    run.step(baseline=ready(2))  # Ready: the warm-up begins
+    decision = reconcile_step(run, after=40)
+    assert (decision.status.phase, decision.status.reason) == (phase, reason), decision.status.message
+    if phase == Phase.FAILED:
+        assert "Job ml/llama-bench-baseline-1 (not created by" in (decision.status.message or "")
+        assert fake.calls == []
+
+
+def test_scaling_below_the_canary_fails_naming_the_field_and_touches_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """replicas 2 -> 1 during the analysis with canaryReplicas 2 (an HPA, `kubectl scale`): the
+    ungated canary would be every pod (it was: baseline 0, canary 2). The API server refuses it by
+    the CRD's CEL rule; an object that reaches the operator anyway is Failed, pods as they are."""
+    fake = FakeKube({"llama-baseline": ready(1), "llama-canary": ready(1)}).install(monkeypatch)
+    FakePrometheus({"baseline": metrics(), "canary": metrics(0.8)}).install(monkeypatch)
+    run = analyzing()
+    raw = run.spec.model_dump(by_alias=True, mode="json")
+    raw["replicas"], raw["rollout"]["canaryReplicas"] = 1, 2
+    decision = handlers.step(raw, run.status, OWNER, run.generation + 1, run.now, {}, kube.Children())
+    status = decision.status
+    assert (status.phase, status.reason) == (Phase.FAILED, Reason.INVALID_SPEC)
+    assert (status.message or "").startswith(
+        "invalid spec: spec.rollout.canaryReplicas: canaryReplicas must be less"
+    )
+    assert fake.calls == []
+
+
 def test_a_pod_monitor_without_its_crd_is_failed_naming_the_field_and_touches_nothing(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:

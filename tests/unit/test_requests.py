@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from tests.unit.test_handlers import OWNER, FakeKube
-from tests.unit.test_rollout import Run, make_spec, metrics, ready
+from tests.unit.test_rollout import Run, edit, make_spec, metrics, ready
 
 from specgate import api, cli, handlers, kube, rollout
 from specgate.api import Phase
@@ -86,6 +86,23 @@ def test_an_abort_after_promotion_rolls_back_like_the_guard() -> None:
     run.to_promoted()
     run.step(abort=ABORT, baseline=ready(0), canary=ready(2))
     assert (run.phase, run.status.reason) == (Phase.ROLLING_BACK, Reason.ABORTED)
+
+
+def test_an_abort_of_a_new_baseline_after_a_promotion_says_the_promoted_pods_still_serve() -> None:
+    """A spec edit after promotion, aborted while the new baseline comes up: nothing of this rollout
+    to roll back, but the promoted canary's pods serve until the baseline's are Ready (the message
+    said the canary was never started), and they go only as the baseline's pods are Ready."""
+    run = Run()
+    run.to_promoted()
+    edit(run, speculative={"method": "draft_model", "draftModel": "d", "numSpeculativeTokens": 2})
+    run.step(baseline=TrackState(exists=True), canary=ready(2))
+    run.expect(Phase.BASELINE)
+    run.step(abort=ABORT, baseline=HALF_READY, canary=ready(2))
+    assert (run.phase, run.status.reason) == (Phase.ROLLED_BACK, Reason.ABORTED)
+    message = run.status.message or ""
+    assert "the last rollout's 2 canary pods serve until the baseline's are Ready" in message
+    d = run.step(abort=ABORT, baseline=HALF_READY, canary=ready(2))
+    assert (d.baseline_replicas, d.canary_replicas) == (2, 1)
 
 
 def test_an_abort_on_a_failed_object_rolls_back_the_phase_its_fix_resumes() -> None:

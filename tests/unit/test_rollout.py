@@ -168,6 +168,30 @@ def test_baseline_waits_for_ready_then_warms_up_then_measures() -> None:
     )
 
 
+def test_a_baseline_never_ready_is_unhealthy_after_the_progress_deadline_and_waits() -> None:
+    """Baseline pods that never become Ready (no GPU, a gated model's 401): after progressDeadline
+    (5m) BaselineUnhealthy, Degraded and one Warning Event, still in Baseline asking for its pods
+    (nothing to roll back to); Ready pods clear it."""
+    run = Run()
+    stuck = TrackState(exists=True, replicas=2, waiting="pod b-1: Unschedulable")
+    run.step(baseline=stuck)
+    run.step(after=290, baseline=stuck)
+    assert (run.phase, run.status.reason) == (Phase.BASELINE, Reason.WAITING_FOR_BASELINE)
+    d = run.step(after=20, baseline=stuck)
+    assert (run.phase, run.status.reason) == (Phase.BASELINE, Reason.BASELINE_UNHEALTHY)
+    assert d.baseline_replicas == 2  # its pods still asked for
+    assert [(e.type, e.reason) for e in d.events] == [("Warning", Reason.BASELINE_UNHEALTHY)]
+    assert "progressDeadline 5m" in (run.status.message or "") and degraded(run) == "True"
+    d = run.step(after=600, baseline=stuck)
+    assert (run.phase, d.events) == (Phase.BASELINE, ())
+    run.step(baseline=ready(2))
+    assert (run.status.reason, degraded(run)) == (Reason.MEASURING_BASELINE, "False")
+
+
+def degraded(run: Run) -> str:
+    return next(c.status for c in run.status.conditions if c.type == "Degraded")
+
+
 def test_a_quiet_baseline_is_inconclusive_after_the_max_duration() -> None:
     run = Run()
     run.step(baseline=ready(2))
@@ -438,6 +462,16 @@ def test_an_edit_after_promotion_keeps_the_gated_pods_until_the_baseline_takes_o
     run.to_canary()  # the baseline is measured anew, then the new config gets the canary's share
     assert run.last is not None and run.last.keep_template == frozenset()
     assert run.last.canary_replicas == 1
+
+
+def test_a_new_rollout_forgets_the_last_guard() -> None:
+    run = Run()
+    run.to_promoted()
+    run.step(after=60, canary=ready(2), canary_metrics=metrics(0.8))
+    assert run.status.guard is not None
+    edit(run, speculative={"method": "draft_model", "draftModel": "d", "numSpeculativeTokens": 2})
+    run.step(baseline=TrackState(exists=True), canary=ready(2))
+    assert (run.phase, run.status.guard) == (Phase.BASELINE, None)
 
 
 def test_pause_holds_and_resumes_without_restarting() -> None:
@@ -715,6 +749,31 @@ def test_settled_phases_stay_put() -> None:
     for phase in (Phase.ROLLED_BACK, Phase.FAILED):
         decision = rollout.decide(make_spec(), at(phase), Observation(generation=1, baseline=ready(2)), T0)
         assert decision.status.phase == phase and decision.events == ()
+
+
+# A phase with a deadline, the children it waits on, and where it ends past the deadline.
+DEADLINES = [
+    (Phase.ANALYZING, {"baseline": HALF_READY, "canary": ready(1), "canary_metrics": metrics(0.2)}, 10,
+     Reason.ACCEPTANCE_BELOW_GATE),
+    (Phase.PROMOTING, {"baseline": ready(1), "canary": HALF_READY}, 310, Reason.CANARY_UNHEALTHY),
+    (Phase.ROLLING_BACK, {"baseline": HALF_READY, "canary": ready(1)}, 310, Reason.ROLLBACK_STALLED),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("phase", "children", "after", "reason"), DEADLINES, ids=[d[0].value for d in DEADLINES]
+)
+def test_a_status_without_phase_since_runs_its_deadlines_from_when_it_is_seen(
+    phase: Phase, children: dict[str, Any], after: float, reason: Reason
+) -> None:
+    """A status without phaseSince (written by hand, or by another tool) adopts the first look as
+    its start: the failing canary is judged, the stuck promotion and rollback hit progressDeadline."""
+    status = at(phase).model_copy(update={"phase_since": None})
+    first = rollout.decide(make_spec(), status, Observation(generation=1, **children), T0)
+    assert first.status.phase_since == api.iso(T0)
+    later = T0 + timedelta(seconds=after)
+    d = rollout.decide(make_spec(), first.status, Observation(generation=1, **children), later)
+    assert (d.status.phase, d.status.reason) == (Phase.ROLLING_BACK, reason), d.status.message
 
 
 def test_a_name_conflict_fails_touching_nothing_and_resumes_once_the_name_is_free() -> None:

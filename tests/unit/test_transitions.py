@@ -197,3 +197,56 @@ def test_a_bad_edit_while_paused_keeps_the_phase_the_pause_holds() -> None:
     edit(run, paused=False)
     run.step(baseline=ready(1), canary=ready(1))
     assert run.phase == Phase.ANALYZING, run.status.message
+
+
+def fail_and_restore(run: Run) -> None:
+    """An invalid edit (Failed), then the spec as it was before it."""
+    run.generation += 1
+    run.status = rollout.invalid_spec(BAD_DRAFT, run.status, run.generation, run.now).status
+    run.generation += 1
+
+
+def test_a_rollback_resumed_after_a_failed_spec_ends_with_its_own_reason() -> None:
+    """Promoted, the guard trips, and during the rollback an invalid edit is made and restored: the
+    rollback resumes saying why it rolls back and ends RolledBack GuardTripped (it ended Resumed)."""
+    run = Run()
+    run.to_promoted()
+    run.step(after=60, canary=ready(2), canary_metrics=metrics(0.8, latency=0.4))
+    assert (run.phase, run.status.reason) == (Phase.ROLLING_BACK, Reason.GUARD_TRIPPED)
+    fail_and_restore(run)
+    d = run.step(baseline=TrackState(exists=True, replicas=2, ready_replicas=1), canary=ready(2))
+    assert (run.phase, run.status.reason) == (Phase.ROLLING_BACK, Reason.GUARD_TRIPPED)
+    assert [e.reason for e in d.events] == [Reason.RESUMED]
+    run.step(baseline=ready(2), canary=ready(1))
+    assert (run.phase, run.status.reason) == (Phase.ROLLED_BACK, Reason.GUARD_TRIPPED)
+    assert "P99 ITL" in (run.status.message or "")
+
+
+def test_a_rolled_back_object_restored_after_a_failed_spec_keeps_its_reason() -> None:
+    run = Run()
+    run.to_analyzing()
+    run.step(after=70, baseline=ready(2), canary=ready(1), canary_metrics=metrics(0.2))
+    assert (run.phase, run.status.reason) == (Phase.ROLLED_BACK, Reason.ACCEPTANCE_BELOW_GATE)
+    fail_and_restore(run)
+    run.step(baseline=ready(2), canary=TrackState(exists=True))
+    assert (run.phase, run.status.reason) == (Phase.ROLLED_BACK, Reason.ACCEPTANCE_BELOW_GATE)
+
+
+def test_an_edit_during_a_rollback_begins_its_rollout_once_rolled_back() -> None:
+    """The guard trips and the spec is edited during the rollback: the rollback finishes first, and
+    RolledBack keeps its reason, verdict and canary figures (the edit wiped them, and the rollback
+    became a Baseline); the edit's rollout begins after."""
+    run = Run()
+    run.to_promoted()
+    run.step(after=60, canary=ready(2), canary_metrics=metrics(0.8, latency=0.4))
+    run.expect(Phase.ROLLING_BACK)
+    figures = (run.status.canary, run.status.verdict)
+    assert None not in figures
+    edit(run, speculative={"method": "draft_model", "draftModel": "d", "numSpeculativeTokens": 2})
+    run.step(baseline=TrackState(exists=True, replicas=2, ready_replicas=1), canary=ready(2))
+    assert (run.phase, (run.status.canary, run.status.verdict)) == (Phase.ROLLING_BACK, figures)
+    run.step(baseline=ready(2), canary=ready(1))
+    assert (run.phase, run.status.reason) == (Phase.ROLLED_BACK, Reason.GUARD_TRIPPED)
+    assert (run.status.canary, run.status.verdict) == figures
+    run.step(baseline=ready(2), canary=TrackState(exists=True))
+    assert (run.phase, run.status.history[-1].reason) == (Phase.BASELINE, Reason.NEW_GENERATION)
