@@ -59,6 +59,7 @@ SCENARIOS = {
     "tiny": Scenario("tiny-cpu.yaml", "Promoted", concurrency=2, max_tokens=48, sized=False),
 }
 PROGRESS_EVERY_S = 30.0
+CALIBRATION_S = 20.0  # measure the baseline this long after Ready at least (its warm-up is 30 s)
 CALIBRATION_LIMIT_S = 120.0  # a baseline Ready this long without the requests to size from is too slow
 SETTLED = {"Promoted", "RolledBack", "Failed"}
 NAMESPACE = "specgate-demo"
@@ -244,6 +245,8 @@ class Watch:
             return
         ready_at = monotonic_at(ready)
         self.start_up_s = self.start_up_s or ready_at - self.started
+        if time.monotonic() - ready_at < CALIBRATION_S:
+            return
         concurrency = self.load.concurrency
         calibration = calibrate(self.load.result.completed, ready_at, self.load.max_tokens, concurrency)
         if calibration is None:

@@ -33,7 +33,7 @@ class Calibration:
 
     requests: int  # finished requests the rate is measured over
     seconds: float  # the span they finished in
-    step_s: float  # mean gap between streamed tokens
+    step_s: float  # mean time a token, after the first
     max_tokens: int  # tokens a request while measured
     concurrency: int
 
@@ -61,7 +61,9 @@ def calibrate(
         return None
     counted = after[1:]
     seconds = counted[-1].end - after[0].end
-    gaps = [(c.end - c.first_chunk) / (c.chunks - 1) for c in counted if c.chunks > 1]
+    # Per token, not per chunk: the bridge's proxy may send several tokens in one chunk. Tokens that
+    # came with the first chunk make this a little short, which only lengthens the window chosen.
+    gaps = [(c.end - c.first_chunk) / (c.tokens - 1) for c in counted if c.tokens > 1]
     if seconds <= 0 or not gaps:
         return None
     return Calibration(len(counted), seconds, sum(gaps) / len(gaps), max_tokens, concurrency)

@@ -54,7 +54,8 @@ class Completion:
     start: float
     first_chunk: float
     end: float
-    chunks: int
+    chunks: int  # streamed chunks: a proxy or a speculative step may send several tokens in one
+    tokens: int  # tokens asked for, all of them served (ignore_eos)
 
 
 @dataclass
@@ -146,7 +147,7 @@ async def one_request(
                 result.output_chunks += 1
         result.requests += 1
         if first is not None and last is not None:
-            result.completed.append(Completion(start, first, last, chunks))
+            result.completed.append(Completion(start, first, last, chunks, max_tokens))
     except (aiohttp.ClientError, TimeoutError):
         result.errors += 1
 

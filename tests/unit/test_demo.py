@@ -54,13 +54,13 @@ def test_every_scenario_names_a_sample_that_exists() -> None:
 def served(
     request_s: float, step_s: float, count: int, start: float = 100.0, tokens: int = 32
 ) -> list[Completion]:
-    """`count` back-to-back requests at concurrency 1, each `request_s` long with `tokens` chunks
-    `step_s` apart at its end."""
+    """`count` back-to-back requests at concurrency 1, each `request_s` long, its `tokens` tokens
+    `step_s` apart at its end and streamed two to a chunk (as a buffering proxy may)."""
     done = []
     for i in range(count):
         begin = start + i * request_s
         end = begin + request_s
-        done.append(Completion(begin, end - (tokens - 1) * step_s, end, tokens))
+        done.append(Completion(begin, end - (tokens - 1) * step_s, end, tokens // 2, tokens))
     return done
 
 
