@@ -8,20 +8,22 @@ the model's long-run alpha (by quadrature, traffic.for_alpha), not a sample.
 
 - specgate: gates.acceptance_gate with the CRD's defaults over the windows since the analysis
   began, looked at once per window. As rollout._analyzing stops: a Fail at once, a Pass only from
-  analysisWindow on (and only if that look still says Pass), nothing by maxAnalysisDuration is
-  Inconclusive (rolled back by default). The looks are computed with numpy (`verdicts_per_look`)
-  and checked against gates.acceptance_gate itself on sampled looks before any figure is printed.
+  analysisWindow on (and only if that look still says Pass); at maxAnalysisDuration a test with
+  its data (enough drafts and windows) is decided by the estimate's side of the gate
+  (gates.decide_at_deadline), and one without stays Inconclusive (rolled back by default). The
+  looks are computed with numpy (`verdicts_per_look`) and checked against gates.acceptance_gate
+  and gates.decide_at_deadline themselves on sampled looks before any figure is printed.
 - fixed (Argo Rollouts AnalysisTemplate as its users write it): interval 1m, count 5,
   failureLimit 1, successCondition `result >= gate` on the pooled ratio of the minute's counters.
   A minute without drafts gives NaN, which fails `NaN >= gate` (a failed measurement).
 
-Wrong: a Pass below the gate or a Fail above it. Inconclusive is not wrong (the canary is rolled
-back by default, which costs a good one its promotion). Trials per cell grow in batches until the
+Wrong: a Pass below the gate or a Fail above it. A bad outcome (issue 37): a wrong Pass, or a
+canary above the gate rolled back (Fail or Inconclusive), which costs the user its speedup. Trials per cell grow in batches until the
 95 % Wilson interval of the wrong rate is narrower than CI_WIDTH, up to MAX_TRIALS; each trial is
 cut from one long stream with GAP windows between trials, so the drift and the requests in flight
 of one trial have faded before the next begins.
 
-Last line: the figures issue 16 asks for, as name=value.
+Last line: the figures issues 16 and 37 ask for, as name=value.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import math
 import random
 import statistics
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -46,6 +49,7 @@ from specgate.gates import (
     MIN_WINDOWS,
     AcceptanceWindow,
     Verdict,
+    decide_at_deadline,
     judged_windows,
     mix_drift_variance,
     spec_acceptance_gate,
@@ -64,7 +68,8 @@ LOOKS = int(api.parse_duration(ROLLOUT.max_analysis_duration) // WINDOW_SECONDS)
 GAP = 40  # windows between trials: 10 min, the drift's correlation e^-3.3 and no request in flight
 REQUESTS_PER_WINDOW = (3, 20, 200)
 DRIFTS = (0.0, DRIFT_SD)
-OFFSETS = (-0.10, -DELTA, DELTA, 0.10)
+OFFSETS = (-0.20, -0.10, -DELTA, DELTA, 0.10)
+LOW_TRAFFIC = 3  # requests per window
 BATCH = 500
 MAX_TRIALS = 10_000
 CI_WIDTH = 0.01
@@ -82,16 +87,19 @@ class Outcome:
     seconds: float
 
 
-def verdicts_per_look(counts: FloatArray) -> IntArray:
+def verdicts_per_look(counts: FloatArray) -> tuple[IntArray, IntArray]:
     """gates.acceptance_gate's verdict over windows 1..m for every m: the same arithmetic (windows
     without draft tokens left out, Newey-West spread over HAC_LAGS lags, chi-square bound, binomial
-    floor, Wald's bounds), for all looks at once. counts: rows of drafts, draft tokens, accepted."""
+    floor, Wald's bounds), for all looks at once; and per look the side of the gate its estimate is
+    on where the test has its data (PASS or FAIL, else NONE: what gates.decide_at_deadline takes).
+    counts: rows of drafts, draft tokens, accepted."""
     judged = counts[:, 1] > 0
     d, n, a = counts[judged].T
     per_look = np.zeros(len(counts), dtype=np.int64)
+    side = np.zeros(len(counts), dtype=np.int64)
     c = len(n)
     if c == 0:
-        return per_look
+        return per_look, side
     j = np.arange(1, c + 1, dtype=np.float64)  # judged windows in the look
     big_n, big_a, drafts = np.cumsum(n), np.cumsum(a), np.cumsum(d)
     alpha = big_a / big_n
@@ -121,20 +129,28 @@ def verdicts_per_look(counts: FloatArray) -> IntArray:
     llr = 2 * DELTA * (alpha[at] - GATE) / (s2[at] / big_n[at] + drift)
     fail_at, pass_at = wald_bounds(ERROR_RATE)
     verdict = np.where(llr >= pass_at, PASS, np.where(llr <= fail_at, FAIL, NONE))
-    verdict[(drafts[at] < GATES.min_drafts) | (j[at] < MIN_WINDOWS)] = NONE
+    short = (drafts[at] < GATES.min_drafts) | (j[at] < MIN_WINDOWS)
+    verdict[short] = NONE
     per_look[looks] = verdict
-    return per_look
+    side[looks] = np.where(short, NONE, np.where(alpha[at] >= GATE, PASS, FAIL))
+    return per_look, side
 
 
-def check_against_the_operator(counts: FloatArray, per_look: IntArray, rng: random.Random) -> None:
-    """The vectorized looks give gates.acceptance_gate's verdicts on sampled looks, or the bench stops
-    (a look whose log-LR sits on a bound to rounding is compared by its log-LR alone)."""
-    expected_code = {Verdict.PASS: PASS, Verdict.FAIL: FAIL}
+def check_against_the_operator(
+    counts: FloatArray, per_look: IntArray, side: IntArray, rng: random.Random
+) -> None:
+    """The vectorized looks give gates.acceptance_gate's verdicts, and at the deadline
+    gates.decide_at_deadline's, on sampled looks, or the bench stops (a look whose log-LR sits on a
+    bound to rounding is compared by its log-LR alone)."""
     for m in rng.sample(range(1, len(counts) + 1), min(CHECKED_LOOKS, len(counts))):
         looked = [AcceptanceWindow(*map(float, row)) for row in counts[:m]]
         result = spec_acceptance_gate(looked, GATES, window_seconds=WINDOW_SECONDS)
-        expected = expected_code.get(result.verdict, NONE)
-        if expected == per_look[m - 1]:
+        at_deadline = decide_at_deadline(result, GATE, DELTA)
+        if per_look[m - 1] == NONE and _code(at_deadline.verdict) != side[m - 1]:
+            raise SystemExit(
+                f"vectorized side {side[m - 1]} != decide_at_deadline {at_deadline.verdict} at look {m}"
+            )
+        if _code(result.verdict) == per_look[m - 1]:
             continue
         usable = judged_windows(looked)
         drift = mix_drift_variance(GATES.mix_drift, MIX_DRIFT_SECONDS, m * WINDOW_SECONDS)
@@ -145,12 +161,17 @@ def check_against_the_operator(counts: FloatArray, per_look: IntArray, rng: rand
             )
 
 
-def ours(per_look: IntArray) -> Outcome:
-    """As rollout._analyzing: a Fail stops at once, a Pass from analysisWindow on."""
+def _code(verdict: Verdict) -> int:
+    return {Verdict.PASS: PASS, Verdict.FAIL: FAIL}.get(verdict, NONE)
+
+
+def ours(per_look: IntArray, side: IntArray) -> Outcome:
+    """As rollout._analyzing: a Fail stops at once, a Pass from analysisWindow on; at the deadline
+    (the last look) the estimate's side where the test has its data, else Inconclusive."""
     for m, verdict in enumerate(per_look, start=1):
         if verdict == FAIL or (verdict == PASS and m >= ANALYSIS_LOOKS):
             return Outcome(int(verdict), m * WINDOW_SECONDS)
-    return Outcome(NONE, len(per_look) * WINDOW_SECONDS)
+    return Outcome(int(side[-1]), len(per_look) * WINDOW_SECONDS)
 
 
 def fixed_window(counts: FloatArray) -> Outcome:
@@ -189,6 +210,12 @@ class Cell:
     def wrong(self, outcomes: list[Outcome]) -> int:
         return sum(o.verdict == -self.correct for o in outcomes)
 
+    def bad(self, outcomes: list[Outcome]) -> int:
+        """A bad canary promoted, or a good one rolled back (Fail or Inconclusive)."""
+        if self.correct == FAIL:
+            return sum(o.verdict == PASS for o in outcomes)
+        return sum(o.verdict != PASS for o in outcomes)
+
     def seconds_to_correct(self, outcomes: list[Outcome]) -> list[float]:
         return [o.seconds for o in outcomes if o.verdict == self.correct]
 
@@ -202,10 +229,10 @@ def run_cell(
         stream = windows(traffic, BATCH * (LOOKS + GAP), rng)
         for t in range(BATCH):
             counts = stream[t * (LOOKS + GAP) : t * (LOOKS + GAP) + LOOKS]
-            per_look = verdicts_per_look(counts)
+            per_look, side = verdicts_per_look(counts)
             if t == 0 and not cell.ours:
-                check_against_the_operator(counts, per_look, checker)
-            cell.ours.append(ours(per_look))
+                check_against_the_operator(counts, per_look, side, checker)
+            cell.ours.append(ours(per_look, side))
             cell.fixed.append(fixed_window(counts))
         low, high = wilson(cell.wrong(cell.ours), len(cell.ours))
         if high - low < CI_WIDTH:
@@ -224,7 +251,7 @@ def describe(cell: Cell) -> str:
     undecided = sum(o.verdict == NONE for o in cell.ours) / trials
     return (
         f"{cell.requests:>8} {cell.drift:5.2f} {GATE + cell.offset:6.3f} {trials:>6} "
-        f"{wrong / trials:8.4f} [{low:.4f},{high:.4f}] {undecided:9.3f} "
+        f"{wrong / trials:8.4f} [{low:.4f},{high:.4f}] {cell.bad(cell.ours) / trials:8.4f} {undecided:9.3f} "
         f"{_median(cell.seconds_to_correct(cell.ours)):7.0f} "
         f"{cell.wrong(cell.fixed) / trials:9.4f} {_median(cell.seconds_to_correct(cell.fixed)):7.0f}"
     )
@@ -235,11 +262,11 @@ def main() -> None:
     print(
         f"gate {GATE} +/- {DELTA}, errorRate {ERROR_RATE}, minDrafts {GATES.min_drafts}; Pass from "
         f"{ANALYSIS_LOOKS * WINDOW_SECONDS:.0f}s, Inconclusive at {LOOKS * WINDOW_SECONDS:.0f}s; "
-        f"{WINDOW_SECONDS:.0f}s windows"
+        f"{WINDOW_SECONDS:.0f}s windows; the estimate's side at the deadline where the test has its data"
     )
     print(
         f"{'req/win':>8} {'drift':>5} {'alpha':>6} {'trials':>6} {'wrong':>8} {'95% CI':>15} "
-        f"{'undecided':>9} {'ours_s':>7} {'fixed_wrong':>9} {'fixed_s':>7}"
+        f"{'bad':>8} {'undecided':>9} {'ours_s':>7} {'fixed_wrong':>9} {'fixed_s':>7}"
     )
     cells = []
     for requests in REQUESTS_PER_WINDOW:
@@ -247,21 +274,49 @@ def main() -> None:
             for offset in OFFSETS:
                 cells.append(run_cell(requests, drift, offset, rng, checker))
                 print(describe(cells[-1]), flush=True)
+    print(" ".join(f"{name}={value}" for name, value in figures(cells).items()))
+
+
+def figures(cells: list[Cell]) -> dict[str, str]:
+    """The name=value figures of issues 16 and 37, each the worst over the cells it names."""
     edges = [c for c in cells if math.isclose(abs(c.offset), DELTA)]
-    far = [c for c in cells if abs(c.offset) >= 0.10 - 1e-9]
+    far = [c for c in cells if math.isclose(abs(c.offset), 0.10)]
+    busy = [c for c in cells if c.requests != LOW_TRAFFIC]
+    quiet = [c for c in cells if c.requests == LOW_TRAFFIC]
 
-    def worst(group: list[Cell], outcomes: str) -> float:
-        return max(c.wrong(getattr(c, outcomes)) / len(c.ours) for c in group)
+    def worst(group: list[Cell], rate: Callable[[Cell], float]) -> str:
+        return f"{max(rate(c) for c in group):.4f}"
 
+    def wrong(c: Cell) -> float:
+        return c.wrong(c.ours) / len(c.ours)
+
+    def bad(c: Cell) -> float:
+        return c.bad(c.ours) / len(c.ours)
+
+    def undecided(c: Cell) -> float:
+        return sum(o.verdict == NONE for o in c.ours) / len(c.ours)
+
+    def fixed_wrong(c: Cell) -> float:
+        return c.wrong(c.fixed) / len(c.fixed)
+
+    below_far = [c for c in far if c.offset < 0]
     ours_s = [s for c in cells for s in c.seconds_to_correct(c.ours)]
     fixed_s = [s for c in cells for s in c.seconds_to_correct(c.fixed)]
-    undecided = max(sum(o.verdict == NONE for o in c.ours) / len(c.ours) for c in cells)
-    print(
-        f"wrong_verdict_rate={worst(edges, 'ours'):.4f} wrong_verdict_rate_far={worst(far, 'ours'):.4f} "
-        f"decision_speedup_vs_fixed_window={_median(fixed_s) / _median(ours_s):.2f} "
-        f"fixed_window_wrong_rate={worst(edges, 'fixed'):.4f} "
-        f"fixed_window_wrong_rate_far={worst(far, 'fixed'):.4f} inconclusive_rate_worst={undecided:.3f}"
-    )
+    return {
+        "wrong_verdict_rate": worst(edges, wrong),
+        "wrong_verdict_rate_far": worst(far, wrong),
+        "wrong_pass_far_worst": worst([c for c in below_far if c in busy], wrong),
+        "wrong_pass_far_worst_low_traffic": worst([c for c in below_far if c in quiet], wrong),
+        "wrong_pass_gross_worst": worst([c for c in cells if c.offset <= -0.20 + 1e-9], wrong),
+        "bad_outcome_edge_worst": worst([c for c in edges if c in busy], bad),
+        "bad_outcome_edge_worst_low_traffic": worst([c for c in edges if c in quiet], bad),
+        "bad_outcome_far_worst": worst([c for c in far if c in busy], bad),
+        "inconclusive_steady_edge_worst": worst([c for c in edges if c in busy and c.drift == 0], undecided),
+        "inconclusive_rate_worst": worst(cells, undecided),
+        "decision_speedup_vs_fixed_window": f"{_median(fixed_s) / _median(ours_s):.2f}",
+        "fixed_window_wrong_rate": worst(edges, fixed_wrong),
+        "fixed_window_wrong_rate_far": worst(far, fixed_wrong),
+    }
 
 
 if __name__ == "__main__":

@@ -78,7 +78,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from statistics import NormalDist
 
@@ -349,6 +349,25 @@ def acceptance_gate(
         upper,
         drafts,
         f"{figures} within ({fail_at:.1f}, {pass_at:.1f}) {zone}",
+    )
+
+
+def decide_at_deadline(result: GateResult, min_rate: float, indifference: float) -> GateResult:
+    """An acceptance test still undecided at maxAnalysisDuration, with the data it needs (the SPRT
+    ran: enough drafts and windows), is decided by the estimate's side of the gate. Inside the
+    indifference zone either verdict is acceptable, and rolling back a canary that pays costs the
+    user the speedup as surely as a wrong Fail would (DESIGN §2, "What a verdict is judged against").
+    Outside the zone only the mix's drift allowance kept it undecided, and the estimate's side is the
+    likelier truth. Too little or unusable data stays InsufficientData (Inconclusive)."""
+    if result.verdict != Verdict.INSUFFICIENT_DATA or result.estimate is None or result.lower is None:
+        return result
+    above = result.estimate >= min_rate
+    where = "inside" if abs(result.estimate - min_rate) <= indifference else "outside"
+    return replace(
+        result,
+        verdict=Verdict.PASS if above else Verdict.FAIL,
+        message=f"{result.message}; decided at maxAnalysisDuration by the estimate's side of the gate "
+        f"({'at or above' if above else 'below'} {min_rate:g}, {where} the indifference zone)",
     )
 
 

@@ -639,6 +639,9 @@ def _analyzing(step: _Step) -> _Step:
         if bench is None:
             return step  # rolled back (the benchmark failed), or waiting for its counters
         results += bench
+    deadline_passed = step.elapsed() > _seconds(spec.rollout.max_analysis_duration)
+    if deadline_passed:
+        results = _decided_at_deadline(spec, results)
     verdicts = [result.verdict for _, result in results]
     step = step.update(verdict=gates.worst(verdicts).value)
     message = "; ".join(result.message for _, result in results)
@@ -649,11 +652,27 @@ def _analyzing(step: _Step) -> _Step:
     if all(v == Verdict.PASS for v in verdicts) and (traffic_window_passed or not spec.measures_traffic):
         step = step.targets(0, spec.replicas).enter(Phase.PROMOTING, Reason.GATES_PASSED, message)
         return step.update(passed_template_hash=step.status.template_hash)
-    if step.elapsed() > _seconds(spec.rollout.max_analysis_duration):
+    if deadline_passed:
         return _take_action(
-            step, spec.rollout.on_inconclusive, Reason.INCONCLUSIVE, "no verdict within maxAnalysisDuration"
+            step,
+            spec.rollout.on_inconclusive,
+            Reason.INCONCLUSIVE,
+            f"no verdict within maxAnalysisDuration: {message}",
         )
     return step.note(Reason.ANALYZING, message)
+
+
+def _decided_at_deadline(spec: SpeculativeDeploymentSpec, results: GateResults) -> GateResults:
+    """At maxAnalysisDuration the acceptance test is decided by its estimate's side of the gate where
+    it has its data (gates.decide_at_deadline); the latency gates are not: a latency verdict still
+    missing then leaves the rollout Inconclusive."""
+    limits = spec.rollout.gates
+    return [
+        (reason, gates.decide_at_deadline(r, limits.min_acceptance_rate, limits.indifference))
+        if reason == Reason.ACCEPTANCE_BELOW_GATE
+        else (reason, r)
+        for reason, r in results
+    ]
 
 
 GateResults = list[tuple[str, gates.GateResult]]  # each with the reason of a roll-back on Fail

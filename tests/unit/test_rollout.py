@@ -309,6 +309,50 @@ def test_the_indifference_zone_reaches_the_gate(indifference: float, verdict: st
     assert f"+/- {indifference:g}" in (run.status.message or "")
 
 
+def near_the_gate(alpha_twice: tuple[float, float]) -> TrackMetrics:
+    """20 spread-out windows of 200 draft tokens, accepting the two counts in turn: an estimate a
+    point from the default gate 0.55, which the SPRT cannot tell from it (inside the zone +/- 0.05)."""
+    low, high = alpha_twice
+    spread = tuple(AcceptanceWindow(50, 200, low if i % 2 else high) for i in range(20))
+    return replace(metrics(0.55), acceptance=spread)
+
+
+@pytest.mark.parametrize(
+    ("accepted", "phase", "reason", "side"),
+    [
+        ((90, 134), Phase.PROMOTING, Reason.GATES_PASSED, "at or above 0.55, inside"),  # alpha 0.56
+        ((86, 130), Phase.ROLLING_BACK, Reason.ACCEPTANCE_BELOW_GATE, "below 0.55, inside"),  # 0.54
+    ],
+)
+def test_a_canary_inside_the_zone_is_decided_at_the_deadline_by_its_side_of_the_gate(
+    accepted: tuple[float, float], phase: Phase, reason: str, side: str
+) -> None:
+    """Issue 37: with the data it needs but still undecided at maxAnalysisDuration (10m here), the
+    acceptance test takes the estimate's side of the gate instead of rolling a good canary back as
+    Inconclusive; the latency gates passed (the same histograms as the baseline's)."""
+    run = Run(make_spec(gates={"minDrafts": 100, "minLatencySamples": 50, "mixDrift": 0}))
+    run.to_analyzing()
+    canary = near_the_gate(accepted)
+    run.step(after=90, baseline=ready(1), canary=ready(1), baseline_metrics=metrics(), canary_metrics=canary)
+    assert (run.phase, run.status.verdict) == (Phase.ANALYZING, "InsufficientData"), run.status.message
+    run.step(after=540, baseline=ready(1), canary=ready(1), baseline_metrics=metrics(), canary_metrics=canary)
+    assert (run.phase, run.status.reason) == (phase, reason), run.status.message
+    assert f"decided at maxAnalysisDuration by the estimate's side of the gate ({side}" in (
+        run.status.message or ""
+    )
+
+
+def test_a_latency_gate_without_its_data_leaves_a_decided_acceptance_inconclusive() -> None:
+    """Only acceptance is decided by its side at the deadline: a per-token histogram with 10 samples
+    (minLatencySamples 50) still has no verdict, and the canary is not promoted on alpha alone."""
+    run = Run(make_spec(gates={"minDrafts": 100, "minLatencySamples": 50, "mixDrift": 0}))
+    run.to_analyzing()
+    canary = replace(near_the_gate((90, 134)), per_token=itl(0.03, count=10))
+    run.step(after=630, baseline=ready(1), canary=ready(1), baseline_metrics=metrics(), canary_metrics=canary)
+    assert (run.phase, run.status.reason) == (Phase.ROLLING_BACK, Reason.INCONCLUSIVE), run.status.message
+    assert "decided at maxAnalysisDuration" in (run.status.message or "")
+
+
 def test_low_alpha_rolls_back_with_the_figures() -> None:
     run = Run()
     run.to_analyzing()
