@@ -909,20 +909,37 @@ def test_seed_004_winner_fails_a_10_percent_gate_on_the_raw_step_latency() -> No
     assert "step stall" in (run.status.message or "")
 
 
-def test_per_token_latency_15_percent_worse_rolls_back() -> None:
-    """On buckets fine enough for the 10 % gate (vLLM's default ones are not: see test_gates)."""
+def fine_per_token(slower: float, seed: int, alpha: float | None = None) -> TrackMetrics:
+    """A track of seed 004's baseline whose per-token latency is `slower` times the baseline's, on
+    buckets fine enough for a 10 % gate (vLLM's default ones are not: see test_gates)."""
     itl_ms, per_token_ms = SEED_004_BASELINE
+    fine = sampled(slower * per_token_ms / 1000, 6_000, seed, sigma=0.15, bounds=FINE_BOUNDS)
+    return replace(seed_004(itl_ms, per_token_ms, seed, alpha), per_token=fine)
 
-    def track(per_token_seconds: float, seed: int, alpha: float | None = None) -> TrackMetrics:
-        fine = sampled(per_token_seconds, 6_000, seed, sigma=0.15, bounds=FINE_BOUNDS)
-        return replace(seed_004(itl_ms, per_token_ms, seed, alpha), per_token=fine)
 
+def test_per_token_latency_15_percent_worse_rolls_back() -> None:
     run = Run()
-    analyze(run, track(per_token_ms / 1000, seed=1), track(1.15 * per_token_ms / 1000, seed=3, alpha=0.8))
+    analyze(run, fine_per_token(1.0, seed=1), fine_per_token(1.15, seed=3, alpha=0.8))
     assert (run.phase, run.status.reason) == (Phase.ROLLING_BACK, Reason.LATENCY_REGRESSION), (
         run.status.message
     )
     assert "per-token" in (run.status.message or "")
+
+
+@pytest.mark.parametrize(
+    ("tolerance", "slower", "phase"),
+    [(0.20, 1.30, Phase.ROLLING_BACK), (0.30, 1.15, Phase.PROMOTING)],
+    ids=["30%-worse-at-20%", "15%-worse-at-30%"],
+)
+def test_the_per_token_gate_takes_its_own_tolerance(tolerance: float, slower: float, phase: Phase) -> None:
+    """maxP99PerTokenRegression, neither the step stall's 50 % nor a fixed 10 %, decides: 30 % worse
+    rolls back at 20 %, 15 % worse passes at 30 % (the step stall, like the baseline's, passes)."""
+    limits = {"minDrafts": 100, "minLatencySamples": 50, "maxP99PerTokenRegression": tolerance}
+    run = Run(make_spec(gates=limits))
+    analyze(run, fine_per_token(1.0, seed=1), fine_per_token(slower, seed=3, alpha=0.8))
+    entered = run.status.history[-1]
+    assert entered.phase == phase, entered.message
+    assert "P99 per-token latency canary" in entered.message and f"{tolerance:.0%}" in entered.message
 
 
 def test_latency_at_unequal_loads_is_not_compared() -> None:
