@@ -385,7 +385,7 @@ def phases_through_the_analysis(run: Run, baseline: TrackMetrics, canary: TrackM
     """The phases seen at a look every 60 s from the end of the canary's warm-up until just past
     maxAnalysisDuration (10m): 11 looks."""
     run.to_analyzing()
-    seen = []
+    seen: list[Phase] = []
     for _ in range(11):
         run.step(
             after=60, baseline=ready(1), canary=ready(1), baseline_metrics=baseline, canary_metrics=canary
