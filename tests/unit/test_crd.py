@@ -78,6 +78,64 @@ def test_every_rule_is_attached_as_cel() -> None:
     assert attached == {rule.cel for rule in api.RULES if rule.cel is not None} | {api.NAME_CEL}
 
 
+WHOLE = "must be a whole number without a decimal point: write 2, not 2.0"
+
+# Every rule the API server enforces, by the object it sits on, the field it names and its message:
+# written out here, not read from api.RULES, so that a rule dropped from RULES (or left without
+# CEL) fails here rather than vanishing from both the CRD and the tests that walk RULES.
+API_SERVER_RULES = {
+    (".spec", ".tensorParallelSize", "tensorParallelSize must not exceed resources.gpus: request at "
+     "least as many GPUs as TP ranks"),
+    (".spec", ".tensorParallelSize", f"tensorParallelSize {WHOLE}"),
+    (".spec", ".rollout.canaryReplicas", "canaryReplicas must be less than replicas, so that the "
+     "baseline serves beside the canary (at replicas 1, canaryReplicas 1 runs beside it on a spare "
+     "GPU): lower canaryReplicas, raise replicas, or use strategy sequential"),
+    (".spec", ".replicas", f"replicas {WHOLE}"),
+    (".spec.resources", ".gpus", f"gpus {WHOLE}"),
+    (".spec.env[]", ".value", "set exactly one of value and valueFrom"),
+    (".spec.speculative", ".draftModel", "draftModel is required for methods eagle3, eagle and "
+     "draft_model: set it to the draft or head"),
+    (".spec.speculative", ".draftModel", "draftModel must be empty for methods ngram and suffix: they "
+     "draft from the prompt, remove it"),
+    (".spec.speculative", ".promptLookupMin", "promptLookupMin must not exceed promptLookupMax"),
+    (".spec.speculative", ".promptLookupMin", "promptLookupMin and promptLookupMax apply to method "
+     "ngram only: remove them"),
+    (".spec.speculative", ".promptLookupMin", f"promptLookupMin {WHOLE}"),
+    (".spec.speculative", ".promptLookupMax", f"promptLookupMax {WHOLE}"),
+    (".spec.rollout", ".maxSurge", "maxSurge and maxUnavailable cannot both be 0: no pod could ever be "
+     "swapped; set maxSurge 1 (one spare GPU pod) or maxUnavailable 1 (swap one pod at a time)"),
+    (".spec.rollout", ".maxSurge", f"maxSurge {WHOLE}"),
+    (".spec.rollout", ".maxUnavailable", f"maxUnavailable {WHOLE}"),
+    (".spec.rollout", ".canaryReplicas", f"canaryReplicas {WHOLE}"),
+    (".spec.rollout.benchmark", ".datasetPath", "datasetPath is required for datasets sharegpt, "
+     "spec_bench and custom: name the file in the pod"),
+    (".spec.rollout.benchmark", ".gateConcurrency", "gateConcurrency must be one of concurrency: add it "
+     "to the points or pick one of them"),
+    (".spec.rollout.benchmark", ".concurrency", "concurrency points must be whole numbers without a "
+     "decimal point: write 8, not 8.0"),
+    (".spec.rollout.benchmark", ".gateConcurrency", f"gateConcurrency {WHOLE}"),
+    (".spec.rollout.gates", ".mixDriftTimescale", "mixDriftTimescale must be at least 1s, e.g. 3m (how "
+     "long a swing of the traffic mix lasts)"),
+    (".spec.rollout.metrics", ".prometheusUrl", "prometheusUrl must be an http:// or https:// URL with "
+     "a host, e.g. http://prometheus-operated.monitoring:9090"),
+    (".spec.rollout.metrics", ".scrapeInterval", "scrapeInterval must be at least 1s, e.g. 15s "
+     "(Prometheus' usual interval)"),
+}  # fmt: skip
+
+
+def test_the_api_server_enforces_exactly_the_expected_rules() -> None:
+    """The checked-in CRD (what `kubectl apply` installs) carries each expected rule where it
+    belongs; the name rule on the root is pinned by the test below."""
+    root = yaml.safe_load(CRD_FILE.read_text())["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    attached = {
+        (path, v["fieldPath"], v["message"])
+        for path, node in walk(root)
+        for v in node.get("x-kubernetes-validations", [])
+        if path
+    }
+    assert attached == API_SERVER_RULES
+
+
 def test_the_name_rule_sits_on_the_root_and_checks_creates_only() -> None:
     [rule] = version()["schema"]["openAPIV3Schema"]["x-kubernetes-validations"]
     assert rule == {

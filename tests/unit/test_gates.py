@@ -12,6 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from specgate import api
 from specgate.gates import (
     MIN_WINDOWS,
     AcceptanceWindow,
@@ -25,6 +26,7 @@ from specgate.gates import (
     latency_gate,
     mix_drift_variance,
     residual_variance,
+    spec_acceptance_gate,
     sprt_log_lr,
     wald_bounds,
     worst,
@@ -400,3 +402,38 @@ def test_a_drifting_mix_at_the_zones_lower_edge_is_rarely_passed(
         assert wrong >= 10  # the failure the drift term exists for
     else:
         assert wrong <= most_wrong
+
+
+# Three minutes of a steady canary at alpha 0.62: 12 windows of 15 s, 50 drafts of K=4 each.
+THREE_MINUTES_AT_062 = [AcceptanceWindow(50, 200, 124) for _ in range(12)]
+
+
+def test_the_drift_term_holds_a_verdict_until_the_mix_has_swung() -> None:
+    """Over one timescale (180 s) the mix's drift adds 0.09^2 * 2 e^-1 = 0.00596 to the variance of
+    the mean alpha, against alpha (1 - alpha) / N = 0.2356 / 2400 = 0.0000982 from the windows: the
+    log-LR 2 * 0.05 * (0.62 - 0.55) / variance falls from 71.3 (a Pass) to 1.2, short of Wald's 2.9."""
+    drifting = acceptance_gate(THREE_MINUTES_AT_062, 0.55, mix_drift=0.09, mix_drift_seconds=180.0)
+    steady = acceptance_gate(THREE_MINUTES_AT_062, 0.55, mix_drift=0.0, mix_drift_seconds=180.0)
+    assert (drifting.verdict, steady.verdict) == (Verdict.INSUFFICIENT_DATA, Verdict.PASS)
+    assert "SPRT log-LR 1.2 within (-2.9, 2.9)" in drifting.message
+    assert "mix drift sd 0.09 over 180s" in drifting.message
+    assert "SPRT log-LR 71.3 >= 2.9" in steady.message
+
+
+@pytest.mark.parametrize(
+    ("gates", "verdict"),
+    [({}, Verdict.INSUFFICIENT_DATA), ({"mixDrift": 0}, Verdict.PASS), ({"mixDrift": 0.02}, Verdict.PASS)],
+    ids=["default", "steady", "nearly-steady"],
+)
+def test_the_specs_mix_drift_reaches_the_acceptance_gate(gates: dict[str, float], verdict: Verdict) -> None:
+    """spec_acceptance_gate passes the spec's mixDrift on (0.09 by default): three minutes at 0.62
+    are not yet a Pass under the default drift, and are under a steady or nearly steady mix."""
+    limits = api.Gates.model_validate(gates)
+    assert spec_acceptance_gate(THREE_MINUTES_AT_062, limits, window_seconds=15.0).verdict == verdict
+
+
+def test_a_benchmark_judges_without_the_mix_drift() -> None:
+    """A benchmark replays a fixed dataset, whose mix does not drift: the default mixDrift is not
+    added (DESIGN: "benchmark mode replays a fixed dataset and has none")."""
+    result = spec_acceptance_gate(THREE_MINUTES_AT_062, api.Gates(), window_seconds=15.0, traffic=False)
+    assert result.verdict == Verdict.PASS

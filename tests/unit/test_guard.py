@@ -120,6 +120,21 @@ def test_the_window_still_filling_is_left_for_the_next_look() -> None:
     assert run.status.guard is not None and run.status.guard.windows == 19
 
 
+def test_a_window_still_filling_never_trips_the_guard() -> None:
+    """The first seconds of the window still filling held 50 drafts, all rejected (a burst of hard
+    prompts): judged now, that part-window alone would trip the guard. Left for the next look, the
+    19 complete windows at alpha 0.8 keep the CUSUM at 0 and the canary promoted."""
+    run = Run()
+    run.to_promoted()
+    now = (run.now + timedelta(seconds=60)).timestamp()
+    complete = tuple(AcceptanceWindow(50, 200, 160, end=now - 15 * (19 - i)) for i in range(19))
+    filling = AcceptanceWindow(50, 200, 0, end=now + 10)
+    run.step(after=60, canary=ready(2), canary_metrics=replace(metrics(0.8), acceptance=(*complete, filling)))
+    assert (run.phase, run.status.reason) == (api.Phase.PROMOTED, rollout.Reason.GUARDING)
+    assert run.status.guard is not None
+    assert (run.status.guard.statistic, run.status.guard.alpha) == (0.0, 0.8)
+
+
 def test_the_guard_history_starts_on_the_grid_of_windows_from_the_promotion() -> None:
     run = Run()
     run.to_promoted()

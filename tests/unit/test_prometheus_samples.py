@@ -99,6 +99,30 @@ def test_a_counter_reset_counts_from_zero() -> None:
     assert [i.value for i in increases] == [60.0, 20.0, 30.0]
 
 
+def test_a_scrape_on_a_windows_end_counts_in_the_window_it_ends() -> None:
+    """Windows from `since` are (start, end]: an increase whose later scrape falls exactly on a
+    window's end belongs to the window ending there. Counted in the next one, every figure of a
+    pod scraped on the grid would move a window late, and the latest into a window not yet over
+    (which the guard leaves for its next look)."""
+    since = T0.timestamp()
+    stamps = (since, since + 15, since + 30, since + 45)
+    drafts, accepted = (0.0, 10.0, 30.0, 60.0), (0.0, 30.0, 60.0, 150.0)
+    pod = {
+        DRAFTS: Series({"instance": "a:8000"}, tuple(zip(stamps, drafts, strict=True))),
+        DRAFT_TOKENS: Series(
+            {"instance": "a:8000"}, tuple((t, K * d) for t, d in zip(stamps, drafts, strict=True))
+        ),
+        ACCEPTED: Series({"instance": "a:8000"}, tuple(zip(stamps, accepted, strict=True))),
+    }
+    windows, _ = prometheus.acceptance_windows(families(pod), since, 15.0, ())
+    assert windows == (
+        AcceptanceWindow(10, 40, 30),
+        AcceptanceWindow(20, 80, 30),
+        AcceptanceWindow(30, 120, 90),
+    )
+    assert [w.end for w in windows] == [since + 15, since + 30, since + 45]
+
+
 def test_benchmark_requests_do_not_move_the_traffic_alpha() -> None:
     """Production traffic at alpha 0.6 and a benchmark Job at alpha 0.95 on the same canary pod: with
     the Job's span left out the traffic alpha is the traffic's; without, the Job drags it up."""

@@ -81,6 +81,24 @@ def test_an_abort_while_paused_rolls_back_the_phase_the_pause_held() -> None:
     assert (d.baseline_replicas, d.canary_replicas) == (2, 1) and d.keep_template == {"canary"}
 
 
+def test_a_pause_annotation_does_not_hold_the_guards_rollback() -> None:
+    """After promotion the guard trips and the baseline grows back; `kubectl specgate pause` then
+    must not hold pods half-way (the canary with alpha 0.2 serving most traffic): the rollback goes
+    on to RolledBack, pod by pod, and no phase is kept to resume."""
+    run = Run()
+    run.to_promoted()
+    run.step(after=60, canary=ready(2), canary_metrics=metrics(0.8))
+    run.step(after=60, canary=ready(2), canary_metrics=metrics(0.2))
+    assert (run.phase, run.status.reason) == (Phase.ROLLING_BACK, Reason.GUARD_TRIPPED)
+    run.spec = api.with_requests(run.spec, api.Requests(paused=True))
+    d = run.step(baseline=ready(1), canary=ready(2))
+    assert (run.phase, d.baseline_replicas, d.canary_replicas) == (Phase.ROLLING_BACK, 2, 1)
+    d = run.step(baseline=ready(2), canary=ready(1))
+    assert (run.phase, d.baseline_replicas, d.canary_replicas) == (Phase.ROLLED_BACK, 2, 0)
+    assert run.status.resume_phase is None
+    assert Phase.PAUSED not in [h.phase for h in run.status.history]
+
+
 def test_an_abort_after_promotion_rolls_back_like_the_guard() -> None:
     run = Run()
     run.to_promoted()

@@ -425,14 +425,58 @@ def test_no_drafts_is_insufficient_then_inconclusive() -> None:
     assert (run.phase, run.status.reason) == (Phase.ROLLED_BACK, Reason.INCONCLUSIVE)
 
 
+def phases_through_the_analysis(run: Run, baseline: TrackMetrics, canary: TrackMetrics) -> list[Phase]:
+    """The phases seen at a look every 60 s from the end of the canary's warm-up until just past
+    maxAnalysisDuration (10m): 11 looks."""
+    run.to_analyzing()
+    seen: list[Phase] = []
+    for _ in range(11):
+        run.step(
+            after=60, baseline=ready(1), canary=ready(1), baseline_metrics=baseline, canary_metrics=canary
+        )
+        seen.append(run.phase)
+    return seen
+
+
+NEVER_DECIDED = [Phase.ANALYZING] * 10 + [Phase.ROLLING_BACK]  # Inconclusive after 10m
+
+
+@pytest.mark.parametrize("missing", ["per_token", "itl"])
+def test_a_canary_without_a_latency_histogram_is_never_promoted(missing: str) -> None:
+    """A canary whose engine exports no per-token (or no ITL) histogram, at alpha 0.8: its latency
+    cannot be compared, so it is never promoted, however good its alpha; Inconclusive at the end."""
+    run = Run()
+    canary = replace(metrics(0.8), **{missing: None})
+    assert phases_through_the_analysis(run, metrics(), canary) == NEVER_DECIDED
+    assert run.status.reason == Reason.INCONCLUSIVE
+    assert Reason.GATES_PASSED not in [h.reason for h in run.status.history]
+
+
+def test_too_few_latency_samples_never_promote() -> None:
+    """A canary at alpha 0.8 with 10,000 latency samples like the baseline's, where
+    minLatencySamples asks 20,000 (the baseline has 100,000): the latency verdict stays
+    InsufficientData, which is never read as a Pass. Under the test's usual minimum (50) the same
+    canary is promoted at the first look."""
+    canary = replace(metrics(0.8), itl=itl(0.04, count=10_000), per_token=itl(0.03, count=10_000))
+    run = Run(make_spec(gates={"minDrafts": 100, "minLatencySamples": 20_000}))
+    assert phases_through_the_analysis(run, metrics(), canary) == NEVER_DECIDED
+    assert (run.status.reason, run.status.verdict) == (Reason.INCONCLUSIVE, "InsufficientData")
+    assert phases_through_the_analysis(Run(), metrics(), canary)[0] == Phase.PROMOTING
+
+
 def test_counter_resets_and_nan_do_not_crash_or_promote() -> None:
+    """21 windows, none usable: NaN increases, a counter reset's negative ones, and more accepted
+    tokens than draft tokens (counters scraped apart). Read as data, the last kind alone would be
+    alpha 1.5 over 350 drafts: a Pass; left out, there is nothing to judge."""
     run = Run()
     run.to_analyzing()
-    broken = replace(
-        metrics(0.9),
-        acceptance=(AcceptanceWindow(math.nan, math.nan, math.nan), AcceptanceWindow(-50, -200, -180)),
+    broken = (
+        AcceptanceWindow(math.nan, math.nan, math.nan),
+        AcceptanceWindow(-50, -200, -180),
+        AcceptanceWindow(50, 200, 300),
     )
-    run.step(after=70, baseline=ready(1), canary=ready(1), baseline_metrics=metrics(), canary_metrics=broken)
+    canary = replace(metrics(0.9), acceptance=broken * 7)
+    run.step(after=70, baseline=ready(1), canary=ready(1), baseline_metrics=metrics(), canary_metrics=canary)
     assert run.phase == Phase.ANALYZING and run.status.verdict == "InsufficientData"
 
 
@@ -909,20 +953,37 @@ def test_seed_004_winner_fails_a_10_percent_gate_on_the_raw_step_latency() -> No
     assert "step stall" in (run.status.message or "")
 
 
-def test_per_token_latency_15_percent_worse_rolls_back() -> None:
-    """On buckets fine enough for the 10 % gate (vLLM's default ones are not: see test_gates)."""
+def fine_per_token(slower: float, seed: int, alpha: float | None = None) -> TrackMetrics:
+    """A track of seed 004's baseline whose per-token latency is `slower` times the baseline's, on
+    buckets fine enough for a 10 % gate (vLLM's default ones are not: see test_gates)."""
     itl_ms, per_token_ms = SEED_004_BASELINE
+    fine = sampled(slower * per_token_ms / 1000, 6_000, seed, sigma=0.15, bounds=FINE_BOUNDS)
+    return replace(seed_004(itl_ms, per_token_ms, seed, alpha), per_token=fine)
 
-    def track(per_token_seconds: float, seed: int, alpha: float | None = None) -> TrackMetrics:
-        fine = sampled(per_token_seconds, 6_000, seed, sigma=0.15, bounds=FINE_BOUNDS)
-        return replace(seed_004(itl_ms, per_token_ms, seed, alpha), per_token=fine)
 
+def test_per_token_latency_15_percent_worse_rolls_back() -> None:
     run = Run()
-    analyze(run, track(per_token_ms / 1000, seed=1), track(1.15 * per_token_ms / 1000, seed=3, alpha=0.8))
+    analyze(run, fine_per_token(1.0, seed=1), fine_per_token(1.15, seed=3, alpha=0.8))
     assert (run.phase, run.status.reason) == (Phase.ROLLING_BACK, Reason.LATENCY_REGRESSION), (
         run.status.message
     )
     assert "per-token" in (run.status.message or "")
+
+
+@pytest.mark.parametrize(
+    ("tolerance", "slower", "phase"),
+    [(0.20, 1.30, Phase.ROLLING_BACK), (0.30, 1.15, Phase.PROMOTING)],
+    ids=["30%-worse-at-20%", "15%-worse-at-30%"],
+)
+def test_the_per_token_gate_takes_its_own_tolerance(tolerance: float, slower: float, phase: Phase) -> None:
+    """maxP99PerTokenRegression, neither the step stall's 50 % nor a fixed 10 %, decides: 30 % worse
+    rolls back at 20 %, 15 % worse passes at 30 % (the step stall, like the baseline's, passes)."""
+    limits = {"minDrafts": 100, "minLatencySamples": 50, "maxP99PerTokenRegression": tolerance}
+    run = Run(make_spec(gates=limits))
+    analyze(run, fine_per_token(1.0, seed=1), fine_per_token(slower, seed=3, alpha=0.8))
+    entered = run.status.history[-1]
+    assert entered.phase == phase, entered.message
+    assert "P99 per-token latency canary" in entered.message and f"{tolerance:.0%}" in entered.message
 
 
 def test_latency_at_unequal_loads_is_not_compared() -> None:
