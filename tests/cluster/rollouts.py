@@ -244,3 +244,9 @@ def orphaned_pods(api_client: client.ApiClient, namespace: str) -> list[str]:
         for p in pods
         if not any(ref.uid in replica_sets or ref.kind == "Job" for ref in p.metadata.owner_references or [])
     ]
+
+
+def settled_as(status: dict[str, Any]) -> tuple[str, str]:
+    """(phase, the reason it was entered with): once Promoted, status.reason follows the guard
+    (Guarding), while the history keeps why the phase began."""
+    return status["phase"], status["history"][-1]["reason"]

@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 from tests.cluster.conftest import CACHE
-from tests.cluster.rollouts import fast_rollout, report, run_rollout
+from tests.cluster.rollouts import fast_rollout, report, run_rollout, settled_as
 from tests.conftest import load_sample
 
 from specgate.vllm_metrics import SPEC_DECODE_NUM_ACCEPTED_TOKENS, SPEC_DECODE_NUM_DRAFT_TOKENS, total
@@ -135,7 +135,7 @@ def test_benchmark_jobs_measure_the_speedup_curve_and_the_verdict_follows_the_ga
     base, cand = baseline[1], canary[1]
     within = cand["p99TpotMs"] <= base["p99TpotMs"] * 1.1 and cand["p99ItlMs"] <= base["p99ItlMs"] * 2.5
     expected = ("Promoted", "Promoted") if within else ("RolledBack", "LatencyRegression")
-    assert (status["phase"], status["reason"]) == expected, (status.get("message"), speedup)
+    assert settled_as(status) == expected, (status.get("message"), speedup)
     assert bench["alpha"] > 0.25 + 0.05, "the draft's alpha left the margin this test's gate assumes"
     jobs = client.BatchV1Api(lab["api_client"]).list_namespaced_job(lab["namespace"]).items
     assert sorted(j.metadata.name for j in jobs) == ["bench-bench-baseline-1", "bench-bench-canary-1"]

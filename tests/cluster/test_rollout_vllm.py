@@ -19,7 +19,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from tests.cluster.conftest import CACHE
 from tests.cluster.figures import report
-from tests.cluster.rollouts import fast_rollout, run_rollout
+from tests.cluster.rollouts import fast_rollout, run_rollout, settled_as
 from tests.conftest import load_sample
 
 from specgate import vllm_metrics
@@ -227,6 +227,6 @@ def test_a_30_s_scrape_rolls_back_a_perfect_draft_that_slows_streaming(lab: dict
     )
     regressed = stall > 1.5 or canary["p99PerTokenLatencyMs"] > 1.1 * baseline["p99PerTokenLatencyMs"]
     expected = ("RolledBack", "LatencyRegression") if regressed else ("Promoted", "Promoted")
-    assert (status["phase"], status["reason"]) == expected, status.get("message")
+    assert settled_as(status) == expected, status.get("message")
     assert status["canary"]["acceptanceWindowSeconds"] == pytest.approx(30, abs=1)
     check_measured_like_the_engine(status, engine, lab)
