@@ -127,3 +127,22 @@ def test_a_re_render_rolls_only_alone_and_within_the_floor(
     rolling: Side, other: Side, other_rolling: bool, shrinking: bool, allowed: bool
 ) -> None:
     assert may_roll(Budget(4, 0, 1), rolling, other, other_rolling, shrinking) is allowed
+
+
+def test_a_rolling_track_is_not_shrunk_below_what_its_own_roll_keeps() -> None:
+    """Issue 38, item 1: baseline 2 of 2 mid-roll (maxSurge 0, maxUnavailable 1: its Deployment may
+    take one Ready pod), canary 2 of 2, floor 3. Shrinking the baseline to 1 would let its roll keep
+    1 - 1 = 0: it keeps its 2 pods (1 Ready guaranteed + 2 = 3) until its roll is over."""
+    budget = Budget(4, max_surge=0, max_unavailable=1)
+    rolling = guaranteed(Side(2, 2), rolling=True, max_unavailable=1)
+    assert step_toward(budget, rolling, Side(2, 2), targets=(0, 4)) == (2, 2)
+    assert step_toward(budget, Side(2, 2), Side(2, 2), targets=(0, 4)) == (1, 3)  # not rolling: it may
+
+
+def test_pods_a_track_may_lose_are_not_free_to_remove() -> None:
+    """A Deployment scaled 2 -> 1 that its controller has not seen yet reads as rolling, 2 Ready:
+    that its roll might take them is no licence to take them now (floor 2, the canary counts 1)."""
+    budget = Budget(4, max_surge=0, max_unavailable=2)
+    baseline = guaranteed(Side(1, 2), rolling=True, max_unavailable=2)
+    canary = guaranteed(Side(3, 1), rolling=True, max_unavailable=2)
+    assert step_toward(budget, baseline, canary, targets=(0, 4))[0] == 1
