@@ -98,10 +98,11 @@ def test_one_step_from_any_observed_state_keeps_the_floor_or_the_ready_pods_ther
 
 
 def test_a_track_mid_roll_counts_only_the_pods_its_deployment_keeps() -> None:
-    assert guaranteed(Side(3, 3), rolling=True, max_unavailable=1) == Side(3, 2)
-    assert guaranteed(Side(3, 1), rolling=True, max_unavailable=1) == Side(3, 1)  # fewer Ready already
-    assert guaranteed(Side(3, 3), rolling=False, max_unavailable=1) == Side(3, 3)
-    assert guaranteed(Side(3, 3), rolling=True, max_unavailable=0) == Side(3, 3)  # surge-only rolls
+    assert guaranteed(Side(3, 3), rolling=True, max_unavailable=1).kept(3) == 2
+    assert guaranteed(Side(3, 1), rolling=True, max_unavailable=1).kept(3) == 1  # fewer Ready already
+    assert guaranteed(Side(3, 3), rolling=True, max_unavailable=1).kept(2) == 1  # lowered mid-roll
+    assert guaranteed(Side(3, 3), rolling=False, max_unavailable=1).kept(3) == 3
+    assert guaranteed(Side(3, 3), rolling=True, max_unavailable=0).kept(3) == 3  # surge-only rolls
 
 
 def test_a_shrink_beside_a_rolling_track_keeps_the_floor_against_its_next_loss() -> None:
