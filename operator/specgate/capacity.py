@@ -53,10 +53,14 @@ def may_roll(budget: Budget, rolling: Side, other: Side, other_rolling: bool, sh
     """Whether one track's pod template may start rolling now (a new operator version renders it
     differently): never beside the other track's roll or a shrink, whose losses would add up, and
     only if the roll's worst case (its Deployment takes max_unavailable Ready pods) keeps the floor."""
-    if other_rolling or shrinking:
-        return False
+    return not (other_rolling or shrinking) and roll_keeps_floor(budget, rolling, other.ready)
+
+
+def roll_keeps_floor(budget: Budget, rolling: Side, other_ready: int) -> bool:
+    """Whether a new pod template on `rolling` keeps the floor through its roll's worst case (its
+    Deployment takes max_unavailable Ready pods), beside `other_ready` Ready pods of the other track."""
     loss = min(budget.max_unavailable, rolling.ready)
-    return loss == 0 or rolling.ready + other.ready - loss >= budget.min_ready
+    return loss == 0 or rolling.ready + other_ready - loss >= budget.min_ready
 
 
 def guaranteed(side: Side, rolling: bool, max_unavailable: int) -> Side:

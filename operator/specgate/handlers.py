@@ -263,7 +263,7 @@ def apply_children(
     children: kube.Children,
 ) -> None:
     """Shrinking Deployments first (their GPUs free up sooner), then the rest. A Deployment whose
-    template is kept (decision.keep_template, or a re-render that must wait) is only scaled: its
+    template is kept (decision.keep_template, or a new template or re-render that must wait) is only scaled: its
     pods keep what they run."""
     counts = {Track.BASELINE: decision.baseline_replicas, Track.CANARY: decision.canary_replicas}
     states = {Track.BASELINE: observation.baseline, Track.CANARY: observation.canary}
@@ -272,7 +272,7 @@ def apply_children(
     rendered = {
         track: m["metadata"]["annotations"][render.ANNOTATION_RENDERED] for track, m in manifests.items()
     }
-    kept = decision.keep_template | rollout.rerenders_to_wait(spec, rendered, states, wanted)
+    kept = decision.keep_template | rollout.templates_to_wait(spec, rendered, states, wanted)
     for track, replicas in sorted(wanted.items(), key=lambda item: item[1] >= states[item[0]].replicas):
         if track in kept and states[track].exists:
             kube.scale_deployment(owner.namespace, render.deployment_name(owner, track), replicas, children)
