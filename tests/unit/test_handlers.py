@@ -347,3 +347,25 @@ def test_an_abort_with_a_new_template_keeps_the_old_one_while_its_roll_would_bre
     decision = handlers.step(raw, run.status, OWNER, run.generation + 1, run.now, abort, kube.Children())
     assert decision.status.phase == Phase.ROLLED_BACK
     assert fake.calls[0] == ("scale", "llama-baseline", 2)
+
+
+def test_a_fixed_spec_measures_the_phase_it_resumes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by test_day2_property (seed 31): Baseline -> Failed (invalid spec) -> fixed. The
+    reconcile that resumes Baseline must read the baseline's metrics: observed as Failed, none were
+    read, and the resumed phase took that for metrics lost (with a stale metricsUnavailableSince, a
+    rollback)."""
+    FakeKube({"llama-baseline": ready(2)}).install(monkeypatch)
+    prometheus = FakePrometheus({"baseline": metrics()}).install(monkeypatch)
+    run = Run(make_spec(metrics={"prometheusUrl": PROMETHEUS}))
+    run.step(baseline=ready(2))
+    run.step(baseline=ready(2))  # Ready: the warm-up begins
+    raw = run.spec.model_dump(by_alias=True, mode="json")
+    invalid = {**raw, "speculative": {**raw["speculative"], "numSpeculativeTokens": 0}}
+    failed = handlers.step(invalid, run.status, OWNER, 2, run.now, {}, kube.Children()).status
+    assert failed.phase == Phase.FAILED
+    later = run.now + timedelta(seconds=100)
+    decision = handlers.step(raw, failed, OWNER, 3, later, {}, kube.Children())
+    assert [query[1] for query in prometheus.queries] == [
+        'namespace="ml",specgate_dev_deployment="llama",specgate_dev_track="baseline"'
+    ]
+    assert (decision.status.phase, decision.status.verdict) == (Phase.CANARY, None)
