@@ -174,6 +174,10 @@ def observe(
     observation = Observation(generation, tracks[Track.BASELINE], tracks[Track.CANARY])
     if rollout.begins_new_rollout(spec, status, generation):
         return observation  # the last rollout's figures are about to be forgotten
+    if status.phase == Phase.FAILED and status.resume_phase is not None:
+        # The spec is valid again (or step() would have returned): decide() resumes the phase in
+        # this reconcile, and must see that phase's figures, not none (read as metrics lost).
+        status = status.model_copy(update={"phase": status.resume_phase})
     if spec.benchmarks:
         observation = _observe_benchmarks(spec, status, owner, observation, now)
     window = rollout.measurement_window(spec, status, now)
