@@ -319,7 +319,7 @@ def test_random_day2_histories_keep_the_safety_invariants(monkeypatch: pytest.Mo
         monkeypatch.setattr(handlers, "PrometheusClient", lambda _url, h=history: h)
         broken = next(history.run(), None)
         if broken is not None:
-            trail = "\n".join(history.log[-400:])
+            trail = "\n".join(history.log[-60:])
             pytest.fail(
                 f"seed {seed} (SPECGATE_FUZZ_SEED={seed} to replay), tick {history.tick}: {broken}\n{trail}"
             )
