@@ -147,3 +147,9 @@ def test_pods_a_track_may_lose_are_not_free_to_remove() -> None:
     baseline = guaranteed(Side(1, 2), rolling=True, max_unavailable=2)
     canary = guaranteed(Side(3, 1), rolling=True, max_unavailable=2)
     assert step_toward(budget, baseline, canary, targets=(0, 4))[0] == 1
+
+
+def test_a_re_render_counts_no_ready_pod_above_the_replicas() -> None:
+    """Found by test_day2_property (seed 191): baseline scaled 6 -> 4, its controller not caught up
+    (6 Ready), floor 4. Its 2 extra pods go anyway: a roll of 4 at maxUnavailable 2 keeps 2."""
+    assert not may_roll(Budget(6, 1, 2), Side(4, 6), Side(2, 0), other_rolling=False, shrinking=False)
