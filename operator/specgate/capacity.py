@@ -59,8 +59,9 @@ def may_roll(budget: Budget, rolling: Side, other: Side, other_rolling: bool, sh
 def roll_keeps_floor(budget: Budget, rolling: Side, other_ready: int) -> bool:
     """Whether a new pod template on `rolling` keeps the floor through its roll's worst case (its
     Deployment takes max_unavailable Ready pods), beside `other_ready` Ready pods of the other track."""
-    loss = min(budget.max_unavailable, rolling.ready)
-    return loss == 0 or rolling.ready + other_ready - loss >= budget.min_ready
+    ready = min(rolling.ready, rolling.replicas)  # those above its replicas go whatever it runs
+    loss = min(budget.max_unavailable, ready)
+    return loss == 0 or ready + other_ready - loss >= budget.min_ready
 
 
 def guaranteed(side: Side, rolling: bool, max_unavailable: int) -> Side:
