@@ -52,6 +52,12 @@ lock: ## re-pin the operator image's runtime dependencies (requirements.lock)
 unit: venv ## pure unit tests (no cluster, no engine)
 	$(VENV)/bin/pytest -q tests/unit
 
+FUZZ_HISTORIES ?= 5000
+
+.PHONY: fuzz
+fuzz: venv ## the day-2 property test on more random histories (FUZZ_HISTORIES, default 5000)
+	SPECGATE_FUZZ_HISTORIES=$(FUZZ_HISTORIES) $(VENV)/bin/pytest -q tests/unit/test_day2_property.py
+
 SCENARIO ?= default
 KEEP ?= 0
 

@@ -14,10 +14,16 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Side:
-    """A track as observed: pods asked for and pods Ready."""
+    """A track as observed: pods asked for and pods Ready, and how many Ready pods below its
+    replicas its Deployment's own rolling update may still take (0: it is not rolling)."""
 
     replicas: int
     ready: int
+    unavailable: int = 0
+
+    def kept(self, replicas: int) -> int:
+        """The Ready pods the track keeps at `replicas`, whatever its own roll still removes."""
+        return min(self.ready, max(replicas - self.unavailable, 0))
 
 
 @dataclass(frozen=True)
@@ -35,8 +41,8 @@ def step_toward(budget: Budget, baseline: Side, canary: Side, targets: tuple[int
     """The replica counts to apply now, on the way from the observed sides to (baseline, canary)."""
     want_b, want_c = targets
     # The second shrink counts only the Ready pods the first one keeps, so together they hold the floor.
-    b = _shrink(budget, baseline, want_b, other_ready=canary.ready)
-    c = _shrink(budget, canary, want_c, other_ready=min(baseline.ready, b))
+    b = _shrink(budget, baseline, want_b, other_ready=canary.kept(canary.replicas))
+    c = _shrink(budget, canary, want_c, other_ready=baseline.kept(b))
     most_pods = max(budget.replicas + budget.max_surge, want_b + want_c)
     c = _grow(canary.replicas, want_c, room=most_pods - b) if want_c > canary.replicas else c
     b = _grow(baseline.replicas, want_b, room=most_pods - c) if want_b > baseline.replicas else b
@@ -47,26 +53,34 @@ def may_roll(budget: Budget, rolling: Side, other: Side, other_rolling: bool, sh
     """Whether one track's pod template may start rolling now (a new operator version renders it
     differently): never beside the other track's roll or a shrink, whose losses would add up, and
     only if the roll's worst case (its Deployment takes max_unavailable Ready pods) keeps the floor."""
-    if other_rolling or shrinking:
-        return False
-    loss = min(budget.max_unavailable, rolling.ready)
-    return loss == 0 or rolling.ready + other.ready - loss >= budget.min_ready
+    return not (other_rolling or shrinking) and roll_keeps_floor(budget, rolling, other.ready)
+
+
+def roll_keeps_floor(budget: Budget, rolling: Side, other_ready: int) -> bool:
+    """Whether a new pod template on `rolling` keeps the floor through its roll's worst case (its
+    Deployment takes max_unavailable Ready pods), beside `other_ready` Ready pods of the other track."""
+    ready = min(rolling.ready, rolling.replicas)  # those above its replicas go whatever it runs
+    loss = min(budget.max_unavailable, ready)
+    return loss == 0 or ready + other_ready - loss >= budget.min_ready
 
 
 def guaranteed(side: Side, rolling: bool, max_unavailable: int) -> Side:
     """A track as capacity can count on it: a Deployment mid-roll may take any Ready pod above
-    `replicas - maxUnavailable` down at any moment, so only those below it count."""
-    if not rolling:
-        return side
-    return Side(side.replicas, min(side.ready, max(side.replicas - max_unavailable, 0)))
+    `replicas - maxUnavailable` down at any moment, so only those below it count (Side.kept)."""
+    return Side(side.replicas, side.ready, max_unavailable if rolling else 0)
 
 
 def _shrink(budget: Budget, side: Side, target: int, other_ready: int) -> int:
-    """Keep the Ready pods the floor still needs; unready ones go (a ReplicaSet deletes those first)."""
+    """Keep the Ready pods the floor still needs; unready ones go (a ReplicaSet deletes those first).
+    A rolling track keeps maxUnavailable more replicas than those, for its roll may take that many;
+    if even its current replicas cannot promise them, it is not lowered at all: pods its roll only
+    may remove are still serving, and lowering its replicas would remove them for certain."""
     if target >= side.replicas:
         return side.replicas
     needed = min(side.ready, max(budget.min_ready - other_ready, 0))
-    return min(side.replicas, max(target, needed))
+    if needed == 0:
+        return target
+    return min(side.replicas, max(target, needed + side.unavailable))
 
 
 def _grow(current: int, target: int, room: int) -> int:

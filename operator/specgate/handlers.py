@@ -174,6 +174,10 @@ def observe(
     observation = Observation(generation, tracks[Track.BASELINE], tracks[Track.CANARY])
     if rollout.begins_new_rollout(spec, status, generation):
         return observation  # the last rollout's figures are about to be forgotten
+    if status.phase == Phase.FAILED and status.resume_phase is not None:
+        # The spec is valid again (or step() would have returned): decide() resumes the phase in
+        # this reconcile, and must see that phase's figures, not none (read as metrics lost).
+        status = status.model_copy(update={"phase": status.resume_phase})
     if spec.benchmarks:
         observation = _observe_benchmarks(spec, status, owner, observation, now)
     window = rollout.measurement_window(spec, status, now)
@@ -263,7 +267,7 @@ def apply_children(
     children: kube.Children,
 ) -> None:
     """Shrinking Deployments first (their GPUs free up sooner), then the rest. A Deployment whose
-    template is kept (decision.keep_template, or a re-render that must wait) is only scaled: its
+    template is kept (decision.keep_template, or a new template or re-render that must wait) is only scaled: its
     pods keep what they run."""
     counts = {Track.BASELINE: decision.baseline_replicas, Track.CANARY: decision.canary_replicas}
     states = {Track.BASELINE: observation.baseline, Track.CANARY: observation.canary}
@@ -272,7 +276,7 @@ def apply_children(
     rendered = {
         track: m["metadata"]["annotations"][render.ANNOTATION_RENDERED] for track, m in manifests.items()
     }
-    kept = decision.keep_template | rollout.rerenders_to_wait(spec, rendered, states, wanted)
+    kept = decision.keep_template | rollout.templates_to_wait(spec, rendered, states, wanted)
     for track, replicas in sorted(wanted.items(), key=lambda item: item[1] >= states[item[0]].replicas):
         if track in kept and states[track].exists:
             kube.scale_deployment(owner.namespace, render.deployment_name(owner, track), replicas, children)

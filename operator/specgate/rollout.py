@@ -300,15 +300,20 @@ def _side(track: TrackState, max_unavailable: int) -> capacity.Side:
     )
 
 
-def rerenders_to_wait(
+def templates_to_wait(
     spec: SpeculativeDeploymentSpec,
     rendered: Mapping[Track, str],
     states: Mapping[Track, TrackState],
     wanted: Mapping[Track, int],
 ) -> frozenset[Track]:
-    """Tracks whose Deployment must keep its pod template for now: ones whose pods run the spec
-    they should, as an older operator version rendered it (rendered: the digests this version
-    renders). They roll one at a time, the baseline first, each when capacity.may_roll allows."""
+    """Tracks whose Deployment must keep its pod template for now (only its replicas change):
+    - a new template (a spec edit) whose roll could take the track below the floor: it waits for
+      the pods it still needs, e.g. an HPA's replicas not grown yet while paused;
+    - a re-render of the spec the pods run (rendered: the digests this operator version renders,
+      which an older one rendered differently): they roll one at a time, the baseline first, each
+      when capacity.may_roll allows."""
+    budget = capacity.Budget(spec.replicas, spec.rollout.max_surge, spec.rollout.max_unavailable)
+    kept = {track for track in rendered if not _new_template_keeps_floor(spec, budget, track, states, wanted)}
     rerender = [
         track
         for track, digest in rendered.items()
@@ -317,18 +322,40 @@ def rerenders_to_wait(
         and states[track].rendered != digest
     ]
     if not rerender:
-        return frozenset()
-    first, other = rerender[0], Track.CANARY if rerender[0] is Track.BASELINE else Track.BASELINE
-    rollout = spec.rollout
+        return frozenset(kept)
+    first, other = rerender[0], _other(rerender[0])
     side = {track: capacity.Side(state.replicas, state.ready_replicas) for track, state in states.items()}
     allowed = capacity.may_roll(
-        capacity.Budget(spec.replicas, rollout.max_surge, rollout.max_unavailable),
+        budget,
         side[first],
         side[other],
         other_rolling=states[other].rolling,
         shrinking=any(n < states[track].replicas for track, n in wanted.items()),
     )
-    return frozenset(rerender[1:] if allowed else rerender)
+    return frozenset(kept | set(rerender[1:] if allowed else rerender))
+
+
+def _other(track: Track) -> Track:
+    return Track.CANARY if track is Track.BASELINE else Track.BASELINE
+
+
+def _new_template_keeps_floor(
+    spec: SpeculativeDeploymentSpec,
+    budget: capacity.Budget,
+    track: Track,
+    states: Mapping[Track, TrackState],
+    wanted: Mapping[Track, int],
+) -> bool:
+    """True unless the track's Deployment would roll to a new template (a Deployment from before
+    template hashes is not judged) at its wanted replicas and could take it below the floor."""
+    state, other = states[track], states[_other(track)]
+    if not state.exists or state.template_hash in (None, render.template_hash(spec, track)):
+        return True
+    replicas = wanted[track]
+    rolling = capacity.Side(replicas, min(state.ready_replicas, replicas))
+    other_side = _side(other, budget.max_unavailable)
+    other_ready = other_side.kept(wanted.get(_other(track), other_side.replicas))
+    return capacity.roll_keeps_floor(budget, rolling, other_ready)
 
 
 def invalid_spec(
@@ -523,7 +550,9 @@ def _baseline(step: _Step) -> _Step:
     spec, obs = step.spec, step.obs
     # A new rollout after a promotion: the baseline takes over as it is Ready.
     step = step.targets(spec.replicas, None if step.canary_replicas is None else 0)
-    if not obs.baseline.ready(spec.replicas) or obs.canary.replicas > 0:
+    # A new template may wait for capacity (templates_to_wait): its old one is not what to measure.
+    old_template = obs.baseline.template_hash not in (None, render.template_hash(spec, Track.BASELINE))
+    if not obs.baseline.ready(spec.replicas) or obs.canary.replicas > 0 or old_template:
         return _wait_for_baseline(step.update(ready_since=None))
     if step.status.ready_since is None:
         step = step.update(ready_since=iso(step.now)).note(

@@ -98,10 +98,11 @@ def test_one_step_from_any_observed_state_keeps_the_floor_or_the_ready_pods_ther
 
 
 def test_a_track_mid_roll_counts_only_the_pods_its_deployment_keeps() -> None:
-    assert guaranteed(Side(3, 3), rolling=True, max_unavailable=1) == Side(3, 2)
-    assert guaranteed(Side(3, 1), rolling=True, max_unavailable=1) == Side(3, 1)  # fewer Ready already
-    assert guaranteed(Side(3, 3), rolling=False, max_unavailable=1) == Side(3, 3)
-    assert guaranteed(Side(3, 3), rolling=True, max_unavailable=0) == Side(3, 3)  # surge-only rolls
+    assert guaranteed(Side(3, 3), rolling=True, max_unavailable=1).kept(3) == 2
+    assert guaranteed(Side(3, 1), rolling=True, max_unavailable=1).kept(3) == 1  # fewer Ready already
+    assert guaranteed(Side(3, 3), rolling=True, max_unavailable=1).kept(2) == 1  # lowered mid-roll
+    assert guaranteed(Side(3, 3), rolling=False, max_unavailable=1).kept(3) == 3
+    assert guaranteed(Side(3, 3), rolling=True, max_unavailable=0).kept(3) == 3  # surge-only rolls
 
 
 def test_a_shrink_beside_a_rolling_track_keeps_the_floor_against_its_next_loss() -> None:
@@ -127,3 +128,28 @@ def test_a_re_render_rolls_only_alone_and_within_the_floor(
     rolling: Side, other: Side, other_rolling: bool, shrinking: bool, allowed: bool
 ) -> None:
     assert may_roll(Budget(4, 0, 1), rolling, other, other_rolling, shrinking) is allowed
+
+
+def test_a_rolling_track_is_not_shrunk_below_what_its_own_roll_keeps() -> None:
+    """Issue 38, item 1: baseline 2 of 2 mid-roll (maxSurge 0, maxUnavailable 1: its Deployment may
+    take one Ready pod), canary 2 of 2, floor 3. Shrinking the baseline to 1 would let its roll keep
+    1 - 1 = 0: it keeps its 2 pods (1 Ready guaranteed + 2 = 3) until its roll is over."""
+    budget = Budget(4, max_surge=0, max_unavailable=1)
+    rolling = guaranteed(Side(2, 2), rolling=True, max_unavailable=1)
+    assert step_toward(budget, rolling, Side(2, 2), targets=(0, 4)) == (2, 2)
+    assert step_toward(budget, Side(2, 2), Side(2, 2), targets=(0, 4)) == (1, 3)  # not rolling: it may
+
+
+def test_pods_a_track_may_lose_are_not_free_to_remove() -> None:
+    """A Deployment scaled 2 -> 1 that its controller has not seen yet reads as rolling, 2 Ready:
+    that its roll might take them is no licence to take them now (floor 2, the canary counts 1)."""
+    budget = Budget(4, max_surge=0, max_unavailable=2)
+    baseline = guaranteed(Side(1, 2), rolling=True, max_unavailable=2)
+    canary = guaranteed(Side(3, 1), rolling=True, max_unavailable=2)
+    assert step_toward(budget, baseline, canary, targets=(0, 4))[0] == 1
+
+
+def test_a_re_render_counts_no_ready_pod_above_the_replicas() -> None:
+    """Found by test_day2_property (seed 191): baseline scaled 6 -> 4, its controller not caught up
+    (6 Ready), floor 4. Its 2 extra pods go anyway: a roll of 4 at maxUnavailable 2 keeps 2."""
+    assert not may_roll(Budget(6, 1, 2), Side(4, 6), Side(2, 0), other_rolling=False, shrinking=False)

@@ -12,11 +12,11 @@ import kopf
 import pytest
 from tests.unit.test_rollout import T0, Run, make_spec, metrics, ready
 
-from specgate import api, handlers, kube
+from specgate import api, handlers, kube, render
 from specgate.api import Phase
 from specgate.observation import TrackMetrics, TrackState, Window
 from specgate.prometheus import MetricsUnavailable, Selector
-from specgate.render import Manifest, Owner
+from specgate.render import Manifest, Owner, Track
 from specgate.rollout import Decision, Reason
 
 OWNER = Owner(name="llama", namespace="ml", uid="u-1")
@@ -325,3 +325,47 @@ def test_write_status_leaves_an_unchanged_status_alone() -> None:
     patch = kopf.Patch(body=stored_object(STORED))
     handlers.write_status(patch, STORED, STORED.model_copy())
     assert dict(patch) == {}
+
+
+def test_an_abort_with_a_new_template_keeps_the_old_one_while_its_roll_would_break_the_floor(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Issue 38, item 2: replicas 2 -> 3 (an HPA) while paused with the baseline 2 of 2 Ready, then an
+    image edit and an abort in one reconcile. Rolling the new image on 2 pods (maxUnavailable 1)
+    would leave 1 Ready of a floor of 2: the baseline is only scaled (its template kept) this time."""
+    run = Run(make_spec(maxSurge=1, maxUnavailable=1))
+    old = render.template_hash(run.spec, Track.BASELINE)
+    baseline = TrackState(exists=True, replicas=2, ready_replicas=2, template_hash=old)
+    run.step(baseline=baseline)
+    run.step(baseline=baseline)
+    run.expect(Phase.BASELINE)
+    raw = run.spec.model_dump(by_alias=True, mode="json")
+    raw.update(replicas=3, image="vllm:2")
+    fake = FakeKube({"llama-baseline": baseline}).install(monkeypatch)
+    FakePrometheus().install(monkeypatch)
+    abort = {api.ANNOTATION_ABORT: "now"}
+    decision = handlers.step(raw, run.status, OWNER, run.generation + 1, run.now, abort, kube.Children())
+    assert decision.status.phase == Phase.ROLLED_BACK
+    assert fake.calls[0] == ("scale", "llama-baseline", 2)
+
+
+def test_a_fixed_spec_measures_the_phase_it_resumes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Found by test_day2_property (seed 31): Baseline -> Failed (invalid spec) -> fixed. The
+    reconcile that resumes Baseline must read the baseline's metrics: observed as Failed, none were
+    read, and the resumed phase took that for metrics lost (with a stale metricsUnavailableSince, a
+    rollback)."""
+    FakeKube({"llama-baseline": ready(2)}).install(monkeypatch)
+    prometheus = FakePrometheus({"baseline": metrics()}).install(monkeypatch)
+    run = Run(make_spec(metrics={"prometheusUrl": PROMETHEUS}))
+    run.step(baseline=ready(2))
+    run.step(baseline=ready(2))  # Ready: the warm-up begins
+    raw = run.spec.model_dump(by_alias=True, mode="json")
+    invalid = {**raw, "speculative": {**raw["speculative"], "numSpeculativeTokens": 0}}
+    failed = handlers.step(invalid, run.status, OWNER, 2, run.now, {}, kube.Children()).status
+    assert failed.phase == Phase.FAILED
+    later = run.now + timedelta(seconds=100)
+    decision = handlers.step(raw, failed, OWNER, 3, later, {}, kube.Children())
+    assert [query[1] for query in prometheus.queries] == [
+        'namespace="ml",specgate_dev_deployment="llama",specgate_dev_track="baseline"'
+    ]
+    assert (decision.status.phase, decision.status.verdict) == (Phase.CANARY, None)

@@ -1050,13 +1050,13 @@ def test_status_and_the_cli_show_a_measurement_in_the_same_words() -> None:
 def _rerender(
     states: dict[render.Track, TrackState], wanted: dict[render.Track, int]
 ) -> frozenset[render.Track]:
-    """rerenders_to_wait for make_spec(replicas 2, maxUnavailable 1) where this version renders both
+    """templates_to_wait for make_spec(replicas 2, maxUnavailable 1) where this version renders both
     tracks' pods differently from what their Deployments carry."""
     spec = make_spec(maxSurge=0, maxUnavailable=1)
     on_spec = {
         t: replace(s, template_hash=render.template_hash(spec, t), rendered="old") for t, s in states.items()
     }
-    return rollout.rerenders_to_wait(spec, {t: "new" for t in wanted}, on_spec, wanted)
+    return rollout.templates_to_wait(spec, {t: "new" for t in wanted}, on_spec, wanted)
 
 
 def test_an_operator_upgrade_re_renders_one_track_at_a_time_baseline_first() -> None:
@@ -1077,7 +1077,7 @@ def test_a_spec_change_or_a_render_already_applied_is_not_held() -> None:
     done = TrackState(exists=True, replicas=1, ready_replicas=1, template_hash=render.template_hash(spec, b))
     new_spec = TrackState(exists=True, replicas=1, ready_replicas=1, template_hash="an older spec")
     assert (
-        rollout.rerenders_to_wait(
+        rollout.templates_to_wait(
             spec, {b: "new", c: "new"}, {b: replace(done, rendered="new"), c: new_spec}, {b: 1, c: 1}
         )
         == frozenset()
