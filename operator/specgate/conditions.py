@@ -18,6 +18,8 @@ _IN_PROGRESS = {
 }
 # Stalled: nothing more happens without a person (a spec change, spec.rollout.retry, or unpausing).
 _STALLED = {Phase.FAILED, Phase.PAUSED, Phase.ROLLED_BACK}
+# Every type conditions_for sets (the operator's metrics drop a deleted object's series by them).
+TYPES = ("Available", "Progressing", "Degraded", "Ready", "Reconciling", "Stalled")
 
 
 def set_condition(conditions: list[Condition], new: Condition) -> list[Condition]:

@@ -1,4 +1,5 @@
-"""The operator's own /metrics: rollouts by phase, verdicts by reason, time to verdict, errors."""
+"""The operator's own /metrics: rollouts by phase and condition, verdicts by reason, time to verdict,
+errors."""
 
 from __future__ import annotations
 
@@ -7,13 +8,25 @@ import contextlib
 from prometheus_client import Counter, Gauge, Histogram, Info, start_http_server
 
 from specgate import __version__
-from specgate.api import Phase
+from specgate.api import Phase, parse_time
+from specgate.conditions import TYPES
 from specgate.rollout import Decision
 
 ROLLOUT_PHASE = Gauge(
     "specgate_rollout_phase",
     "1 for the phase each SpeculativeDeployment is in, 0 for the others.",
     ["namespace", "name", "phase"],
+)
+PHASE_SINCE = Gauge(
+    "specgate_phase_since_timestamp_seconds",
+    "When each SpeculativeDeployment entered its phase (status.phaseSince; Analyzing: when its "
+    "warm-up ends), Unix seconds.",
+    ["namespace", "name"],
+)
+CONDITION = Gauge(
+    "specgate_condition",
+    "1 where a condition of each SpeculativeDeployment (Available, Degraded, ...) is True, 0 otherwise.",
+    ["namespace", "name", "type"],
 )
 CANARY_ALPHA = Gauge(
     "specgate_canary_acceptance_ratio",
@@ -54,6 +67,11 @@ def record(
     status = decision.status
     for phase in Phase:
         ROLLOUT_PHASE.labels(namespace, name, phase.value).set(1 if phase == status.phase else 0)
+    since = parse_time(status.phase_since)
+    if since is not None:
+        PHASE_SINCE.labels(namespace, name).set(since.timestamp())
+    for condition in status.conditions:
+        CONDITION.labels(namespace, name, condition.type).set(1 if condition.status == "True" else 0)
     if status.canary is not None and status.canary.alpha is not None:
         CANARY_ALPHA.labels(namespace, name).set(status.canary.alpha)
     if status.phase != before:
@@ -64,9 +82,11 @@ def record(
 
 def forget(namespace: str, name: str) -> None:
     """Drop the series of a deleted object so dashboards do not show ghosts."""
-    series = [(ROLLOUT_PHASE, (namespace, name, p.value)) for p in Phase] + [
-        (CANARY_ALPHA, (namespace, name))
-    ]
+    series = (
+        [(ROLLOUT_PHASE, (namespace, name, p.value)) for p in Phase]
+        + [(CONDITION, (namespace, name, t)) for t in TYPES]
+        + [(PHASE_SINCE, (namespace, name)), (CANARY_ALPHA, (namespace, name))]
+    )
     for metric, labels in series:
         with contextlib.suppress(KeyError):  # never recorded: nothing to drop
             metric.remove(*labels)

@@ -20,6 +20,7 @@ from tests.cluster.figures import report as report  # where the tests have alway
 from tests.cluster.operator_process import Operator, create_sd, get_sd, wait_for
 from tests.conftest import ROOT, load_sample
 
+from specgate import api
 from specgate_lab.crds import install_crd
 from specgate_lab.loadgen import run_load
 
@@ -217,6 +218,14 @@ def run_rollout(
             f"rollout did not finish in {timeout:.0f}s; phases {seen}; status {obj.get('status')}\n"
             f"operator log tail:\n{op.log_text()[-3000:]}"
         )
+
+
+def history_time(status: dict[str, Any], phase: str) -> datetime:
+    """When the object last entered `phase`, from status.history."""
+    entry = next(h for h in reversed(status["history"]) if h["phase"] == phase)
+    parsed = api.parse_time(entry["time"])
+    assert parsed is not None
+    return parsed
 
 
 def timeline(status: dict[str, Any]) -> str:

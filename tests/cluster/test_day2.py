@@ -15,8 +15,8 @@ import pytest
 from kubernetes import client
 from tests.cluster.conftest import CACHE, Rollouts, side_by_side
 from tests.cluster.figures import report
-from tests.cluster.operator_process import get_sd, run, wait_for
-from tests.cluster.rollouts import lab_operator, run_rollout, sim_rollout
+from tests.cluster.operator_process import OPERATOR_INTERVAL_SECONDS, get_sd, run, wait_for
+from tests.cluster.rollouts import history_time, lab_operator, run_rollout, sim_rollout
 
 from specgate import api, kube, render
 from specgate.render import (
@@ -83,6 +83,48 @@ def crash_loop_after_promotion(lab: dict[str, Any]) -> None:
     tracks = [p.metadata.labels[LABEL_TRACK] for p in live_pods(api_client, namespace, "crashlate")]
     assert sorted(tracks) == ["baseline"] * 4
     report(test="crash_after_promotion", replicas=4, max_surge=0, floor=3, killed=killed[0])
+
+
+def baseline_crash_loop_after_an_edit(lab: dict[str, Any]) -> None:
+    """replicas 2, Promoted, then an edit whose engines exit at start (a gated model's 401): the new
+    rollout's baseline crash-loops. BaselineUnhealthy at once (the pods' state, not the deadline):
+    Degraded, a Warning Event, still in Baseline a few reconciles later (nothing to roll back to),
+    and the promoted canary's pods keep serving the floor of 2 throughout (CapacityMonitor)."""
+    api_client, namespace = lab["api_client"], lab["namespace"]
+    body = sim_rollout("badbase", GOOD)
+    body["spec"]["replicas"] = 2
+    crashing_env = [*body["spec"]["env"], {"name": "SPECGATE_SIM_EXIT", "value": "startup"}]
+    unhealthy_at: list[float] = []
+
+    def edit_once_promoted(obj: dict[str, Any]) -> None:
+        status = obj.get("status", {})
+        if status.get("phase") == "Promoted" and obj["metadata"]["generation"] == 1:
+            patch_rollout(api_client, namespace, "badbase", {"env": crashing_env})
+        if status.get("reason") == "BaselineUnhealthy" and not unhealthy_at:
+            unhealthy_at.append(time.monotonic())
+
+    def held_a_while(obj: dict[str, Any]) -> bool:
+        # Three reconciles after BaselineUnhealthy: it waits, it does not move on or roll back.
+        return bool(unhealthy_at) and time.monotonic() - unhealthy_at[0] > 3 * OPERATOR_INTERVAL_SECONDS
+
+    run = run_rollout(body=body, during=edit_once_promoted, until=held_a_while, timeout=480, **lab)
+    status = run.status
+    after_edit = run.phases[run.phases.index("Promoted") + 1 :]
+    assert after_edit == ["Baseline"], run.phases
+    assert (status["phase"], status["reason"]) == ("Baseline", "BaselineUnhealthy"), status.get("message")
+    assert "baseline is unhealthy" in status["message"] and "CrashLoopBackOff" in status["message"]
+    degraded = next(c for c in status["conditions"] if c["type"] == "Degraded")
+    assert (degraded["status"], degraded["reason"]) == ("True", "BaselineUnhealthy")
+    since = api.parse_time(degraded["lastTransitionTime"])
+    assert since is not None
+    took = (since - history_time(status, "Baseline")).total_seconds()
+    assert took < api.parse_duration(body["spec"]["rollout"]["progressDeadline"])  # not the deadline
+    events = client.CoreV1Api(api_client).list_namespaced_event(namespace).items
+    warnings = [e for e in events if e.reason == "BaselineUnhealthy" and e.involved_object.name == "badbase"]
+    assert warnings and all(e.type == "Warning" for e in warnings), warnings
+    tracks = [p.metadata.labels[LABEL_TRACK] for p in live_pods(api_client, namespace, "badbase")]
+    assert tracks.count("canary") == 2, tracks  # the gated pods still serve
+    report(test="baseline_crash_loop_after_edit", replicas=2, floor=2, unhealthy_after_s=round(took))
 
 
 def pause_edit_abort_retry(lab: dict[str, Any]) -> None:
@@ -281,13 +323,14 @@ def upgrade_the_operator_mid_analysis(lab: dict[str, Any]) -> None:
     )
 
 
-# The three rollouts above run side by side, each asserting as it goes; a test takes its rollout's
+# The four rollouts above run side by side, each asserting as it goes; a test takes its rollout's
 # outcome, re-raising its failure.
 rollouts = side_by_side(
     {
         "day2": pause_edit_abort_retry,
         "crashlate": crash_loop_after_promotion,
         "upgrade": upgrade_the_operator_mid_analysis,
+        "badbase": baseline_crash_loop_after_an_edit,
     }
 )
 
@@ -306,3 +349,9 @@ def test_an_operator_upgrade_that_renders_pods_differently_rolls_one_track_at_a_
     rollouts: Rollouts,
 ) -> None:
     rollouts["upgrade"].result()
+
+
+def test_a_crash_looping_baseline_after_an_edit_is_baseline_unhealthy_while_the_canary_serves(
+    rollouts: Rollouts,
+) -> None:
+    rollouts["badbase"].result()

@@ -29,6 +29,7 @@ from tests.cluster.operator_process import (
 from tests.cluster.rollouts import (
     SETTLED,
     fake_gpu_node,
+    history_time,
     lab_operator,
     orphaned_pods,
     pin_to_node,
@@ -58,13 +59,6 @@ def live_pods(api_client: client.ApiClient, namespace: str, name: str, track: Tr
     selector = f"{LABEL_DEPLOYMENT}={name},{LABEL_TRACK}={track.value}"
     pods = client.CoreV1Api(api_client).list_namespaced_pod(namespace, label_selector=selector).items
     return [p for p in pods if p.metadata.deletion_timestamp is None]
-
-
-def history_time(status: dict[str, Any], phase: str) -> datetime:
-    entry = next(h for h in reversed(status["history"]) if h["phase"] == phase)
-    parsed = api.parse_time(entry["time"])
-    assert parsed is not None
-    return parsed
 
 
 # --- 1 and 4: SIGKILL the operator at every phase boundary; a Secret never leaks ---
