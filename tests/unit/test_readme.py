@@ -227,6 +227,28 @@ def test_helm_settings_are_chart_values() -> None:
     assert [s for s in sorted(ours) if not resolve_values(values, s.split("."))] == []
 
 
+def test_the_example_values_files_set_only_chart_values() -> None:
+    """examples/specgate-values.yaml sets only values the chart has; the kube-prometheus-stack one
+    sets the three selector settings the GPU guide's --set chain gives."""
+    values = helm_values()
+
+    def leaves(node: Any, path: list[str]) -> Iterator[list[str]]:
+        if isinstance(node, dict) and node and path[-1:] != ["monitorLabels"]:  # free-form labels
+            for key, sub in node.items():
+                yield from leaves(sub, [*path, key])
+        else:
+            yield path
+
+    ours = yaml.safe_load((ROOT / "examples" / "specgate-values.yaml").read_text())
+    paths = [".".join(p) for p in leaves(ours, [])]
+    assert "metrics.prometheusRule.enabled" in paths
+    assert [p for p in paths if not resolve_values(values, p.split("."))] == []
+    kps = yaml.safe_load((ROOT / "examples" / "kube-prometheus-stack-values.yaml").read_text())
+    guide = (DOCS_DIR / "install" / "gpu-cluster.md").read_text()
+    for key, value in kps["prometheus"]["prometheusSpec"].items():
+        assert f"--set prometheus.prometheusSpec.{key}={str(value).lower()}" in guide
+
+
 # --- specgate commands ---
 
 # `specgate SUBCOMMAND` (or `pause|resume|retry|abort`) as typed: the program alone, `.venv/bin/specgate`
