@@ -12,7 +12,8 @@ RUN python -m venv /opt/specgate \
  && /opt/specgate/bin/pip install --no-cache-dir --no-deps .
 
 FROM ${PYTHON_IMAGE}
-ARG VERSION=0.1.0
+# Keep VERSION equal to pyproject.toml's version (a unit test checks); `docker build --build-arg VERSION=...`.
+ARG VERSION=0.2.0
 LABEL org.opencontainers.image.title="specgate" \
       org.opencontainers.image.description="Kubernetes operator that rolls out speculative decoding on vLLM safely" \
       org.opencontainers.image.version="${VERSION}" \
@@ -21,7 +22,9 @@ LABEL org.opencontainers.image.title="specgate" \
 COPY --from=build /opt/specgate /opt/specgate
 # MALLOC_ARENA_MAX: glibc gives each reconcile thread an arena of its own; at 500 objects the
 # operator held 397 MB that way and 280 MB with two; with the operator's malloc_trim every minute,
-# 204 MB with two and 197 MB with one (make bench-scale). The GIL lets one thread allocate at a time.
+# 204 MB with two and 197 MB with one (make bench-scale, 2026-11-25, before the operator dropped the
+# kubernetes client's typed methods; since then 147 MB: docs/benchmarks.md has the current figure).
+# The GIL lets one thread allocate at a time.
 ENV PATH=/opt/specgate/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
     PYTHONUNBUFFERED=1 \

@@ -65,6 +65,24 @@ def test_values_schema_accepts_the_default_values() -> None:
     assert set(schema["required"]) <= set(values)
 
 
+def test_the_image_version_label_is_the_package_version() -> None:
+    """The Dockerfile's default VERSION labels the image: it is pyproject's version and the chart's appVersion."""
+    version = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
+    (arg,) = re.findall(r"^ARG VERSION=(\S+)$", (ROOT / "Dockerfile").read_text(), flags=re.M)
+    chart = yaml.safe_load((CHART / "Chart.yaml").read_text())
+    assert arg == version == chart["appVersion"]
+
+
+def test_the_chart_points_at_no_address_that_does_not_exist() -> None:
+    """No image is published and no runbook site exists: the defaults say so instead of linking."""
+    values = yaml.safe_load((CHART / "values.yaml").read_text())
+    assert "/" not in values["image"]["repository"]  # a local name, not a registry's
+    assert values["metrics"]["prometheusRule"]["runbookBaseUrl"] == ""
+    notes = (CHART / "templates" / "NOTES.txt").read_text()
+    assert "https://" not in notes and "crds/samples/llama-3.1-8b-eagle3.yaml" in notes
+    assert (ROOT / "crds" / "samples" / "llama-3.1-8b-eagle3.yaml").is_file()
+
+
 def test_the_dockerfiles_entrypoint_script_exists_and_parses_run() -> None:
     """The Dockerfile's ENTRYPOINT/CMD (`specgate run`): the installed `specgate` console script
     (the one the image's pip install makes) parses `run`. No image is built here: no Docker engine."""

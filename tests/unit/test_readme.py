@@ -1,9 +1,12 @@
-"""The README and the runbooks name only what exists: make targets, spec fields, Helm values, files.
+"""The README, docs/ and the runbooks name only what exists: make targets, spec fields, Helm values,
+commands, files, links and metrics.
 
-A newcomer copies what the README says. These checks read README.md and runbooks/*.md and hold
-every name they use against its source: `make X` against the Makefile and hack/*.mk, field paths
-against the CRD schema generated from api.py (and the chart's values for Helm settings), links and
-paths against the repository, the `kubectl get sd` header against the CRD's printer columns.
+A newcomer copies what the docs say. These checks read README.md, docs/**/*.md and runbooks/*.md and
+hold every name they use against its source: `make X` against the Makefile and hack/*.mk, field paths
+against the CRD schema generated from api.py (and the chart's values for Helm settings), `specgate`
+commands against its parser, links (and their anchors) and paths against the repository, metric names
+against the operator's registry and vLLM's families, the `kubectl get sd` header against the CRD's
+printer columns.
 """
 
 from __future__ import annotations
@@ -24,7 +27,19 @@ from specgate import api, cli, crd
 
 README = ROOT / "README.md"
 RUNBOOKS = ROOT / "runbooks"
-DOCS = [README, *sorted(RUNBOOKS.glob("*.md"))]
+DOCS_DIR = ROOT / "docs"
+FIELD_GUIDE = DOCS_DIR / "guides" / "speculativedeployment.md"
+DOCS = [README, *sorted(DOCS_DIR.rglob("*.md")), *sorted(RUNBOOKS.glob("*.md"))]
+
+
+def doc_id(path: Path) -> str:
+    return str(path.relative_to(ROOT))
+
+
+def all_text() -> str:
+    return "\n".join(doc.read_text() for doc in DOCS)
+
+
 Node = dict[str, Any]
 
 
@@ -63,7 +78,7 @@ def make_invocations(text: str) -> set[str]:
 
 def test_every_make_target_named_exists() -> None:
     named = set().union(*(make_invocations(doc.read_text()) for doc in DOCS))
-    assert {"demo", "test", "cluster-up"} <= named, "the README's own make commands were not found"
+    assert {"demo", "test", "cluster-up", "api-docs"} <= named, "the docs' own make commands were not found"
     assert named - make_targets() == set()
 
 
@@ -148,13 +163,15 @@ def test_every_field_path_named_exists_in_the_crd_schema() -> None:
     problems = []
     for doc in DOCS:
         paths = field_paths(doc.read_text())
-        problems += [f"{doc.name}: {p}" for path in sorted(paths) if (p := field_problem(path, root, values))]
+        problems += [
+            f"{doc_id(doc)}: {p}" for path in sorted(paths) if (p := field_problem(path, root, values))
+        ]
     assert problems == []
 
 
 def test_the_field_check_sees_the_readme_fields() -> None:
-    """The README's field names are found, and one misspelled is caught (the check is not vacuous)."""
-    paths = field_paths(README.read_text())
+    """The docs' field names are found, and one misspelled is caught (the check is not vacuous)."""
+    paths = field_paths(all_text())
     assert {"rollout.metrics.scrapeInterval", "rollout.gates.minAcceptanceRate", "guard.window"} <= paths
     root, values = spec_schema(), helm_values()
     assert field_problem("rollout.metrics.scrapeInterval", root, values) is None
@@ -165,8 +182,8 @@ def test_the_field_check_sees_the_readme_fields() -> None:
 
 
 def table_fields(text: str) -> set[str]:
-    """The names in the first column of the README's field table (`promptLookupMin/Max` is two)."""
-    section = text.split("## A SpeculativeDeployment", 1)[1].split("\n## ", 1)[0]
+    """The names in the first column of the guide's field table (`promptLookupMin/Max` is two)."""
+    section = text.split("# A SpeculativeDeployment", 1)[1].split("\n## ", 1)[0]
     names: set[str] = set()
     for row in re.findall(r"^\| (`.*?) \|", section, flags=re.M):
         for token in re.findall(r"`([^`]+)`", row):
@@ -180,17 +197,17 @@ def table_fields(text: str) -> set[str]:
 def test_every_name_in_the_field_table_is_a_spec_field() -> None:
     spec = spec_schema()["properties"]["spec"]
     known = {name for node in nodes(spec) for name in node.get("properties", {})}
-    names = table_fields(README.read_text())
+    names = table_fields(FIELD_GUIDE.read_text())
     assert {"canaryReplicas", "promptLookupMax", "maxP99ItlRegression"} <= names
     unknown = [n for n in sorted(names) if not all(part in known for part in n.split("."))]
     assert unknown == []
 
 
-def test_the_readme_yaml_is_a_valid_spec() -> None:
-    """The SpeculativeDeployment and the benchmark snippet parse with the operator's own models
-    (which refuse unknown fields)."""
+def test_the_docs_yaml_is_a_valid_spec() -> None:
+    """The SpeculativeDeployments (the README's minimal one, the guide's) and the benchmark snippet
+    parse with the operator's own models (which refuse unknown fields)."""
     checked = 0
-    for block in fenced_blocks(README.read_text(), "yaml"):
+    for block in fenced_blocks(all_text(), "yaml"):
         doc = yaml.safe_load(block)
         if isinstance(doc, dict) and doc.get("kind") == api.KIND:
             api.parse_spec(doc["spec"])
@@ -198,16 +215,38 @@ def test_the_readme_yaml_is_a_valid_spec() -> None:
         elif isinstance(doc, dict) and set(doc) == {"rollout"}:
             api.RolloutSpec.model_validate(doc["rollout"])
             checked += 1
-    assert checked >= 2
+    assert checked >= 3
 
 
 def test_helm_settings_are_chart_values() -> None:
     values = helm_values()
-    settings = set(re.findall(r"--set\s+([A-Za-z][\w.]*)=", README.read_text()))
+    settings = set(re.findall(r"--set\s+([A-Za-z][\w.]*)=", all_text()))
     assert "metrics.prometheusRule.enabled" in settings
     # kube-prometheus-stack's settings are that chart's, not ours
     ours = {s for s in settings if not s.startswith("prometheus.prometheusSpec.")}
     assert [s for s in sorted(ours) if not resolve_values(values, s.split("."))] == []
+
+
+def test_the_example_values_files_set_only_chart_values() -> None:
+    """examples/specgate-values.yaml sets only values the chart has; the kube-prometheus-stack one
+    sets the three selector settings the GPU guide's --set chain gives."""
+    values = helm_values()
+
+    def leaves(node: Any, path: list[str]) -> Iterator[list[str]]:
+        if isinstance(node, dict) and node and path[-1:] != ["monitorLabels"]:  # free-form labels
+            for key, sub in node.items():
+                yield from leaves(sub, [*path, key])
+        else:
+            yield path
+
+    ours = yaml.safe_load((ROOT / "examples" / "specgate-values.yaml").read_text())
+    paths = [".".join(p) for p in leaves(ours, [])]
+    assert "metrics.prometheusRule.enabled" in paths
+    assert [p for p in paths if not resolve_values(values, p.split("."))] == []
+    kps = yaml.safe_load((ROOT / "examples" / "kube-prometheus-stack-values.yaml").read_text())
+    guide = (DOCS_DIR / "install" / "gpu-cluster.md").read_text()
+    for key, value in kps["prometheus"]["prometheusSpec"].items():
+        assert f"--set prometheus.prometheusSpec.{key}={str(value).lower()}" in guide
 
 
 # --- specgate commands ---
@@ -246,7 +285,7 @@ def parse_problem(arguments: str) -> str | None:
 
 
 def test_every_specgate_command_named_parses() -> None:
-    commands = [(doc.name, args) for doc in DOCS for args in specgate_invocations(doc.read_text())]
+    commands = [(doc_id(doc), args) for doc in DOCS for args in specgate_invocations(doc.read_text())]
     assert {"run", "status", "plan", "pause", "retry", "abort"} <= {args.split()[0] for _, args in commands}
     problems = [f"{name}: specgate {args}: {p}" for name, args in commands if (p := parse_problem(args))]
     assert problems == []
@@ -271,17 +310,70 @@ def test_the_command_check_cuts_notation_and_catches_a_bad_flag() -> None:
 
 
 def links(text: str) -> list[str]:
-    return [t for t in re.findall(r"\]\(([^)\s]+)\)", text) if not t.startswith(("http", "#"))]
+    """Relative link targets (`page.md`, `page.md#anchor`, `#anchor`), outside code blocks."""
+    prose = re.sub(r"^```[^\n]*\n.*?^```", "", text, flags=re.S | re.M)
+    return [
+        t
+        for t in re.findall(r"\]\(([^)\s]+)\)", prose)
+        if not t.startswith(("http://", "https://", "mailto:"))
+    ]
 
 
-@pytest.mark.parametrize("doc", DOCS, ids=lambda p: p.name)
-def test_every_linked_file_exists(doc: Path) -> None:
-    missing = [t for t in links(doc.read_text()) if not (doc.parent / t.split("#")[0]).exists()]
-    assert missing == []
+def slug(heading: str) -> str:
+    """GitHub's anchor for a heading: lower case, punctuation dropped, spaces to hyphens."""
+    text = re.sub(r"`|\*\*|\[([^\]]*)\]\([^)]*\)", r"\1", heading.strip()).lower()
+    return re.sub(r"[^\w\- ]", "", text).replace(" ", "-")
+
+
+def anchors(path: Path) -> set[str]:
+    text = re.sub(r"^```[^\n]*\n.*?^```", "", path.read_text(), flags=re.S | re.M)
+    found: set[str] = set()
+    seen: dict[str, int] = {}
+    for heading in re.findall(r"^#{1,6} (.+)$", text, flags=re.M):
+        base = slug(heading)
+        count = seen.get(base, 0)
+        seen[base] = count + 1
+        found.add(base if count == 0 else f"{base}-{count}")
+    return found
+
+
+def link_problem(doc: Path, target: str) -> str | None:
+    """Why a relative link from doc does not resolve (a missing file or anchor), or None."""
+    file_part, _, anchor = target.partition("#")
+    path = (doc.parent / file_part).resolve() if file_part else doc
+    if not path.exists():
+        return f"{target}: no such file"
+    if anchor and path.suffix == ".md" and anchor not in anchors(path):
+        return f"{target}: no heading with that anchor in {path.relative_to(ROOT)}"
+    return None
+
+
+@pytest.mark.parametrize("doc", DOCS, ids=doc_id)
+def test_every_relative_link_resolves(doc: Path) -> None:
+    """Every relative link in README, docs/ and runbooks/ names an existing file, and an existing
+    heading when it has an anchor."""
+    problems = [p for t in links(doc.read_text()) if (p := link_problem(doc, t))]
+    assert problems == []
+
+
+def test_the_link_check_catches_a_missing_file_and_anchor() -> None:
+    assert slug("What one operator costs the cluster (`make bench-scale`)") == (
+        "what-one-operator-costs-the-cluster-make-bench-scale"
+    )
+    assert link_problem(README, "docs/benchmarks.md#make-demo-and-make-test") is None
+    assert link_problem(README, "docs/benchmark.md") is not None
+    assert link_problem(README, "docs/benchmarks.md#no-such-heading") is not None
+    assert link_problem(README, "#support-matrix") is None
+
+
+def test_every_doc_is_reachable_from_the_readme_index() -> None:
+    """Every page under docs/ is linked from the README's documentation index."""
+    linked = {(README.parent / t.split("#")[0]).resolve() for t in links(README.read_text())}
+    assert [doc_id(d) for d in sorted(DOCS_DIR.rglob("*.md")) if d.resolve() not in linked] == []
 
 
 def test_every_runbook_named_exists() -> None:
-    text = README.read_text()
+    text = all_text()
     named = set(re.findall(r"runbooks/([\w-]+\.md)", text))
     assert "metrics-unavailable.md" in named
     assert [n for n in sorted(named) if not (RUNBOOKS / n).exists()] == []
@@ -298,7 +390,7 @@ def test_repository_paths_in_code_exist() -> None:
         for code in code_spans(doc.read_text()):
             for token in re.findall(r"[\w.-]+(?:/[\w.*-]+)+/?", code):
                 if token.split("/")[0] in tops and "*" not in token and not (ROOT / token).exists():
-                    missing.append(f"{doc.name}: {token}")
+                    missing.append(f"{doc_id(doc)}: {token}")
     assert missing == []
 
 
@@ -309,6 +401,78 @@ def test_the_kubectl_get_sample_has_the_crd_columns() -> None:
     columns = crd.PRINTER_COLUMNS
     plain = ["NAME", *(c["name"].upper() for c in columns if not c.get("priority"))]
     wide = ["NAME", *(c["name"].upper() for c in columns)]
-    headers = [line.split() for line in README.read_text().splitlines() if line.startswith("NAME ")]
+    headers = [line.split() for line in all_text().splitlines() if line.startswith("NAME ")]
     assert plain in headers and wide in headers
     assert all(h in (plain, wide) for h in headers)
+
+
+# --- metric names ---
+
+
+def operator_metrics(samples: bool = True) -> set[str]:
+    """The metrics the operator registers with prometheus_client, as Prometheus names them
+    (a counter's _total, an Info's _info), with a histogram's _bucket, _sum and _count when samples."""
+    import prometheus_client
+
+    from specgate import metrics, prometheus  # noqa: F401  (importing registers them)
+
+    names: set[str] = set()
+    for collector in list(prometheus_client.REGISTRY._collector_to_names):
+        for family in collector.describe() if hasattr(collector, "describe") else []:
+            if family.name.startswith("specgate_"):
+                histogram = ("", "_bucket", "_sum", "_count") if samples else ("",)
+                suffixes = {"info": ("_info",), "counter": ("_total",), "histogram": histogram}
+                names |= {family.name + suffix for suffix in suffixes.get(family.type, ("",))}
+    return names
+
+
+# Target labels the PodMonitor (and the lab) put on vLLM series, and the lab's package: not metrics.
+NOT_METRICS = re.compile(r"^specgate_(dev_|lab\b)")  # specgate_dev_track, the specgate_lab package
+
+
+def vllm_samples() -> set[str]:
+    """Every sample name vLLM's families can have: counters end in _total, histograms have
+    _bucket, _sum and _count."""
+    from specgate import vllm_metrics
+
+    families = {v for k, v in vars(vllm_metrics).items() if k.isupper() and isinstance(v, str)}
+    suffixes = ("", "_total", "_bucket", "_sum", "_count", "_created")
+    return {family + suffix for family in families for suffix in suffixes}
+
+
+def metric_names(text: str, prefix: str) -> set[str]:
+    found = set(re.findall(rf"(?<![\w:.]){re.escape(prefix)}[A-Za-z0-9_:]+", "\n".join(code_spans(text))))
+    return {name for name in found if not NOT_METRICS.match(name)}
+
+
+def test_the_metrics_reference_lists_every_operator_metric() -> None:
+    exported = operator_metrics(samples=False)
+    assert {
+        "specgate_reconcile_seconds",
+        "specgate_reconcile_errors_total",
+        "specgate_build_info",
+    } <= exported
+    listed = metric_names((DOCS_DIR / "reference" / "metrics.md").read_text(), "specgate_")
+    assert sorted(exported - listed) == [], "docs/reference/metrics.md misses a metric the operator exports"
+
+
+def test_every_metric_named_exists() -> None:
+    """specgate_* names are the operator's metrics; vllm:* names are vLLM's families."""
+    exported, vllm = operator_metrics(), vllm_samples()
+    problems = []
+    for doc in DOCS:
+        text = doc.read_text()
+        problems += [
+            f"{doc_id(doc)}: {m}" for m in sorted(metric_names(text, "specgate_")) if m not in exported
+        ]
+        problems += [f"{doc_id(doc)}: {m}" for m in sorted(metric_names(text, "vllm:")) if m not in vllm]
+    assert problems == []
+
+
+def test_the_metric_check_catches_a_misspelling() -> None:
+    assert metric_names(
+        "`specgate_reconcile_second` and `vllm:spec_decode_num_drafts_total`", "specgate_"
+    ) == {"specgate_reconcile_second"}
+    assert "specgate_reconcile_second" not in operator_metrics()
+    assert "vllm:spec_decode_num_drafts_total" in vllm_samples()
+    assert "vllm:spec_decode_num_draft_total" not in vllm_samples()
