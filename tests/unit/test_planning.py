@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -89,3 +91,17 @@ def test_an_expensive_step_turns_the_advice_to_the_shortest_draft() -> None:
     assert planning.recommend_k(counts, drafts, concurrency=4).k == 4  # type: ignore[union-attr]
     advice = planning.recommend_k(counts, drafts, planning.CostModel.measured(6.0, 4, 4), concurrency=4)
     assert advice is not None and advice.k == 1 and advice.expected_speedup < 1
+
+
+def test_plan_cli_prints_the_table_per_concurrency_and_the_schedule(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    args = ["plan", "--alpha", "0.6", "--k", "3", "--decay", "0.9", "--max-batch", "64"]
+    assert main([*args, "--accelerator", "L40S", "--draft", "ngram"]) == 0
+    out = capsys.readouterr().out
+    assert "on L40S" in out and "ngram drafts" in out
+    rows = [line.split() for line in out.splitlines() if line.strip().split(" ")[0].isdigit()]
+    assert [int(r[0]) for r in rows] == [1, 2, 4, 8, 16, 32, 64]
+    schedule = json.loads(out.strip().splitlines()[-1])
+    assert schedule[0][0] == 1 and schedule[-1][1] == 64
+    assert all(end >= start and k >= 0 for start, end, k in schedule)
