@@ -209,6 +209,16 @@ class Toleration(Model):
     toleration_seconds: int | None = Field(None, description="How long a NoExecute taint is tolerated.")
 
 
+class BatchSizeRange(Model):
+    min_batch_size: int = Field(ge=1, description="First batch size of the range (inclusive, from 1).")
+    max_batch_size: int = Field(ge=1, description="Last batch size of the range (inclusive).")
+    num_speculative_tokens: int = Field(
+        ge=0,
+        le=16,
+        description="Draft length K at these batch sizes (0: no drafts), at most numSpeculativeTokens.",
+    )
+
+
 class SpeculativeSpec(Model):
     method: Method = Field(
         Method.EAGLE3, description="vLLM speculative method: eagle3, eagle, ngram, suffix, draft_model, mtp."
@@ -220,6 +230,14 @@ class SpeculativeSpec(Model):
     )
     num_speculative_tokens: int = Field(
         3, ge=1, le=16, description="Draft length K: tokens proposed per step (1..16)."
+    )
+    num_speculative_tokens_per_batch_size: list[BatchSizeRange] | None = Field(
+        None,
+        min_length=1,
+        max_length=64,
+        description="Draft length per batch size (vLLM's num_speculative_tokens_per_batch_size): "
+        "non-overlapping inclusive ranges, one starting at 1; a batch size between ranges keeps the "
+        "previous range's K, one above the last keeps the last K.",
     )
     draft_tensor_parallel_size: int | None = Field(
         None, ge=1, description="Tensor parallel size of the draft (never tensor_parallel_size)."
@@ -558,7 +576,20 @@ def is_http_url(url: str) -> bool:
     return parts.scheme in ("http", "https") and bool(parts.hostname) and not any(c.isspace() for c in url)
 
 
-_RENDERED_KEYS = ("method", "model", "num_speculative_tokens", "draft_tensor_parallel_size")
+_RENDERED_KEYS = (
+    "method",
+    "model",
+    "num_speculative_tokens",
+    "draft_tensor_parallel_size",
+    "num_speculative_tokens_per_batch_size",
+)
+
+
+def _ranges_overlap(a: BatchSizeRange, b: BatchSizeRange) -> bool:
+    return a.min_batch_size <= b.max_batch_size and b.min_batch_size <= a.max_batch_size
+
+
+_PER_BATCH = "numSpeculativeTokensPerBatchSize"
 
 RULES: tuple[Rule, ...] = (
     Rule(
@@ -596,7 +627,8 @@ RULES: tuple[Rule, ...] = (
         SpeculativeSpec,
         None,  # CEL cannot test keys of a free-form map: the operator enforces it
         "extraConfig must not set tensor_parallel_size (use draftTensorParallelSize) nor method, model, "
-        "num_speculative_tokens or draft_tensor_parallel_size (use the typed fields)",
+        "num_speculative_tokens, draft_tensor_parallel_size or num_speculative_tokens_per_batch_size "
+        "(use the typed fields)",
         "extraConfig",
         lambda s: not ({"tensor_parallel_size", *_RENDERED_KEYS} & set(s.extra_config)),
     ),
@@ -697,6 +729,52 @@ RULES: tuple[Rule, ...] = (
     ),
     _whole_number(SpeculativeDeploymentSpec, "replicas"),
     _whole_number(RolloutSpec, "canaryReplicas"),
+    # numSpeculativeTokensPerBatchSize, as vLLM 0.32 validates it
+    # (vllm/v1/spec_decode/dynamic/utils.py::validate_and_normalize_dynamic_sd_schedule)
+    Rule(
+        BatchSizeRange,
+        "self.minBatchSize <= self.maxBatchSize",
+        "minBatchSize must not exceed maxBatchSize: a range is inclusive at both ends",
+        "minBatchSize",
+        lambda r: r.min_batch_size <= r.max_batch_size,
+    ),
+    Rule(
+        SpeculativeSpec,
+        f"!has(self.{_PER_BATCH}) || self.{_PER_BATCH}.all(a, self.{_PER_BATCH}.filter(b, "
+        "b.minBatchSize <= a.maxBatchSize && a.minBatchSize <= b.maxBatchSize).size() <= 1)",
+        f"{_PER_BATCH} ranges must not overlap: each batch size takes one K",
+        _PER_BATCH,
+        lambda s: s.num_speculative_tokens_per_batch_size is None
+        or all(
+            sum(_ranges_overlap(a, b) for b in s.num_speculative_tokens_per_batch_size) <= 1
+            for a in s.num_speculative_tokens_per_batch_size
+        ),
+    ),
+    Rule(
+        SpeculativeSpec,
+        f"!has(self.{_PER_BATCH}) || self.{_PER_BATCH}.exists(r, r.minBatchSize == 1)",
+        f"{_PER_BATCH} needs a range with minBatchSize 1, so that every batch size has a K",
+        _PER_BATCH,
+        lambda s: s.num_speculative_tokens_per_batch_size is None
+        or any(r.min_batch_size == 1 for r in s.num_speculative_tokens_per_batch_size),
+    ),
+    Rule(
+        SpeculativeSpec,
+        f"!has(self.{_PER_BATCH}) || self.{_PER_BATCH}.all(r, r.numSpeculativeTokens <= "
+        "(has(self.numSpeculativeTokens) ? self.numSpeculativeTokens : 3))",
+        f"{_PER_BATCH} K must not exceed numSpeculativeTokens (vLLM would silently lower it): raise "
+        "numSpeculativeTokens to the schedule's largest K",
+        _PER_BATCH,
+        lambda s: s.num_speculative_tokens_per_batch_size is None
+        or all(
+            r.num_speculative_tokens <= s.num_speculative_tokens
+            for r in s.num_speculative_tokens_per_batch_size
+        ),
+    ),
+    _whole_number(BatchSizeRange, "minBatchSize"),
+    _whole_number(BatchSizeRange, "maxBatchSize"),
+    _whole_number(BatchSizeRange, "numSpeculativeTokens"),
+    _whole_number(SpeculativeSpec, "numSpeculativeTokens"),
 )
 
 

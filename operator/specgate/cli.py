@@ -238,25 +238,61 @@ def _num(value: float | None) -> str:
 
 
 def _plan(args: argparse.Namespace) -> int:
+    from dataclasses import replace
+
     from specgate import planning
 
-    k, alpha, overhead, batch = args.k, args.alpha, args.overhead, args.concurrency
-    speedup = planning.expected_speedup(alpha, k, overhead, batch)
-    even = planning.break_even_alpha(k, overhead, batch)
-    print(f"alpha={alpha} K={k} overhead={overhead} concurrency={batch}")
+    k, alpha, batch = args.k, args.alpha, max(args.concurrency, 1)
+    cost = planning.CostModel.for_hardware(
+        args.accelerator, args.model_size, args.draft, args.draft_size, args.bytes_per_param, args.context
+    )
+    if args.overhead is not None:  # the engine's extra per draft pass, in plain steps at batch 1
+        cost = replace(cost, draft_pass_ms=args.overhead * cost.step(1, 0))
+    max_k = max(args.max_k, k)
+    conditional = [min(planning.conditional_for_alpha(alpha, k) * args.decay**i, 1.0) for i in range(max_k)]
+    if args.decay != 1.0:  # c_0 such that the decaying rates give alpha at this K
+        lo, hi = 0.0, 1.0
+        for _ in range(60):
+            mid = (lo + hi) / 2
+            rates = [min(mid * args.decay**i, 1.0) for i in range(k)]
+            lo, hi = (mid, hi) if planning.expected_accepted(rates) / k < alpha else (lo, mid)
+        conditional = [min(hi * args.decay**i, 1.0) for i in range(max_k)]
+    prefix = args.per_position or planning.prefix_from_conditional(conditional)
+    draft = args.draft + (f" {args.draft_size}B" if args.draft == "draft_model" else "")
     print(
-        f"expected speedup: {speedup:.2f}x ({planning.expected_tokens_per_step(alpha, k):.2f} tokens per step)"
+        f"alpha={alpha} K={k} concurrency={batch} on {args.accelerator}: {args.model_size}B target "
+        f"({args.bytes_per_param:g} bytes a parameter), {draft} drafts, {args.context} tokens of context"
+    )
+    speedup = planning.expected_tokens_per_step(alpha, k) * cost.step(batch, 0) / cost.step(batch, k)
+    even = planning.break_even_alpha_for(cost, k, batch)
+    print(
+        f"expected speedup: {speedup:.2f}x ({planning.expected_tokens_per_step(alpha, k):.2f} tokens per step, "
+        f"a step {cost.step(batch, k) / cost.step(batch, 0):.2f}x a plain one of {cost.step(batch, 0):.1f} ms)"
     )
     print(
         "break-even alpha: " + ("none: speculation loses even at alpha 1" if even is None else f"{even:.3f}")
     )
-    c = planning.conditional_for_alpha(alpha, k)
-    per_position = args.per_position or [c ** (i + 1) for i in range(k)]
-    advice = planning.recommend_k(per_position, 1.0, planning.CostModel.from_overhead(overhead), batch)
+    advice = planning.recommend_k(prefix, 1.0, cost, batch)
     if advice is not None:
         print(f"best K: {advice.message}")
         for row_k, row_speedup in advice.table:
             print(f"  K={row_k}: {row_speedup:.2f}x")
+    print(f"per concurrency (P(positions 0..i accepted): {', '.join(f'{u:.2f}' for u in prefix)}):")
+    print(f"  {'concurrency':>11}  {'step K=' + str(k):>9}  {'speedup':>7}  {'break-even alpha':>16}  best K")
+    sizes = sorted({1 << i for i in range(args.max_batch.bit_length()) if 1 << i <= args.max_batch} | {batch})
+    for b in sizes:
+        ratio = cost.step(b, k) / cost.step(b, 0)
+        b_even = planning.break_even_alpha_for(cost, k, b)
+        best, best_speedup = planning.best_k(cost, b, prefix)
+        print(
+            f"  {b:>11}  {ratio:>8.2f}x  {planning.expected_tokens_per_step(alpha, k) / ratio:>6.2f}x  "
+            f"{'none' if b_even is None else f'{b_even:.3f}':>16}  K={best} ({best_speedup:.2f}x)"
+        )
+    schedule = planning.k_schedule(cost, prefix, args.max_batch)
+    print(
+        "schedule (speculative.numSpeculativeTokensPerBatchSize; vLLM num_speculative_tokens_per_batch_size):"
+    )
+    print("  " + json.dumps([list(r) for r in schedule]))
     return 0
 
 
@@ -328,11 +364,49 @@ def build_parser() -> argparse.ArgumentParser:
         request.add_argument("-n", "--namespace", default=None, help="default: the kube context's namespace")
         request.set_defaults(func=_request)
 
-    plan = sub.add_parser("plan", help="expected speedup, break-even alpha and best K")
+    plan = sub.add_parser(
+        "plan",
+        help="expected speedup, break-even alpha and best K per concurrency, and the K schedule per batch size",
+    )
     plan.add_argument("--alpha", type=float, required=True, help="acceptance rate: accepted / draft tokens")
     plan.add_argument("--k", type=int, required=True, help="draft length (numSpeculativeTokens)")
-    plan.add_argument("--overhead", type=float, default=0.05, help="cost of one draft pass in target steps")
+    plan.add_argument(
+        "--overhead", type=float, default=None,
+        help="the serving engine's extra per draft pass, in plain steps at batch 1 (default: none beyond "
+        "the model's own engine term)",
+    )  # fmt: skip
     plan.add_argument("--concurrency", type=int, default=1, help="running requests per replica")
+    plan.add_argument(
+        "--accelerator", default="H100", choices=["H100", "H200", "A100", "L40S"],
+        help="GPU whose datasheet bandwidth and BF16 FLOPs price the step (default H100)",
+    )  # fmt: skip
+    plan.add_argument(
+        "--model-size",
+        type=float,
+        default=8.03,
+        help="target parameters in billions (default 8.03, Llama-3.1-8B)",
+    )
+    plan.add_argument(
+        "--bytes-per-param", type=float, default=2.0, help="2 for bf16 weights (default), 1 for FP8"
+    )
+    plan.add_argument(
+        "--draft", default="eagle3", choices=["eagle3", "eagle", "draft_model", "ngram", "suffix"],
+        help="what drafts: an EAGLE-3 or EAGLE head, a draft model, or no forward pass (default eagle3)",
+    )  # fmt: skip
+    plan.add_argument(
+        "--draft-size", type=float, default=1.24, help="draft model parameters in billions (default 1.24)"
+    )
+    plan.add_argument(
+        "--context", type=int, default=1024, help="tokens of KV context a request (default 1024)"
+    )
+    plan.add_argument(
+        "--decay", type=float, default=1.0,
+        help="per-position acceptance falls by this factor a position (default 1: constant)",
+    )  # fmt: skip
+    plan.add_argument("--max-k", type=int, default=8, help="longest draft considered (default 8)")
+    plan.add_argument(
+        "--max-batch", type=int, default=256, help="largest batch of the schedule (default 256)"
+    )
     plan.add_argument(
         "--per-position", type=float, nargs="+", help="measured P(positions 0..i accepted) instead of alpha"
     )

@@ -6,50 +6,299 @@ yields E[accepted] = c + c^2 + ... + c^K, so alpha = E[accepted] / K, and a step
 tokens. The measured per-position counters give u_i = P(positions 0..i accepted) directly, with no
 assumption on c: E[accepted | draft length k] = u_0 + ... + u_{k-1}.
 
-Cost. A step costs a fixed part (reading the weights; dominant at small batch), a part per request
-and verified token (compute; dominant at large batch) and K draft passes:
+Cost (issue 40). One engine step with B running requests and draft length K is
 
-    step(B, K) = step_ms + token_ms * B * (1 + K) + K * draft_pass_ms * (1 + 0.05 * B)
+    step(B, K) = target(T = B * (K + 1) tokens)                        the verify pass
+               + [K > 0] * (verify_ms + spec_engine_ms + K * draft_pass_ms)
+               + [K > 0] * (draft(T = B * (K + 1)) + (K - 1) * draft(T = B))   the draft's passes
 
-so speedup(B, K) = (1 + E[accepted]) * step(B, 0) / step(B, K): high at low concurrency, below one
-at high concurrency. The default constants describe a GPU; where the canary's and the baseline's
-mean step times are measured, the draft pass is fitted to their ratio (`CostModel.measured`), so a
-draft that costs more than the defaults (or a CPU, where verifying K + 1 tokens costs K + 1 times
-one) gets advice from its own costs. bench/draft_length.py scores the advice against real engines.
+and one forward pass of a network over T new tokens of B requests, each with `context` tokens of KV, is
+
+    pass(T, B) = weights_ms * (1 + (T / ridge_tokens) ** knee) ** (1 / knee)
+               + kv_ms * max(B, min_attention_batch) * context / 1000
+
+- `weights_ms` reads the weights once: the whole step at small batch (memory bound);
+- the roofline: below `ridge_tokens` (peak FLOPs over bandwidth, in tokens) extra tokens ride on the
+  weight read almost for free, above it every token costs weights_ms / ridge_tokens of compute. The
+  knee (1.5) rounds the corner as real GEMMs do;
+- attention reads each request's KV context (`kv_ms` per 1000 tokens); a handful of requests cannot
+  fill the GPU, hence the floor `min_attention_batch`;
+- `verify_ms`: the fixed extra of a multi-token (q > 1) pass; `spec_engine_ms` and `draft_pass_ms`:
+  the serving engine's own overhead for a speculative step and per draft pass (rejection sampler,
+  draft bookkeeping), absent from a bare forward-pass table;
+- the draft: an EAGLE head (one decoder layer), a draft model, or nothing (ngram, suffix). vLLM's
+  EAGLE/draft-model proposer runs its first pass over every verified token, then K - 1 passes of one.
+
+Parameters come from the target's size and the accelerator (`ACCELERATORS`, from the vendors'
+datasheets) times efficiencies fitted to a measured H100 table (`../shared/gpu/h100-step-costs.jsonl`:
+`fit_pass` refits them from any such table), and from measurement wherever the canary's and the
+baseline's mean step times exist (`CostModel.measured`: the per-draft-pass overhead absorbs what the
+physics does not explain). bench/draft_length.py scores the advice against real engines.
 """
 
 from __future__ import annotations
 
+import itertools
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
 
 @dataclass(frozen=True)
+class Accelerator:
+    name: str
+    bf16_tflops: float  # peak dense BF16 tensor throughput (no sparsity)
+    hbm_tbps: float  # memory bandwidth, TB/s
+
+
+# Peak dense BF16 (the datasheets print twice these "with sparsity") and memory bandwidth:
+ACCELERATORS: dict[str, Accelerator] = {
+    # NVIDIA H100 datasheet, H100 SXM: BF16 1,979 TFLOPS with sparsity, 3.35 TB/s HBM3
+    "H100": Accelerator("H100", 989.5, 3.35),
+    # NVIDIA H200 datasheet, H200 SXM: BF16 1,979 TFLOPS with sparsity, 4.8 TB/s HBM3e
+    "H200": Accelerator("H200", 989.5, 4.8),
+    # NVIDIA A100 datasheet, A100 80GB SXM: BF16 312 TFLOPS dense, 2,039 GB/s HBM2e
+    "A100": Accelerator("A100", 312.0, 2.039),
+    # NVIDIA L40S datasheet: BF16 362.05 TFLOPS dense (733 with sparsity), 864 GB/s GDDR6
+    "L40S": Accelerator("L40S", 362.05, 0.864),
+}
+
+
+@dataclass(frozen=True)
+class Network:
+    """What a forward pass has to read: the weights and, per token of context, the KV cache."""
+
+    params_b: float  # billions of parameters read per pass
+    kv_bytes_per_token: float  # K and V of one context token, all layers
+    bytes_per_param: float = 2.0  # bf16; 1 for FP8 weights
+
+
+def kv_bytes(layers: int, kv_heads: int, head_dim: int, dtype_bytes: int = 2) -> float:
+    return 2.0 * layers * kv_heads * head_dim * dtype_bytes
+
+
+# Llama shapes (config.json of Llama-3.2-1B/3B, Llama-3.1-8B, Llama-3.3-70B), by size.
+LLAMA_SHAPES: dict[float, Network] = {
+    1.24: Network(1.24, kv_bytes(16, 8, 64)),
+    3.21: Network(3.21, kv_bytes(28, 8, 128)),
+    8.03: Network(8.03, kv_bytes(32, 8, 128)),
+    70.6: Network(70.6, kv_bytes(80, 8, 128)),
+}
+# Draft heads: one decoder layer of an 8B target (218M) plus its input fusion and LM head:
+# EAGLE-3 3 x 4096 -> 4096 fc (50M) and a 32000-token draft vocabulary (131M); EAGLE(-1)
+# 2 x 4096 -> 4096 fc (34M) and the target's own 128256-token LM head (525M).
+EAGLE3_HEAD = Network(0.40, kv_bytes(1, 8, 128))
+EAGLE_HEAD = Network(0.78, kv_bytes(1, 8, 128))
+
+
+def network_for(params_b: float, bytes_per_param: float = 2.0) -> Network:
+    """A Llama-shaped network of this size: the nearest known shape's KV per parameter."""
+    nearest = min(LLAMA_SHAPES.values(), key=lambda n: abs(math.log(n.params_b / params_b)))
+    return Network(
+        params_b, nearest.kv_bytes_per_token * (params_b / nearest.params_b) ** 0.5, bytes_per_param
+    )
+
+
+# Efficiencies fitted to the H100 table (`fit_pass`, tests/unit/test_cost_model.py): an 8B target's
+# pass there reads its 16.06 GB of weights in 7.25 ms (66 % of 3.35 TB/s), computes a token past the
+# ridge in 7.25 / 275 ms (62 % of 989.5 TFLOPS) and reads KV context at 0.0406 ms per request and 1000
+# tokens (96 % of the bandwidth); a pass over 1 to 12 requests reads KV no faster than 12 would.
+WEIGHTS_BANDWIDTH_EFFICIENCY = 0.661
+FLOPS_EFFICIENCY = 0.616
+KV_BANDWIDTH_EFFICIENCY = 0.96
+MIN_ATTENTION_BATCH = 12
+KNEE = 1.5
+VERIFY_MS_H100 = 0.31  # the H100 table's fixed extra of a q > 1 pass
+
+
+@dataclass(frozen=True)
+class Pass:
+    """The cost of one forward pass of one network (see the module doc)."""
+
+    weights_ms: float
+    ridge_tokens: float
+    kv_ms: float  # per request and 1000 tokens of context
+    min_attention_batch: int = MIN_ATTENTION_BATCH
+    knee: float = KNEE
+
+    def ms(self, tokens: int, batch: int, context: int) -> float:
+        compute: float = (1 + (max(tokens, 0) / self.ridge_tokens) ** self.knee) ** (1 / self.knee)
+        return self.weights_ms * compute + self.kv_ms * max(batch, self.min_attention_batch) * context / 1000
+
+    @classmethod
+    def physics(cls, network: Network, accelerator: Accelerator) -> Pass:
+        """From the network's size and the accelerator's datasheet, at the H100-fitted efficiencies.
+        An FP8 network (1 byte a parameter) reads half the bytes and, on FP8 tensor cores, computes
+        twice as fast: its ridge in tokens stays where bf16's is."""
+        bandwidth = accelerator.hbm_tbps * 1e12 * WEIGHTS_BANDWIDTH_EFFICIENCY  # bytes/s
+        flops = accelerator.bf16_tflops * 1e12 * FLOPS_EFFICIENCY * (2.0 / network.bytes_per_param)
+        weight_bytes = network.params_b * 1e9 * network.bytes_per_param
+        weights_ms = weight_bytes / bandwidth * 1e3
+        token_ms = 2 * network.params_b * 1e9 / flops * 1e3
+        kv_ms = (
+            network.kv_bytes_per_token * 1000 / (accelerator.hbm_tbps * 1e12 * KV_BANDWIDTH_EFFICIENCY) * 1e3
+        )
+        return cls(weights_ms=weights_ms, ridge_tokens=weights_ms / token_ms, kv_ms=kv_ms)
+
+
+@dataclass(frozen=True)
+class StepPoint:
+    """One measured forward pass: `batch` requests, `q` new tokens each, `context` tokens of KV."""
+
+    batch: int
+    q: int
+    context: int
+    ms: float
+
+
+@dataclass(frozen=True)
+class PassFit:
+    fitted: Pass
+    verify_ms: float  # the fixed extra of a q > 1 pass (0 when every point has q = 1)
+    worst_relative_error: float
+
+
+def fit_pass(points: Sequence[StepPoint]) -> PassFit:
+    """Fit a Pass (and the q > 1 extra) to measured passes: for each ridge and attention floor on a
+    grid, the linear parameters by least squares on relative error; the grid point with the smallest
+    worst relative error wins."""
+    if not points:
+        raise ValueError("no points to fit")
+    multi = any(p.q > 1 for p in points)
+    ridges = [25.0 * i for i in range(1, 41)]
+    best: PassFit | None = None
+    for ridge, floor in itertools.product(ridges, (1, 4, 8, 12, 16)):
+
+        def features(p: StepPoint, ridge: float = ridge, floor: int = floor) -> list[float]:
+            row = [
+                Pass(1.0, ridge, 0.0, floor).ms(p.batch * p.q, p.batch, p.context),  # per weights_ms
+                Pass(0.0, ridge, 1.0, floor).ms(p.batch * p.q, p.batch, p.context),  # per kv_ms
+            ]
+            return row + ([1.0 if p.q > 1 else 0.0] if multi else [])  # per verify_ms
+
+        rows = [[x / p.ms for x in features(p)] for p in points]
+        coef = _least_squares(rows, [1.0] * len(points))
+        if coef is None or coef[0] <= 0 or coef[1] < 0:
+            continue
+        worst = max(
+            abs(sum(c * x for c, x in zip(coef, features(p), strict=True)) / p.ms - 1) for p in points
+        )
+        if best is None or worst < best.worst_relative_error:
+            fitted = Pass(weights_ms=coef[0], ridge_tokens=ridge, kv_ms=coef[1], min_attention_batch=floor)
+            best = PassFit(fitted, coef[2] if multi else 0.0, worst)
+    if best is None:
+        raise ValueError("no fit: the points do not grow with tokens and context")
+    return best
+
+
+def _least_squares(rows: Sequence[Sequence[float]], target: Sequence[float]) -> list[float] | None:
+    """Solve the normal equations by Gaussian elimination; None when singular."""
+    n = len(rows[0])
+    m = [
+        [sum(r[i] * r[j] for r in rows) for j in range(n)]
+        + [sum(r[i] * t for r, t in zip(rows, target, strict=True))]
+        for i in range(n)
+    ]
+    for i in range(n):
+        pivot = max(range(i, n), key=lambda r: abs(m[r][i]))
+        if abs(m[pivot][i]) < 1e-12:
+            return None
+        m[i], m[pivot] = m[pivot], m[i]
+        for r in range(n):
+            if r != i:
+                f = m[r][i] / m[i][i]
+                m[r] = [a - f * b for a, b in zip(m[r], m[i], strict=True)]
+    return [m[i][n] / m[i][i] for i in range(n)]
+
+
+H100_8B = Pass.physics(LLAMA_SHAPES[8.03], ACCELERATORS["H100"])
+H100_EAGLE3_HEAD = Pass.physics(EAGLE3_HEAD, ACCELERATORS["H100"])
+
+# The serving engine's extra for a speculative step, absent from a bare forward-pass table. Set from
+# the one real vLLM point we have, seed 004 (Llama-3.1-8B, EAGLE K=2, L40S, concurrency 10: a step
+# 1.33x a plain one), where the physics alone gives 1.21x of a 30.1 ms plain step: (1.33 - 1.21) x 30.1
+# = 3.6 ms. One point: a calibration, not a validation; `measured` replaces it wherever step times exist.
+SPEC_ENGINE_MS = 3.6
+
+DRAFTS = ("eagle3", "eagle", "draft_model", "ngram", "suffix", "none")
+
+
+@dataclass(frozen=True)
 class CostModel:
-    step_ms: float = 12.0
-    token_ms: float = 0.5
-    draft_pass_ms: float = 0.6
+    """Milliseconds of one engine step (see the module doc). The default: a Llama-3.1-8B-shaped
+    target with an EAGLE-3 head on an H100, 1024 tokens of context."""
+
+    target: Pass = H100_8B
+    draft: Pass | None = H100_EAGLE3_HEAD
+    context: int = 1024
+    verify_ms: float = VERIFY_MS_H100
+    spec_engine_ms: float = SPEC_ENGINE_MS
+    draft_pass_ms: float = 0.0  # the engine's extra per draft pass; `measured` fits it
 
     def step(self, batch: int, k: int) -> float:
         """Milliseconds of one engine step with `batch` running requests and draft length k."""
-        drafting = k * self.draft_pass_ms * (1 + 0.05 * batch)
-        return self.step_ms + self.token_ms * batch * (1 + k) + drafting
+        batch = max(batch, 1)
+        total = self.target.ms(batch * (k + 1), batch, self.context)
+        if k <= 0:
+            return total
+        total += self.verify_ms + self.spec_engine_ms + k * self.draft_pass_ms
+        if self.draft is not None:
+            total += self.draft.ms(batch * (k + 1), batch, self.context)
+            total += (k - 1) * self.draft.ms(batch, batch, self.context)
+        return total
+
+    def verify_ratio(self, batch: int, k: int) -> float:
+        """The target's verify pass over a plain one, without draft or engine costs (what a bare
+        forward-pass table such as the H100 one measures)."""
+        plain = self.target.ms(batch, batch, self.context)
+        return (self.target.ms(batch * (k + 1), batch, self.context) + self.verify_ms) / plain
+
+    @classmethod
+    def for_hardware(
+        cls,
+        accelerator: str = "H100",
+        params_b: float = 8.03,
+        draft: str = "eagle3",
+        draft_params_b: float = 1.24,
+        bytes_per_param: float = 2.0,
+        context: int = 1024,
+    ) -> CostModel:
+        """From the datasheet of `accelerator` (a key of ACCELERATORS), the target's size in billions
+        of parameters and the draft method: eagle3 / eagle heads sized for the target, a
+        draft_model of draft_params_b, or none (ngram, suffix: no forward pass)."""
+        if accelerator not in ACCELERATORS:
+            raise ValueError(f"unknown accelerator {accelerator!r}; known: {', '.join(ACCELERATORS)}")
+        if draft not in DRAFTS:
+            raise ValueError(f"unknown draft {draft!r}; known: {', '.join(DRAFTS)}")
+        chip = ACCELERATORS[accelerator]
+        target = network_for(params_b, bytes_per_param)
+        scale = params_b / 8.03  # a head is one decoder layer of the target: it grows with the width
+        heads = {"eagle3": EAGLE3_HEAD, "eagle": EAGLE_HEAD}
+        draft_pass: Pass | None = None
+        if draft in heads:
+            head = heads[draft]
+            draft_pass = Pass.physics(Network(head.params_b * scale, head.kv_bytes_per_token), chip)
+        elif draft == "draft_model":
+            draft_pass = Pass.physics(network_for(draft_params_b), chip)
+        return cls(target=Pass.physics(target, chip), draft=draft_pass, context=context)
 
     @classmethod
     def from_overhead(cls, overhead: float) -> CostModel:
-        """A model whose draft pass costs `overhead` target steps (at batch 1)."""
-        base = cls()
-        return cls(step_ms=base.step_ms, token_ms=base.token_ms, draft_pass_ms=overhead * base.step(1, 0))
+        """A model whose draft pass costs `overhead` target steps (at batch 1), engine included."""
+        base = replace(cls(), draft=None, spec_engine_ms=0.0)
+        return replace(base, draft_pass_ms=overhead * base.step(1, 0))
 
     @classmethod
-    def measured(cls, step_ratio: float, k: int, batch: int) -> CostModel:
+    def measured(cls, step_ratio: float, k: int, batch: int, base: CostModel | None = None) -> CostModel:
         """The model whose step at draft length k costs `step_ratio` times a plain step at this batch,
-        as the canary's and the baseline's mean step times (ITL) measured it: the draft pass
-        absorbs every extra cost, so other K are extrapolated linearly in K from this one run."""
-        plain = cls(draft_pass_ms=0.0)
-        per_draft_pass_ms = replace(plain, draft_pass_ms=1.0).step(batch, k) - plain.step(batch, k)
-        draft_pass_ms = (step_ratio * plain.step(batch, 0) - plain.step(batch, k)) / per_draft_pass_ms
-        return replace(plain, draft_pass_ms=max(draft_pass_ms, 0.0))
+        as the canary's and the baseline's mean step times (ITL) measured it: the engine's overhead,
+        refitted as an extra per draft pass, absorbs whatever the physics does not explain (never
+        below zero), so other K are extrapolated from this one run along the physics' own shape."""
+        physics = replace(base or cls(), spec_engine_ms=0.0, draft_pass_ms=0.0)
+        if k <= 0:
+            return physics
+        extra = (step_ratio * physics.step(batch, 0) - physics.step(batch, k)) / k
+        return replace(physics, draft_pass_ms=max(extra, 0.0))
 
 
 def expected_accepted(conditional: Sequence[float]) -> float:
@@ -124,3 +373,47 @@ def recommend_k(
         f"(per-position acceptance {', '.join(f'{u:.2f}' for u in prefix)}; K above {measured} not measured)"
     )
     return KRecommendation(best_k, best, table, message)
+
+
+def step_speedup(cost: CostModel, batch: int, prefix: Sequence[float]) -> float:
+    """Tokens per unit time with draft length len(prefix) over without, where prefix[i] is
+    P(positions 0..i accepted)."""
+    k = len(prefix)
+    return (1 + sum(prefix)) * cost.step(batch, 0) / cost.step(batch, k)
+
+
+def break_even_alpha_for(cost: CostModel, k: int, batch: int) -> float | None:
+    """The vLLM alpha (accepted / draft tokens) below which draft length k slows this batch down;
+    None if even alpha = 1 loses."""
+    ratio = cost.step(batch, k) / cost.step(batch, 0)
+    if 1 + k < ratio:
+        return None
+    return max((ratio - 1) / k, 0.0)
+
+
+def prefix_from_conditional(conditional: Sequence[float]) -> list[float]:
+    """u_i = c_0 * ... * c_i."""
+    out, run = [], 1.0
+    for c in conditional:
+        run *= c
+        out.append(run)
+    return out
+
+
+def best_k(cost: CostModel, batch: int, prefix: Sequence[float]) -> tuple[int, float]:
+    """The draft length (0: do not speculate) with the best expected speedup at this batch."""
+    table = [(0, 1.0)] + [(k, step_speedup(cost, batch, prefix[:k])) for k in range(1, len(prefix) + 1)]
+    return max(table, key=lambda row: row[1])
+
+
+def k_schedule(cost: CostModel, prefix: Sequence[float], max_batch: int) -> list[tuple[int, int, int]]:
+    """vLLM's `num_speculative_tokens_per_batch_size`: inclusive batch-size ranges 1..max_batch, each
+    with the best draft length there (0 where speculation loses), neighbours with one K merged."""
+    ranges: list[tuple[int, int, int]] = []
+    for batch in range(1, max(max_batch, 1) + 1):
+        k, _ = best_k(cost, batch, prefix)
+        if ranges and ranges[-1][2] == k:
+            ranges[-1] = (ranges[-1][0], batch, k)
+        else:
+            ranges.append((batch, batch, k))
+    return ranges

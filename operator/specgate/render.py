@@ -68,6 +68,8 @@ def template_hash(spec: api.SpeculativeDeploymentSpec, track: Track = Track.CANA
     if spec.pod_template is None:  # added later: absent, it keeps the hashes of objects made before
         unused.add("pod_template")
     pods = spec.model_dump(mode="json", by_alias=True, exclude=unused)
+    if spec.speculative.num_speculative_tokens_per_batch_size is None and "speculative" in pods:
+        del pods["speculative"]["numSpeculativeTokensPerBatchSize"]  # added later, as pod_template
     return _digest(pods)
 
 
@@ -88,6 +90,11 @@ def speculative_config(spec: api.SpeculativeSpec) -> dict[str, Any]:
         "prompt_lookup_max": spec.prompt_lookup_max,
     }
     config.update({k: v for k, v in optional.items() if v is not None})
+    if spec.num_speculative_tokens_per_batch_size:
+        ranges = sorted(spec.num_speculative_tokens_per_batch_size, key=lambda r: r.min_batch_size)
+        config["num_speculative_tokens_per_batch_size"] = [
+            [r.min_batch_size, r.max_batch_size, r.num_speculative_tokens] for r in ranges
+        ]
     return {**spec.extra_config, **config}
 
 

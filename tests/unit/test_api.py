@@ -31,6 +31,14 @@ def with_(path: str, value: Any) -> dict[str, Any]:
     return spec
 
 
+def per_batch(*ranges: list[float]) -> dict[str, Any]:
+    """BASE with numSpeculativeTokensPerBatchSize: [minBatchSize, maxBatchSize, numSpeculativeTokens]."""
+    schedule = [
+        dict(zip(("minBatchSize", "maxBatchSize", "numSpeculativeTokens"), r, strict=True)) for r in ranges
+    ]
+    return with_("speculative.numSpeculativeTokensPerBatchSize", schedule)
+
+
 def test_defaults_follow_the_production_recipe() -> None:
     """Every gate's default, written out: the recipe's alpha >= 0.55 and DESIGN section 2's figures. A
     default changed in api.py (the CRD regenerated from it) passes every other test, and changes
@@ -78,6 +86,7 @@ def test_every_other_default_is_written_out() -> None:
             "method": "eagle3",
             "draftModel": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
             "numSpeculativeTokens": 3,
+            "numSpeculativeTokensPerBatchSize": None,
             "draftTensorParallelSize": None,
             "promptLookupMin": None,
             "promptLookupMax": None,
@@ -153,6 +162,14 @@ def test_samples_are_valid(eagle3_sample: dict[str, Any], tiny_sample: dict[str,
         (with_("image", None), "image"),
         (with_("replicas", 0), "replicas"),
         (with_("unknownField", 1), "unknownField"),
+        (per_batch([0, 8, 3]), "speculative.numSpeculativeTokensPerBatchSize[0].minBatchSize"),
+        (per_batch([1, 8, -1]), "speculative.numSpeculativeTokensPerBatchSize[0].numSpeculativeTokens"),
+        (
+            with_("speculative.numSpeculativeTokensPerBatchSize", []),
+            "speculative.numSpeculativeTokensPerBatchSize",
+        ),
+        (per_batch([1, 8, 3], [9, 16, 2], [16, 32, 1]), "speculative.numSpeculativeTokensPerBatchSize"),
+        (per_batch([1, 8, 4]), "speculative.numSpeculativeTokensPerBatchSize"),
     ],
 )
 def test_field_errors_name_the_field(spec: dict[str, Any], field: str) -> None:
@@ -247,6 +264,15 @@ RULE_CASES: list[tuple[int, dict[str, Any], dict[str, Any]]] = [
     (22, sized(4, canary=5), sized(4, canary=5, strategy="sequential")),  # sequential: every pod in turn
     (23, with_("replicas", 3.0), with_("replicas", 3)),
     (24, with_("rollout.canaryReplicas", 1.0), with_("rollout.canaryReplicas", 1)),
+    (25, per_batch([1, 8, 3], [16, 9, 2]), per_batch([1, 8, 3], [9, 16, 2])),
+    (26, per_batch([1, 16, 3], [8, 32, 2]), per_batch([1, 16, 3], [17, 32, 2])),
+    (26, per_batch([1, 8, 3], [1, 8, 3]), per_batch([1, 8, 3])),  # a duplicate overlaps itself
+    (27, per_batch([2, 8, 3]), per_batch([9, 64, 1], [1, 8, 3])),  # vLLM sorts the ranges
+    (28, per_batch([1, 8, 5]), per_batch([1, 8, 3])),  # numSpeculativeTokens 3 caps K
+    (29, per_batch([1.0, 8, 3]), per_batch([1, 8, 3])),
+    (30, per_batch([1, 8.0, 3]), per_batch([1, 8, 3])),
+    (31, per_batch([1, 8, 3.0]), per_batch([1, 8, 3])),
+    (32, with_("speculative.numSpeculativeTokens", 3.0), with_("speculative.numSpeculativeTokens", 3)),
 ]
 
 

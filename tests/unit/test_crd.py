@@ -120,6 +120,21 @@ API_SERVER_RULES = {
      "a host, e.g. http://prometheus-operated.monitoring:9090"),
     (".spec.rollout.metrics", ".scrapeInterval", "scrapeInterval must be at least 1s, e.g. 15s "
      "(Prometheus' usual interval)"),
+    # numSpeculativeTokensPerBatchSize, as vLLM 0.32 validates it
+    (".spec.speculative.numSpeculativeTokensPerBatchSize[]", ".minBatchSize", "minBatchSize must not "
+     "exceed maxBatchSize: a range is inclusive at both ends"),
+    (".spec.speculative", ".numSpeculativeTokensPerBatchSize", "numSpeculativeTokensPerBatchSize ranges "
+     "must not overlap: each batch size takes one K"),
+    (".spec.speculative", ".numSpeculativeTokensPerBatchSize", "numSpeculativeTokensPerBatchSize needs a "
+     "range with minBatchSize 1, so that every batch size has a K"),
+    (".spec.speculative", ".numSpeculativeTokensPerBatchSize", "numSpeculativeTokensPerBatchSize K must "
+     "not exceed numSpeculativeTokens (vLLM would silently lower it): raise numSpeculativeTokens to the "
+     "schedule's largest K"),
+    (".spec.speculative.numSpeculativeTokensPerBatchSize[]", ".minBatchSize", f"minBatchSize {WHOLE}"),
+    (".spec.speculative.numSpeculativeTokensPerBatchSize[]", ".maxBatchSize", f"maxBatchSize {WHOLE}"),
+    (".spec.speculative.numSpeculativeTokensPerBatchSize[]", ".numSpeculativeTokens",
+     f"numSpeculativeTokens {WHOLE}"),
+    (".spec.speculative", ".numSpeculativeTokens", f"numSpeculativeTokens {WHOLE}"),
 }  # fmt: skip
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -17,22 +19,33 @@ def test_conditional_rate_round_trips() -> None:
 
 
 def test_cost_model_by_hand() -> None:
-    cost = planning.CostModel(step_ms=10, token_ms=1, draft_pass_ms=2)
-    assert cost.step(1, 0) == 10 + 1 * 1 * 1
-    assert cost.step(4, 3) == pytest.approx(10 + 1 * 4 * 4 + 3 * 2 * 1.2)
+    """knee 1 makes the roofline a plain sum: weights_ms * (1 + T / ridge) + kv_ms * max(B, floor) * L."""
+    target = planning.Pass(weights_ms=10, ridge_tokens=100, kv_ms=0.5, min_attention_batch=4, knee=1)
+    draft = planning.Pass(weights_ms=1, ridge_tokens=100, kv_ms=0.0, knee=1)
+    cost = planning.CostModel(
+        target=target, draft=draft, context=1000, verify_ms=0.3, spec_engine_ms=2, draft_pass_ms=0.5
+    )
+    assert cost.step(1, 0) == pytest.approx(10 * 1.01 + 0.5 * 4)
+    # verify 16 tokens of 4 requests; engine 0.3 + 2 + 3 x 0.5; draft: one pass over 16, two over 4
+    assert cost.step(4, 3) == pytest.approx(10 * 1.16 + 0.5 * 4 + 0.3 + 2 + 1.5 + 1.16 + 2 * 1.04)
 
 
 def test_speculation_pays_at_low_concurrency_and_not_at_high() -> None:
-    low = planning.expected_speedup(0.7, 3, overhead=0.05, concurrency=1)
-    high = planning.expected_speedup(0.7, 3, overhead=0.05, concurrency=256)
-    assert low > 2 > 1 > high
+    """On short contexts a large batch is compute bound and verifying drafts costs what it saves;
+    on long ones reading each request's KV dominates and does not grow with K."""
+    short = planning.CostModel(context=128)
+    assert (
+        planning.step_speedup(short, 1, [0.7] * 3) > 1.5 > 1 > planning.step_speedup(short, 1024, [0.7] * 3)
+    )
+    assert planning.step_speedup(planning.CostModel(context=4096), 1024, [0.7] * 3) > 1
 
 
 def test_break_even_alpha() -> None:
     even = planning.break_even_alpha(3, overhead=0.05, concurrency=1)
     assert even is not None and 0 < even < 0.2
     assert planning.expected_speedup(even, 3, 0.05) == pytest.approx(1.0, abs=1e-6)
-    assert planning.break_even_alpha(8, overhead=0.05, concurrency=512) is None
+    # a draft pass costing 10 plain steps: 8 drafts cost 81 steps' time for at most 9 tokens
+    assert planning.break_even_alpha(8, overhead=10, concurrency=1) is None
 
 
 def test_recommend_k_stops_where_acceptance_falls_off() -> None:
@@ -61,7 +74,7 @@ def test_plan_cli(capsys: pytest.CaptureFixture[str]) -> None:
 def test_a_measured_step_ratio_gives_back_the_engines_costs(batch: int) -> None:
     """An engine whose draft pass costs 9 ms (15x the default): one run at K=4 measures its step
     ratio, and the fitted model prices every other K as that engine does."""
-    engine = planning.CostModel(draft_pass_ms=9.0)
+    engine = planning.CostModel(spec_engine_ms=0.0, draft_pass_ms=9.0)
     ratio = engine.step(batch, 4) / engine.step(batch, 0)
     fitted = planning.CostModel.measured(ratio, 4, batch)
     for k in range(1, 9):
@@ -78,3 +91,17 @@ def test_an_expensive_step_turns_the_advice_to_the_shortest_draft() -> None:
     assert planning.recommend_k(counts, drafts, concurrency=4).k == 4  # type: ignore[union-attr]
     advice = planning.recommend_k(counts, drafts, planning.CostModel.measured(6.0, 4, 4), concurrency=4)
     assert advice is not None and advice.k == 1 and advice.expected_speedup < 1
+
+
+def test_plan_cli_prints_the_table_per_concurrency_and_the_schedule(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    args = ["plan", "--alpha", "0.6", "--k", "3", "--decay", "0.9", "--max-batch", "64"]
+    assert main([*args, "--accelerator", "L40S", "--draft", "ngram"]) == 0
+    out = capsys.readouterr().out
+    assert "on L40S" in out and "ngram drafts" in out
+    rows = [line.split() for line in out.splitlines() if line.strip().split(" ")[0].isdigit()]
+    assert [int(r[0]) for r in rows] == [1, 2, 4, 8, 16, 32, 64]
+    schedule = json.loads(out.strip().splitlines()[-1])
+    assert schedule[0][0] == 1 and schedule[-1][1] == 64
+    assert all(end >= start and k >= 0 for start, end, k in schedule)

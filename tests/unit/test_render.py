@@ -179,3 +179,20 @@ def test_the_pod_template_reaches_both_tracks_pods() -> None:
             {"name": "dshm", "mountPath": "/dev/shm"},
             {"name": "scratch", "mountPath": "/scratch"},
         ]
+
+
+def test_a_k_schedule_per_batch_size_reaches_the_speculative_config() -> None:
+    """vLLM's num_speculative_tokens_per_batch_size: [start, end, K] triples, sorted by start."""
+    raw = load_sample("tiny-cpu.yaml")["spec"]
+    raw["speculative"]["numSpeculativeTokens"] = 4
+    raw["speculative"]["numSpeculativeTokensPerBatchSize"] = [
+        {"minBatchSize": 9, "maxBatchSize": 256, "numSpeculativeTokens": 2},
+        {"minBatchSize": 1, "maxBatchSize": 8, "numSpeculativeTokens": 4},
+    ]
+    spec = api.parse_spec(raw)
+    config = render.speculative_config(spec.speculative)
+    assert config["num_speculative_tokens_per_batch_size"] == [[1, 8, 4], [9, 256, 2]]
+    assert config["num_speculative_tokens"] == 4
+    old = api.parse_spec(load_sample("tiny-cpu.yaml")["spec"])
+    assert render.template_hash(spec) != render.template_hash(old)
+    assert render.template_hash(spec, Track.BASELINE) == render.template_hash(old, Track.BASELINE)

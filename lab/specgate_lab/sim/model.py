@@ -5,10 +5,11 @@ given positions < i were, c_i = first * decay**i (acceptance falls along the dra
 EAGLE-3 in the seeds). A method scales it (ngram drafts from the prompt: good on repetitive text,
 poor on chat). An override alpha (accepted / draft tokens) solves for the constant c that gives it.
 
-Cost: planning.CostModel. One engine step verifies K+1 tokens for each of B running requests: a
-fixed part (reading the weights, dominant at small B), a part per request and verified token
-(compute, dominant at large B) and the draft's K passes. So speculation pays at low concurrency and
-hurts at high concurrency, as the seeds describe.
+Cost: a linear step model (planning's CostModel before issue 40; the simulator keeps it so its
+scripted scenarios stay as they were). One engine step verifies K+1 tokens for each of B running
+requests: a fixed part (reading the weights, dominant at small B), a part per request and verified
+token (compute, dominant at large B) and the draft's K passes. So speculation pays at low
+concurrency and hurts at high concurrency, as the seeds describe.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass, replace
 
-from specgate.planning import CostModel, conditional_for_alpha
+from specgate.planning import conditional_for_alpha
 
 PROFILES: dict[str, tuple[float, float]] = {
     # name: (conditional acceptance of position 0, decay per position)
@@ -77,13 +78,14 @@ def sample_accepted(rates: list[float], rng: random.Random) -> int:
 
 
 def step_seconds(knobs: Knobs, spec: Speculation | None, batch: int, prefill_tokens: int) -> float:
-    """Wall time of one engine step for `batch` running requests (planning's cost model)."""
+    """Wall time of one engine step for `batch` running requests (the linear model above)."""
     k = spec.k if spec else 0
     per_pass = knobs.draft_pass_ms
     if per_pass is None:
         per_pass = DRAFT_PASS_MS.get(spec.method, DEFAULT_DRAFT_PASS_MS) if spec else 0.0
-    cost = CostModel(step_ms=knobs.step_ms, token_ms=knobs.token_ms, draft_pass_ms=per_pass)
-    return (cost.step(batch, k) + knobs.prefill_ms_per_token * prefill_tokens) / 1000
+    drafting = k * per_pass * (1 + 0.05 * batch)
+    step_ms = knobs.step_ms + knobs.token_ms * batch * (1 + k) + drafting
+    return (step_ms + knobs.prefill_ms_per_token * prefill_tokens) / 1000
 
 
 @dataclass(frozen=True)
