@@ -35,14 +35,16 @@ fmt: venv ## format the code
 	$(VENV)/bin/ruff check --fix operator lab tests bench
 	$(VENV)/bin/ruff format operator lab tests bench
 
-.PHONY: crd
+.PHONY: api-docs
 api-docs: venv ## regenerate docs/reference/api.md from the CRD's schema (a unit test fails when it drifts)
 	$(VENV)/bin/python hack/api_reference.py > docs/reference/api.md
 
+.PHONY: crd
 crd: venv ## regenerate the checked-in CRD (and the chart's copies) from the pydantic models
 	$(VENV)/bin/specgate crd > crds/specgate.dev_speculativedeployments.yaml
 	cp crds/specgate.dev_speculativedeployments.yaml charts/specgate/files/
 	cp crds/kopf.dev_peerings.yaml charts/specgate/crds/
+	$(VENV)/bin/python hack/api_reference.py > docs/reference/api.md
 
 .PHONY: lock
 lock: ## re-pin the operator image's runtime dependencies (requirements.lock)
