@@ -28,7 +28,7 @@ from typing import Any
 
 import pytest
 from tests.unit.fake_cluster import BROKEN_IMAGE, FakeCluster
-from tests.unit.test_rollout import T0, metrics
+from tests.unit.test_rollout import T0, metrics, spec_body
 
 from specgate import api, handlers, kube, render
 from specgate.api import Phase
@@ -47,24 +47,13 @@ UPGRADE_LABEL = "specgate.dev/fake-operator-version"  # what an operator upgrade
 def first_spec(rng: random.Random) -> dict[str, Any]:
     replicas = rng.randint(2, 5)
     surge, unavailable = rng.choice([(0, 1), (1, 0), (1, 1), (0, 2), (2, 0), (2, 1)])
-    return {
-        "model": {"name": "m"},
-        "image": "vllm:1",
-        "replicas": replicas,
-        "speculative": {"method": "draft_model", "draftModel": "d", "numSpeculativeTokens": 4},
-        "rollout": {
-            "canaryReplicas": rng.randint(1, min(2, replicas - 1)),
-            "maxSurge": surge,
-            "maxUnavailable": unavailable,
-            "warmup": "30s",
-            "analysisWindow": "60s",
-            "maxAnalysisDuration": "10m",
-            "progressDeadline": "5m",
-            "metricsUnavailableBudget": "2m",
-            "gates": {"minDrafts": 100, "minLatencySamples": 50},
-            "metrics": {"prometheusUrl": "http://prometheus:9090"},
-        },
-    }
+    body = spec_body(
+        canaryReplicas=rng.randint(1, min(2, replicas - 1)),
+        maxSurge=surge,
+        maxUnavailable=unavailable,
+        metrics={"prometheusUrl": "http://prometheus:9090"},
+    )
+    return body | {"image": "vllm:1", "replicas": replicas}
 
 
 @dataclass

@@ -24,24 +24,27 @@ T0 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
 ITL_BOUNDS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, math.inf)
 
 
+def spec_body(**rollout_fields: Any) -> dict[str, Any]:
+    """The unit tests' spec: short stages, small minimum samples; `rollout_fields` override."""
+    return {
+        "model": {"name": "m"},
+        "image": "vllm",
+        "replicas": 2,
+        "speculative": {"method": "draft_model", "draftModel": "d", "numSpeculativeTokens": 4},
+        "rollout": {
+            "warmup": "30s",
+            "analysisWindow": "60s",
+            "maxAnalysisDuration": "10m",
+            "progressDeadline": "5m",
+            "metricsUnavailableBudget": "2m",
+            "gates": {"minDrafts": 100, "minLatencySamples": 50},
+            **rollout_fields,
+        },
+    }
+
+
 def make_spec(**rollout_fields: Any) -> api.SpeculativeDeploymentSpec:
-    return api.parse_spec(
-        {
-            "model": {"name": "m"},
-            "image": "vllm",
-            "replicas": 2,
-            "speculative": {"method": "draft_model", "draftModel": "d", "numSpeculativeTokens": 4},
-            "rollout": {
-                "warmup": "30s",
-                "analysisWindow": "60s",
-                "maxAnalysisDuration": "10m",
-                "progressDeadline": "5m",
-                "metricsUnavailableBudget": "2m",
-                "gates": {"minDrafts": 100, "minLatencySamples": 50},
-                **rollout_fields,
-            },
-        }
-    )
+    return api.parse_spec(spec_body(**rollout_fields))
 
 
 def itl(typical_seconds: float, count: float = 100_000) -> Histogram:
