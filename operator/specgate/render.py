@@ -347,10 +347,37 @@ def benchmark_job(
                     "restartPolicy": "Never",
                     "containers": [container],
                     "volumes": volumes,
-                    "tolerations": [t.model_dump(by_alias=True, exclude_none=True) for t in spec.tolerations],
+                    **_benchmark_pod_fields(spec),
                 },
             },
         },
+    }
+
+
+def _benchmark_pod_fields(spec: api.SpeculativeDeploymentSpec) -> dict[str, Any]:
+    """Where the benchmark pod runs and what it pulls with: those of the vLLM pods it measures.
+
+    Its image is spec.image (unless benchmark.image): the CUDA vLLM image, large, often linux/amd64
+    only and from a private registry, which the vLLM pods' nodes are known to pull (and to have
+    cached) and to reach the model cache from. So the pod takes the same nodeSelector, tolerations
+    (taints keep it off a tainted GPU pool otherwise) and node affinity, and pulls as the vLLM pods
+    do: imagePullSecrets, serviceAccountName (its pull secrets, or a workload identity for the
+    model bucket). Not copied: runtimeClassName and GPU resources (the client needs no GPU; the
+    NVIDIA runtime would expose the node's GPUs to it unallocated), pod (anti-)affinity and
+    topologySpreadConstraints (terms written for the vLLM pods: one replica per node by
+    specgate.dev/deployment, which this pod carries too, would keep it off every GPU node),
+    priorityClassName (a one-off client should not preempt)."""
+    extra = spec.pod_template or api.PodTemplate()
+    node_affinity = (extra.affinity or {}).get("nodeAffinity")
+    fields: dict[str, Any] = {
+        "affinity": {"nodeAffinity": node_affinity} if node_affinity else None,
+        "serviceAccountName": extra.service_account_name,
+        "imagePullSecrets": [{"name": name} for name in extra.image_pull_secrets],
+    }
+    return {
+        "nodeSelector": dict(spec.node_selector),
+        "tolerations": [t.model_dump(by_alias=True, exclude_none=True) for t in spec.tolerations],
+        **{key: value for key, value in fields.items() if value},
     }
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from tests.conftest import load_sample
 from tests.unit.test_rollout import T0, Run, make_spec, metrics, ready
 
 from specgate import api, bench_driver, benchmark, render
@@ -246,6 +247,66 @@ def test_the_job_runs_the_driver_against_the_track_service_without_a_gpu() -> No
     assert (flag("--request-rate"), flag("--num-prompts")) == ("4.0", "50")
     assert "--input-len" not in args  # only the random dataset takes it
     assert flag("--temperature") == "0.0"
+
+
+def test_the_job_pod_schedules_and_pulls_as_the_vllm_pods_do_but_takes_no_gpu() -> None:
+    """On a GPU cluster (the GPU sample, with a private registry) the benchmark pod goes to the vLLM
+    pods' nodes (nodeSelector, tolerations, node affinity) and pulls as they do (imagePullSecrets,
+    serviceAccountName); no runtime class, GPU, priority or terms written for the vLLM pods."""
+    raw = load_sample("llama-3.1-8b-eagle3.yaml")["spec"]
+    node_affinity = {
+        "requiredDuringSchedulingIgnoredDuringExecution": {
+            "nodeSelectorTerms": [
+                {
+                    "matchExpressions": [
+                        {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["a"]}
+                    ]
+                }
+            ]
+        }
+    }
+    one_per_node = {
+        "requiredDuringSchedulingIgnoredDuringExecution": [
+            {
+                "topologyKey": "kubernetes.io/hostname",
+                "labelSelector": {"matchLabels": {render.LABEL_DEPLOYMENT: "llama"}},
+            }
+        ]
+    }
+    raw["podTemplate"] |= {
+        "serviceAccountName": "vllm",
+        "imagePullSecrets": ["regcred"],
+        "priorityClassName": "inference-high",
+        "affinity": {"nodeAffinity": node_affinity, "podAntiAffinity": one_per_node},
+        "topologySpreadConstraints": [{"maxSkew": 1, "topologyKey": "kubernetes.io/hostname",
+            "whenUnsatisfiable": "DoNotSchedule", "labelSelector": {"matchLabels": {render.LABEL_DEPLOYMENT: "llama"}}}],
+    }  # fmt: skip
+    raw["rollout"]["measurement"] = "benchmark"
+    spec = api.parse_spec(raw)
+    vllm = render.deployment(spec, OWNER, Track.CANARY, 1)["spec"]["template"]["spec"]
+    for track in Track:
+        job = render.benchmark_job(spec, OWNER, track, 3)
+        pod = job["spec"]["template"]["spec"]
+        for field in ("nodeSelector", "tolerations", "imagePullSecrets", "serviceAccountName"):
+            assert pod[field] == vllm[field], field
+        assert pod["nodeSelector"] == {"nvidia.com/gpu.product": "NVIDIA-H100-80GB-HBM3"}
+        assert pod["tolerations"] == [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+        assert pod["imagePullSecrets"] == [{"name": "regcred"}] and pod["serviceAccountName"] == "vllm"
+        assert pod["affinity"] == {"nodeAffinity": node_affinity}  # not the vLLM pods' anti-affinity
+        assert vllm["runtimeClassName"] == "nvidia"
+        for field in ("runtimeClassName", "priorityClassName", "topologySpreadConstraints"):
+            assert field not in pod, field
+        assert "nvidia.com/gpu" not in json.dumps(pod["containers"])
+        assert job["spec"]["template"]["metadata"]["labels"][render.LABEL_DEPLOYMENT] == "llama"
+
+
+def test_without_a_pod_template_the_job_pod_takes_the_node_selector_and_tolerations() -> None:
+    spec = api.parse_spec(
+        {**make_spec().model_dump(by_alias=True, exclude_none=True), "nodeSelector": {"pool": "gpu"}}
+    )
+    pod = render.benchmark_job(spec, OWNER, Track.BASELINE, 1)["spec"]["template"]["spec"]
+    assert pod["nodeSelector"] == {"pool": "gpu"} and pod["tolerations"] == []
+    assert not {"affinity", "imagePullSecrets", "serviceAccountName"} & set(pod)
 
 
 def test_long_names_keep_the_job_name_within_63_characters() -> None:
