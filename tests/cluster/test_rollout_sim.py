@@ -16,7 +16,7 @@ import pytest
 from kubernetes import client
 from tests.cluster.conftest import CACHE, Rollouts, cluster_classes, side_by_side
 from tests.cluster.operator_process import get_sd, specgate_status
-from tests.cluster.rollouts import Rollout, run_rollout, sim_rollout
+from tests.cluster.rollouts import Rollout, history_time, run_rollout, sim_rollout
 from tests.conftest import ROOT
 from tests.integration.prometheus_server import prometheus_server
 
@@ -142,6 +142,7 @@ def test_low_alpha_rolls_back_below_the_gate(rollouts: Rollouts) -> None:
 
 
 # Runbook commands the lab cannot run, and why.
+RUNBOOK_EXAMPLE_TIME = "1764150000"  # what the runbooks' `@` queries show for the rollback's time
 LAB_LACKS = {
     "kubectl get prometheus": "no Prometheus Operator in the lab",
     "podmonitor": "no Prometheus Operator in the lab",
@@ -173,11 +174,15 @@ def test_the_runbooks_commands_and_the_dashboards_queries_run_on_a_rolled_back_o
     on the rolled-back object, and every PromQL expression evaluates on the lab's Prometheus; the
     AcceptanceBelowGate page's alpha query gives the simulator's alpha (0.3); every query of the
     Grafana dashboard evaluates, and its vLLM panels have data."""
-    lab, _ = rollouts["lowalpha"].result()
+    lab, run = rollouts["lowalpha"].result()
+    # The runbooks' example unix time stands for the rollback's (runbooks/README.md, "Queries
+    # after a rollback"): the queries are evaluated then, as a reader told so would.
+    rolled_back = str(int(history_time(run.status, "RollingBack").timestamp()))
     names = {"NS": lab["namespace"], "NAME": "lowalpha", "OBJECT": "lowalpha", "GEN": "1"}
+    names[RUNBOOK_EXAMPLE_TIME] = rolled_back
 
     def filled(text: str) -> str:
-        return re.sub(r"\b(NS|NAME|OBJECT|GEN)\b", lambda m: names[m.group(1)], text)
+        return re.sub(rf"\b(NS|NAME|OBJECT|GEN|{RUNBOOK_EXAMPLE_TIME})\b", lambda m: names[m.group(1)], text)
 
     ran = 0
     env = {
