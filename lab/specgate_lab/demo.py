@@ -37,7 +37,7 @@ from specgate import api
 from specgate.api import parse_duration, parse_status
 from specgate_lab import checkout
 from specgate_lab.crds import install_crd
-from specgate_lab.demo_sizing import Sizing, TooSlow, calibrate, size
+from specgate_lab.demo_sizing import FALLBACK, TOO_SLOW, Sizing, TooSlow, calibrate, size
 from specgate_lab.loadgen import LoadResult, run_load
 
 
@@ -252,10 +252,8 @@ class Watch:
         if calibration is None:
             if time.monotonic() - ready_at > CALIBRATION_LIMIT_S:
                 raise TooSlow(
-                    f"this machine is too slow for an honest run of this sample: its baseline finished "
-                    f"{self.load.finished_since(ready_at)} requests in the {CALIBRATION_LIMIT_S:.0f} s "
-                    "after it became Ready. Stop what else runs on this machine, or run `make demo "
-                    "SCENARIO=tiny` (the rollout's mechanics in about 4 minutes, latency gates relaxed)"
+                    f"{TOO_SLOW}: its baseline finished {self.load.finished_since(ready_at)} requests "
+                    f"in the {CALIBRATION_LIMIT_S:.0f} s after it became Ready. {FALLBACK}"
                 )
             return
         rollout = self.body["spec"]["rollout"]

@@ -23,6 +23,13 @@ WINDOW_STEP_S = 30
 MIN_CALIBRATION_REQUESTS = 3  # after the first one, which may pay for lazy initialisation
 
 
+TOO_SLOW = "this machine is too slow for an honest run of this sample"
+FALLBACK = (
+    "Stop what else runs on this machine, or run `make demo SCENARIO=tiny` (the tiny models: the "
+    "rollout's mechanics in about 4 minutes, latency gates relaxed)"
+)
+
+
 class TooSlow(Exception):
     """No choice gives an honest run on this machine; the message says what was measured and needed."""
 
@@ -117,12 +124,10 @@ def _too_slow(calibration: Calibration, needed: int) -> str:
     shortest = token_choices(calibration)[-1]
     wanted_rate = MARGIN * needed / MAX_WINDOW_S
     return (
-        f"this machine is too slow for an honest run of this sample: its baseline finished "
+        f"{TOO_SLOW}: its baseline finished "
         f"{calibration.requests_per_second:.3f} requests a second at {calibration.max_tokens} tokens "
         f"({calibration.step_s * 1000:.0f} ms a token), about "
         f"{calibration.rate(shortest):.3f} at {shortest}; the latency "
         f"gates need {needed} per-token samples (one a request) in a window, and {MARGIN:.0f}x that within "
-        f"{MAX_WINDOW_S} s needs {wanted_rate:.3f} requests a second. Stop what else runs on this machine, "
-        "or run `make demo SCENARIO=tiny` (the tiny models: the rollout's mechanics in about 4 minutes, "
-        "latency gates relaxed)"
+        f"{MAX_WINDOW_S} s needs {wanted_rate:.3f} requests a second. {FALLBACK}"
     )
