@@ -169,6 +169,10 @@ def test_explicit_and_unset_policies_derive_nothing() -> None:
     unset = auto_spec(speculative={"method": "ngram"})
     for spec in (explicit, unset):
         assert schedule.resolve(spec, SpeculativeDeploymentStatus(), T0) == (spec, None)
+    # Explicit is what unset means: writing it out starts no rollout; Auto does
+    assert render.template_hash(explicit) == render.template_hash(unset)
+    auto = auto_spec(speculative={"method": "ngram", "numSpeculativeTokensPerBatchSizePolicy": "Auto"})
+    assert render.template_hash(auto) != render.template_hash(unset)
 
 
 OWNER = render.Owner(name="llama", namespace="ml", uid="u-1")
