@@ -11,9 +11,11 @@ from tests.unit.test_rollout import T0
 
 from specgate import api, render, schedule
 from specgate.api import Measurement, ScheduleSource, SpeculativeDeploymentStatus
+from specgate.cli import render_timeline
 from specgate.render import Track
 
 EAGLE_HEAD = "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"
+OWNER = render.Owner(name="llama", namespace="ml", uid="u-1")
 
 
 def auto_spec(**fields: Any) -> api.SpeculativeDeploymentSpec:
@@ -175,4 +177,9 @@ def test_explicit_and_unset_policies_derive_nothing() -> None:
     assert render.template_hash(auto) != render.template_hash(unset)
 
 
-OWNER = render.Owner(name="llama", namespace="ml", uid="u-1")
+def test_specgate_status_shows_the_schedule_and_its_source() -> None:
+    _, derived = schedule.resolve(auto_spec(), SpeculativeDeploymentStatus(), T0)
+    assert derived is not None
+    held = derived.model_copy(update={"ranges": [[1, 64, 7], [65, 256, 4]]})
+    text = render_timeline("llama", SpeculativeDeploymentStatus(k_schedule=held))
+    assert "  schedule [[1, 64, 7], [65, 256, 4]] (GateAlpha: from gates.minAcceptanceRate 0.55" in text
