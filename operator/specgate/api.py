@@ -251,7 +251,8 @@ class SpeculativeSpec(Model):
         "cost model (accelerator from the nodeSelector or affinity label nvidia.com/gpu.product, "
         "target size from the model name, --max-num-seqs or 256 batch sizes) and the best acceptance "
         "evidence it has when a rollout begins (the last canary of the same draft, else "
-        "gates.minAcceptanceRate), holds it for the whole rollout and shows it in status.kSchedule.",
+        "gates.minAcceptanceRate), K at most numSpeculativeTokens, holds it for the whole rollout and "
+        "shows it in status.kSchedule.",
     )
     draft_tensor_parallel_size: int | None = Field(
         None, ge=1, description="Tensor parallel size of the draft (never tensor_parallel_size)."
