@@ -183,3 +183,13 @@ def test_specgate_status_shows_the_schedule_and_its_source() -> None:
     held = derived.model_copy(update={"ranges": [[1, 64, 7], [65, 256, 4]]})
     text = render_timeline("llama", SpeculativeDeploymentStatus(k_schedule=held))
     assert "  schedule [[1, 64, 7], [65, 256, 4]] (GateAlpha: from gates.minAcceptanceRate 0.55" in text
+
+
+@pytest.mark.parametrize("method", list(api.Method))
+def test_every_method_is_priced(method: api.Method) -> None:
+    """A method the cost model cannot price would fail every reconcile of an Auto object."""
+    draft = None if method in api.METHODS_WITHOUT_DRAFT else "org/Llama-3.2-1B"
+    spec = auto_spec(speculative={"method": method.value, "draftModel": draft, "numSpeculativeTokens": 3,
+                                  "numSpeculativeTokensPerBatchSizePolicy": "Auto"})  # fmt: skip
+    _, derived = schedule.resolve(spec, SpeculativeDeploymentStatus(), T0)
+    assert derived is not None and derived.ranges[0][0] == 1
