@@ -1,21 +1,33 @@
-"""Draft-length benchmark: the K specgate recommends against the best K measured on real engines.
+"""Draft-length benchmark: the K specgate recommends against the best K measured on real engines, and
+the K schedule per batch size built from that advice against the best single K.
 
 For each calibrated noisy draft of the lab's tiny model (lab/calibration.json) and each
-concurrency, real vLLM CPU engines serve the same load plainly and with `draft_model` at K = 1 .. K_MAX:
-CONCURRENCY[i] clients each send REQUESTS_PER_CLIENT completions of MAX_TOKENS tokens (greedy,
+concurrency, real vLLM CPU engines serve the same load plainly and with `draft_model` at K = 1 .. k_max:
+each of `concurrency` clients sends `requests` completions of `max_tokens` tokens (greedy,
 ignore_eos). Measured per engine: output tokens per second over the load (wall clock), the mean
-step time from vLLM's own ITL histogram, and at K_MAX the per-position acceptance counters.
+step time from vLLM's own ITL histogram, and the per-position acceptance counters.
 
 The advice is what the operator computes (measurements.recommendation): the per-position counts of
-the K_MAX canary, costed by the ratio of its mean step time to the baseline's. The reference is the
-best measured throughput over K = 1 .. K_MAX; nothing of the planner's cost model enters it. The
+the k_max canary, costed by the ratio of its mean step time to the baseline's. The reference is the
+best measured throughput over K = 1 .. k_max; nothing of the planner's cost model enters it. The
 default-cost advice (the GPU constants, no measured step times) is scored beside it.
-Last line: k_choice_speedup_ratio=<throughput at the advised K / best measured> (worst case) and
-the same for the default costs.
+
+The schedule: the advised K at each concurrency, as vLLM's num_speculative_tokens_per_batch_size
+(each advised K up to its concurrency, the last carried beyond, as vLLM carries it), served by one
+more engine (num_speculative_tokens k_max) under the same loads. Its throughput over the whole
+concurrency mix (all loads' tokens over all loads' seconds) is compared with the best single K's over
+the same mix, all measured, and the engine's own counters show the mean draft length it ran at each
+concurrency (draft tokens / drafts), which is how one sees vLLM honour the schedule.
+
+Last line: k_choice_speedup_ratio=<throughput at the advised K / best measured> (worst case), the
+same for the default costs, and k_schedule_speedup_vs_best_static=<mix throughput of the schedule /
+of the best single K> (worst case over the drafts). --quick: one draft, K = 1 .. 2, fewer requests
+(4 engines, about 5 minutes on 2 cores).
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import sys
 import tempfile
@@ -38,27 +50,64 @@ from specgate.observation import TrackMetrics
 from specgate.vllm_metrics import total
 from specgate_lab.calibrate import PROMPTS, complete, real_engine
 
-K_MAX = 4
-CONCURRENCY = (1, 4)
-REQUESTS_PER_CLIENT = 6
-MAX_TOKENS = 64
-NOISES = ("0.01", "0.05")  # calibrated alpha about 0.80 and 0.53 (lab/calibration.json)
+
+@dataclass(frozen=True)
+class Sizes:
+    k_max: int
+    concurrency: tuple[int, ...]
+    requests: int  # per client
+    max_tokens: int
+    noises: tuple[str, ...]  # calibrated drafts (lab/calibration.json)
+
+
+FULL = Sizes(4, (1, 4), 6, 64, ("0.01", "0.05"))  # alpha about 0.80 and 0.53
+QUICK = Sizes(2, (1, 4), 3, 48, ("0.01",))
+
+Schedule = list[list[int]]  # vLLM's num_speculative_tokens_per_batch_size: [start, end, K]
 
 
 @dataclass(frozen=True)
 class Run:
-    tokens_per_second: float
+    tokens: float
+    seconds: float
     mean_step_ms: float
     drafts: float
+    draft_tokens: float
     accepted_per_position: tuple[float, ...]
 
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens / self.seconds
 
-def serve_args(draft: str | None, k: int) -> list[str]:
+
+def serve_args(draft: str | None, k: int, schedule: Schedule | None = None) -> list[str]:
     args = ["specgate/tiny-llama", "--served-model-name", "tiny", "--max-model-len", "512"]
     if draft is None:
         return args
-    config = {"method": "draft_model", "model": draft, "num_speculative_tokens": k}
+    config: dict[str, object] = {"method": "draft_model", "model": draft, "num_speculative_tokens": k}
+    if schedule is not None:
+        config["num_speculative_tokens_per_batch_size"] = schedule
     return [*args, "--speculative-config", json.dumps(config)]
+
+
+def schedule_from(advised: dict[int, int]) -> Schedule:
+    """Each concurrency's advised K from just above the previous concurrency up to it (from 1), equal
+    neighbours merged; vLLM carries the last K to larger batches."""
+    ranges: Schedule = []
+    start = 1
+    for concurrency in sorted(advised):
+        k = advised[concurrency]
+        if ranges and ranges[-1][2] == k:
+            ranges[-1][1] = concurrency
+        else:
+            ranges.append([start, concurrency, k])
+        start = concurrency + 1
+    return ranges
+
+
+def mix_speed(runs: dict[int, Run]) -> float:
+    """Tokens per second over the whole concurrency mix: every load's tokens over every load's time."""
+    return sum(r.tokens for r in runs.values()) / sum(r.seconds for r in runs.values())
 
 
 def scrape(url: str) -> dict[str, float]:
@@ -73,14 +122,14 @@ def scrape(url: str) -> dict[str, float]:
     return samples
 
 
-def load(url: str, concurrency: int) -> Run:
-    """CONCURRENCY clients' completions; the figures are the counters' increases over the load."""
+def load(url: str, concurrency: int, sizes: Sizes) -> Run:
+    """`concurrency` clients' completions; the figures are the counters' increases over the load."""
     complete(url, "tiny", PROMPTS[0], max_tokens=8)  # warm the engine's first-request paths
     before = scrape(url)
 
     def client(index: int) -> None:
-        for r in range(REQUESTS_PER_CLIENT):
-            complete(url, "tiny", PROMPTS[(index + r) % len(PROMPTS)], max_tokens=MAX_TOKENS)
+        for r in range(sizes.requests):
+            complete(url, "tiny", PROMPTS[(index + r) % len(PROMPTS)], max_tokens=sizes.max_tokens)
 
     threads = [threading.Thread(target=client, args=(i,)) for i in range(concurrency)]
     start = time.monotonic()
@@ -96,63 +145,85 @@ def load(url: str, concurrency: int) -> Run:
 
     itl = vllm_metrics.INTER_TOKEN_LATENCY
     per_position = tuple(
-        grew(f"{total(vllm_metrics.SPEC_DECODE_NUM_ACCEPTED_TOKENS_PER_POS)}:{i}") for i in range(K_MAX)
+        grew(f"{total(vllm_metrics.SPEC_DECODE_NUM_ACCEPTED_TOKENS_PER_POS)}:{i}") for i in range(sizes.k_max)
     )
     return Run(
-        tokens_per_second=concurrency * REQUESTS_PER_CLIENT * MAX_TOKENS / seconds,
+        tokens=concurrency * sizes.requests * sizes.max_tokens,
+        seconds=seconds,
         mean_step_ms=1000 * grew(f"{itl}_sum") / max(grew(f"{itl}_count"), 1.0),
         drafts=grew(total(vllm_metrics.SPEC_DECODE_NUM_DRAFTS)),
+        draft_tokens=grew(total(vllm_metrics.SPEC_DECODE_NUM_DRAFT_TOKENS)),
         accepted_per_position=per_position,
     )
 
 
-def measure(draft: str | None, k: int, logs: Path) -> dict[int, Run]:
+def measure(
+    draft: str | None, k: int, logs: Path, sizes: Sizes, schedule: Schedule | None = None
+) -> dict[int, Run]:
     """One engine, each concurrency's load in turn."""
-    with real_engine(serve_args(draft, k), logs / f"{Path(draft or 'baseline').name}-{k}.log") as url:
-        return {c: load(url, c) for c in CONCURRENCY}
+    name = f"{Path(draft or 'baseline').name}-{k}{'-schedule' if schedule else ''}.log"
+    with real_engine(serve_args(draft, k, schedule), logs / name) as url:
+        return {c: load(url, c, sizes) for c in sizes.concurrency}
 
 
-def advised_k(canary: Run, baseline: Run | None, concurrency: int) -> int:
-    """The operator's recommendation from the K_MAX canary's figures (and the baseline's step time)."""
+def advised_k(canary: Run, baseline: Run | None, concurrency: int, k_max: int) -> int:
+    """The operator's recommendation from the k_max canary's figures (and the baseline's step time)."""
     metrics = TrackMetrics(
         acceptance=(
-            AcceptanceWindow(canary.drafts, canary.drafts * K_MAX, sum(canary.accepted_per_position)),
+            AcceptanceWindow(canary.drafts, canary.drafts * k_max, sum(canary.accepted_per_position)),
         ),
         accepted_per_position=canary.accepted_per_position,
         mean_itl_ms=canary.mean_step_ms,
         concurrency=float(concurrency),
     )
-    advice = recommendation(metrics, baseline.mean_step_ms if baseline else None, K_MAX)
+    advice = recommendation(metrics, baseline.mean_step_ms if baseline else None, k_max)
     assert advice is not None
     return advice.num_speculative_tokens
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="one draft, K 1..2, fewer requests (~5 min)")
+    sizes = QUICK if parser.parse_args().quick else FULL
     logs = Path(tempfile.mkdtemp(prefix="draft-length-"))
-    baseline = measure(None, 0, logs)
-    worst = {"measured": 1.0, "default": 1.0}
-    print(f"{'draft':<34} {'conc':>4} {'plain':>7} " + " ".join(f"{'K=' + str(k):>7}" for k in range(1, K_MAX + 1))
+    baseline = measure(None, 0, logs, sizes)
+    worst = {"measured": 1.0, "default": 1.0, "schedule": float("inf")}
+    ks = range(1, sizes.k_max + 1)
+    print(f"{'draft':<34} {'conc':>4} {'plain':>7} " + " ".join(f"{'K=' + str(k):>7}" for k in ks)
           + f" {'ours_K':>6} {'dflt_K':>6} {'best_K':>6} {'ratio':>6} {'dflt':>6}")  # fmt: skip
-    for noise in NOISES:
+    for noise in sizes.noises:
         draft = f"specgate/tiny-llama-noise-{noise}"
-        runs = {k: measure(draft, k, logs) for k in range(1, K_MAX + 1)}
-        for c in CONCURRENCY:
+        runs = {k: measure(draft, k, logs, sizes) for k in ks}
+        advised: dict[int, int] = {}
+        for c in sizes.concurrency:
             speed = {k: runs[k][c].tokens_per_second for k in runs}
             best = max(speed, key=lambda k: speed[k])
-            ours = advised_k(runs[K_MAX][c], baseline[c], c)
-            default = advised_k(runs[K_MAX][c], None, c)
+            ours = advised[c] = advised_k(runs[sizes.k_max][c], baseline[c], c, sizes.k_max)
+            default = advised_k(runs[sizes.k_max][c], None, c, sizes.k_max)
             ratio, default_ratio = speed[ours] / speed[best], speed[default] / speed[best]
-            worst = {
-                "measured": min(worst["measured"], ratio),
-                "default": min(worst["default"], default_ratio),
-            }
+            worst["measured"] = min(worst["measured"], ratio)
+            worst["default"] = min(worst["default"], default_ratio)
             steps = " ".join(f"{speed[k]:7.1f}" for k in runs)
             print(f"{draft:<34} {c:>4} {baseline[c].tokens_per_second:7.1f} {steps} {ours:>6} {default:>6} "
                   f"{best:>6} {ratio:6.3f} {default_ratio:6.3f}", flush=True)  # fmt: skip
             print(f"  mean step ms: plain {baseline[c].mean_step_ms:.1f}, "
                   + ", ".join(f"K={k} {runs[k][c].mean_step_ms:.1f}" for k in runs))  # fmt: skip
+        schedule = schedule_from(advised)
+        scheduled = measure(draft, sizes.k_max, logs, sizes, schedule)
+        static = {k: mix_speed(runs[k]) for k in runs}
+        best_static = max(static, key=lambda k: static[k])
+        ratio = mix_speed(scheduled) / static[best_static]
+        worst["schedule"] = min(worst["schedule"], ratio)
+        mean_k = ", ".join(
+            f"concurrency {c}: {r.draft_tokens / r.drafts:.2f}" if r.drafts else f"concurrency {c}: no drafts"
+            for c, r in scheduled.items()
+        )
+        print(f"  schedule {json.dumps(schedule)}: {mix_speed(scheduled):.1f} tok/s over the mix against "
+              f"K={best_static}'s {static[best_static]:.1f} (best single K): {ratio:.3f}; "
+              f"mean draft length run by vLLM, {mean_k}", flush=True)  # fmt: skip
     print(
-        f"k_choice_speedup_ratio={worst['measured']:.3f} k_choice_speedup_ratio_default_costs={worst['default']:.3f}"
+        f"k_choice_speedup_ratio={worst['measured']:.3f} k_choice_speedup_ratio_default_costs={worst['default']:.3f} "
+        f"k_schedule_speedup_vs_best_static={worst['schedule']:.3f}"
     )
 
 

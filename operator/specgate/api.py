@@ -219,6 +219,11 @@ class BatchSizeRange(Model):
     )
 
 
+class PerBatchSizePolicy(StrEnum):
+    EXPLICIT = "Explicit"
+    AUTO = "Auto"
+
+
 class SpeculativeSpec(Model):
     method: Method = Field(
         Method.EAGLE3, description="vLLM speculative method: eagle3, eagle, ngram, suffix, draft_model, mtp."
@@ -238,6 +243,16 @@ class SpeculativeSpec(Model):
         description="Draft length per batch size (vLLM's num_speculative_tokens_per_batch_size): "
         "non-overlapping inclusive ranges, one starting at 1; a batch size between ranges keeps the "
         "previous range's K, one above the last keeps the last K.",
+    )
+    num_speculative_tokens_per_batch_size_policy: PerBatchSizePolicy | None = Field(
+        None,
+        description="Explicit (the default): numSpeculativeTokensPerBatchSize as written, or "
+        "numSpeculativeTokens at every batch size. Auto: the operator derives the schedule from the "
+        "cost model (accelerator from the nodeSelector or affinity label nvidia.com/gpu.product, "
+        "target size from the model name, --max-num-seqs or 256 batch sizes) and the best acceptance "
+        "evidence it has when a rollout begins (the last canary of the same draft, else "
+        "gates.minAcceptanceRate), K at most numSpeculativeTokens, holds it for the whole rollout and "
+        "shows it in status.kSchedule.",
     )
     draft_tensor_parallel_size: int | None = Field(
         None, ge=1, description="Tensor parallel size of the draft (never tensor_parallel_size)."
@@ -775,6 +790,15 @@ RULES: tuple[Rule, ...] = (
     _whole_number(BatchSizeRange, "maxBatchSize"),
     _whole_number(BatchSizeRange, "numSpeculativeTokens"),
     _whole_number(SpeculativeSpec, "numSpeculativeTokens"),
+    Rule(
+        SpeculativeSpec,
+        f"!has(self.{_PER_BATCH}Policy) || self.{_PER_BATCH}Policy != 'Auto' || !has(self.{_PER_BATCH})",
+        f"{_PER_BATCH} must be empty when {_PER_BATCH}Policy is Auto (the operator derives it): remove "
+        "the ranges, or the policy to keep them",
+        _PER_BATCH,
+        lambda s: s.num_speculative_tokens_per_batch_size_policy != PerBatchSizePolicy.AUTO
+        or s.num_speculative_tokens_per_batch_size is None,
+    ),
 )
 
 
@@ -1010,6 +1034,36 @@ class Recommendation(StatusModel):
     message: str = Field("", description="How it was derived.")
 
 
+class ScheduleSource(StrEnum):
+    CANARY_MEASUREMENT = "CanaryMeasurement"
+    GATE_ALPHA = "GateAlpha"
+
+
+class KSchedule(StatusModel):
+    """The draft length per batch size derived for numSpeculativeTokensPerBatchSizePolicy Auto."""
+
+    ranges: list[list[int]] = Field(
+        description="[minBatchSize, maxBatchSize, K] as rendered into vLLM's "
+        "num_speculative_tokens_per_batch_size (K 0: no drafts at those batch sizes)."
+    )
+    source: ScheduleSource = Field(
+        description="The acceptance it rests on: CanaryMeasurement (the per-position acceptance of the "
+        "last canary of the same draft) or GateAlpha (gates.minAcceptanceRate, the lowest alpha that "
+        "can promote, at a constant per-position rate)."
+    )
+    acceptance_per_position: list[float] = Field(
+        description="P(draft positions 0..i all accepted) the derivation used, i = 0..numSpeculativeTokens-1."
+    )
+    accelerator: str = Field(description="The accelerator priced, and where it was read.")
+    target_params_b: float = Field(description="Billions of target parameters read per GPU and step.")
+    draft: str = Field(description="Method and draft model the schedule was derived for.")
+    template_hash: str = Field(
+        description="The template (status.templateHash) it was derived for: held while that rollout runs."
+    )
+    derived_at: str = Field(description="When it was derived (RFC 3339).")
+    message: str = Field("", description="How it was derived.")
+
+
 class BenchmarkPoint(StatusModel):
     """One concurrency point of one track's benchmark, as `vllm bench serve` reported it."""
 
@@ -1139,6 +1193,10 @@ class SpeculativeDeploymentStatus(StatusModel):
     guard: GuardStatus | None = Field(None, description="The guard's change detector (Promoted).")
     verdict: str | None = Field(None, description="Pass, Fail, InsufficientData or MetricsUnavailable.")
     recommendation: Recommendation | None = Field(None, description="Draft-length recommendation.")
+    k_schedule: KSchedule | None = Field(
+        None,
+        description="Draft length per batch size derived for numSpeculativeTokensPerBatchSizePolicy Auto.",
+    )
     conditions: list[Condition] = Field(default_factory=list, description="Available/Progressing/Degraded.")
     history: list[HistoryEntry] = Field(default_factory=list, description="Phase changes, newest last.")
 

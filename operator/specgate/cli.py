@@ -207,6 +207,9 @@ def render_timeline(name: str, status: SpeculativeDeploymentStatus) -> str:
         lines.append(
             f"  advice   K={status.recommendation.num_speculative_tokens}: {status.recommendation.message}"
         )
+    if status.k_schedule:
+        s = status.k_schedule
+        lines.append(f"  schedule {json.dumps(s.ranges)} ({s.source.value}: {s.message})")
     return "\n".join(lines) + "\n"
 
 

@@ -18,7 +18,7 @@ from typing import Any
 
 import kopf
 
-from specgate import api, kube, memory, metrics, render, rollout
+from specgate import api, kube, memory, metrics, render, rollout, schedule
 from specgate.api import Phase, SpeculativeDeploymentSpec, SpeculativeDeploymentStatus
 from specgate.observation import Observation, Window
 from specgate.prometheus import MetricsUnavailable, PrometheusClient, Selector
@@ -127,6 +127,7 @@ def step(
         spec = api.with_requests(api.parse_spec(raw_spec), requests)
     except api.SpecError as error:
         return rollout.invalid_spec(error, current, generation, now)
+    spec, k_schedule = schedule.resolve(spec, current, now)  # Auto: held per rollout, see schedule.py
     deployments = [render.deployment(spec, owner, track, 0) for track in Track]
     conflicts = kube.foreign_children([*deployments, *_named_children(spec, owner)], owner.uid)
     if conflicts:
@@ -144,7 +145,8 @@ def step(
     except kube.ForeignChild as taken:  # a benchmark Job read, or a child taken since it was read free
         message = f"{taken}: rename this object or remove the other"
         return rollout.failed(rollout.Reason.NAME_CONFLICT, message, current, generation, now)
-    return replace(decision, status=decision.status.model_copy(update=scale_status(owner, observation)))
+    update = {**scale_status(owner, observation), "k_schedule": k_schedule}
+    return replace(decision, status=decision.status.model_copy(update=update))
 
 
 def scale_status(owner: Owner, observation: Observation) -> dict[str, Any]:

@@ -68,8 +68,15 @@ def template_hash(spec: api.SpeculativeDeploymentSpec, track: Track = Track.CANA
     if spec.pod_template is None:  # added later: absent, it keeps the hashes of objects made before
         unused.add("pod_template")
     pods = spec.model_dump(mode="json", by_alias=True, exclude=unused)
-    if spec.speculative.num_speculative_tokens_per_batch_size is None and "speculative" in pods:
-        del pods["speculative"]["numSpeculativeTokensPerBatchSize"]  # added later, as pod_template
+    if "speculative" in pods:
+        # Fields added later are left out while unset (Explicit is what unset means), as
+        # pod_template is; a derived schedule is not what the user asked for, so it never makes a
+        # new rollout by itself.
+        auto = spec.speculative.num_speculative_tokens_per_batch_size_policy == api.PerBatchSizePolicy.AUTO
+        if spec.speculative.num_speculative_tokens_per_batch_size is None or auto:
+            del pods["speculative"]["numSpeculativeTokensPerBatchSize"]
+        if not auto:
+            del pods["speculative"]["numSpeculativeTokensPerBatchSizePolicy"]
     return _digest(pods)
 
 

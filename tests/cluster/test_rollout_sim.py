@@ -16,7 +16,7 @@ import pytest
 from kubernetes import client
 from tests.cluster.conftest import CACHE, Rollouts, cluster_classes, side_by_side
 from tests.cluster.operator_process import get_sd, specgate_status
-from tests.cluster.rollouts import Rollout, history_time, run_rollout, sim_rollout
+from tests.cluster.rollouts import SETTLED, Rollout, history_time, run_rollout, sim_rollout
 from tests.conftest import ROOT
 from tests.integration.prometheus_server import prometheus_server
 
@@ -314,9 +314,85 @@ def test_prometheus_outage_never_promotes(rollouts: Rollouts) -> None:
     assert answers_ok(f"{lab['prometheus_url']}/-/ready"), "the shared Prometheus went down"
 
 
+def canary_schedules(api_client: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
+    """num_speculative_tokens_per_batch_size of each canary pod's --speculative-config, by pod."""
+    pods = client.CoreV1Api(api_client).list_namespaced_pod(
+        namespace, label_selector=f"{LABEL_DEPLOYMENT}={name},{LABEL_TRACK}=canary"
+    )
+    found = {}
+    for pod in pods.items:
+        args = next(c.args for c in pod.spec.containers if c.name == "vllm")
+        config = json.loads(args[args.index("--speculative-config") + 1])
+        found[pod.metadata.name] = config.get("num_speculative_tokens_per_batch_size")
+    return found
+
+
+def promote_twice_with_an_auto_schedule(
+    lab: dict[str, Any],
+) -> tuple[Rollout, list[dict[str, Any]], dict[str, Any]]:
+    """numSpeculativeTokensPerBatchSizePolicy Auto: the first rollout derives its schedule from the
+    gate's alpha (no canary of this draft yet) and promotes; an edit then starts a second rollout,
+    whose schedule comes from the promoted canary's per-position acceptance. Every status.kSchedule
+    and every canary pod's rendered schedule is recorded on the way."""
+    api_client, namespace = lab["api_client"], lab["namespace"]
+    body = sim_rollout("auto", {"SPECGATE_SIM_ALPHA": "0.8"})
+    body["spec"]["speculative"]["numSpeculativeTokensPerBatchSizePolicy"] = "Auto"
+    schedules: list[dict[str, Any]] = []  # status.kSchedule each time it changed
+    pods: dict[str, Any] = {}  # canary pod -> the schedule its engine was started with
+
+    def record_and_edit_once_promoted(obj: dict[str, Any]) -> None:
+        status = obj.get("status", {})
+        if status.get("kSchedule") and (not schedules or schedules[-1] != status["kSchedule"]):
+            schedules.append(status["kSchedule"])
+        pods.update(canary_schedules(api_client, namespace, "auto"))
+        if status.get("phase") == "Promoted" and obj["metadata"]["generation"] == 1:
+            edit = {"spec": {"env": [*obj["spec"]["env"], {"name": "SPECGATE_TEST_EDIT", "value": "1"}]}}
+            client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
+                api.GROUP, api.VERSION, namespace, api.PLURAL, "auto", edit
+            )
+
+    def promoted_again(obj: dict[str, Any]) -> bool:
+        status = obj.get("status", {})
+        return status.get("phase") in SETTLED - {"Promoted"} or (
+            status.get("phase") == "Promoted" and status.get("rolloutGeneration") == 2
+        )
+
+    run = run_rollout(
+        body=body, during=record_and_edit_once_promoted, until=promoted_again, timeout=600, **lab
+    )
+    return run, schedules, pods
+
+
+def test_an_auto_schedule_is_derived_per_rollout_rendered_and_promoted(rollouts: Rollouts) -> None:
+    lab, (run, schedules, pods) = rollouts["auto"].result()
+    status = run.status
+    assert (status["phase"], status["rolloutGeneration"]) == ("Promoted", 2), status.get("message")
+    assert run.phases.count("Promoted") == 2 and "RolledBack" not in run.phases, run.phases
+    # One schedule per rollout, held from its start to its end: a schedule never restarts a rollout.
+    first, second = schedules
+    assert (first["source"], second["source"]) == ("GateAlpha", "CanaryMeasurement")
+    assert first["templateHash"] != second["templateHash"] == status["templateHash"]
+    assert status["kSchedule"] == second
+    for schedule in (first, second):
+        ranges = schedule["ranges"]
+        assert ranges[0][0] == 1 and all(0 <= k <= 3 for _, _, k in ranges), ranges
+        assert [a for a, _, _ in ranges[1:]] == [b + 1 for _, b, _ in ranges[:-1]], ranges
+        assert schedule["accelerator"].startswith("H100 (assumed")  # kwok nodes name no GPU product
+    # The second rests on what the first canary measured: with every draft 3 long (the simulator
+    # ignores the schedule), alpha is the mean of the per-position rates, and the simulator's is 0.8.
+    per_position = second["acceptancePerPosition"]
+    assert len(per_position) == 3 and sum(per_position) / 3 == pytest.approx(0.8, abs=0.06), per_position
+    # Every canary pod ran its rollout's schedule, and only that: the rendering reached vLLM's config.
+    assert set(map(json.dumps, pods.values())) <= {json.dumps(first["ranges"]), json.dumps(second["ranges"])}
+    assert json.dumps(second["ranges"]) in set(map(json.dumps, pods.values()))
+    shown = specgate_status(lab["kubeconfig"], lab["namespace"], "auto")
+    assert f"schedule {json.dumps(second['ranges'])} (CanaryMeasurement:" in shown.stdout, shown
+
+
 # This module's rollouts run side by side, the longest first.
 rollouts = side_by_side(
     {
+        "auto": promote_twice_with_an_auto_schedule,
         "drift": drift_after_promotion,
         "good": promote_under_another_writer_and_an_hpa,
         "lowalpha": roll_back_below_the_gate,

@@ -31,6 +31,9 @@ def with_(path: str, value: Any) -> dict[str, Any]:
     return spec
 
 
+AUTO = "numSpeculativeTokensPerBatchSizePolicy"
+
+
 def per_batch(*ranges: list[float]) -> dict[str, Any]:
     """BASE with numSpeculativeTokensPerBatchSize: [minBatchSize, maxBatchSize, numSpeculativeTokens]."""
     schedule = [
@@ -87,6 +90,7 @@ def test_every_other_default_is_written_out() -> None:
             "draftModel": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",
             "numSpeculativeTokens": 3,
             "numSpeculativeTokensPerBatchSize": None,
+            "numSpeculativeTokensPerBatchSizePolicy": None,
             "draftTensorParallelSize": None,
             "promptLookupMin": None,
             "promptLookupMax": None,
@@ -273,6 +277,11 @@ RULE_CASES: list[tuple[int, dict[str, Any], dict[str, Any]]] = [
     (30, per_batch([1, 8.0, 3]), per_batch([1, 8, 3])),
     (31, per_batch([1, 8, 3.0]), per_batch([1, 8, 3])),
     (32, with_("speculative.numSpeculativeTokens", 3.0), with_("speculative.numSpeculativeTokens", 3)),
+    (
+        33,
+        {**per_batch([1, 8, 3]), "speculative": {**per_batch([1, 8, 3])["speculative"], AUTO: "Auto"}},
+        with_(f"speculative.{AUTO}", "Auto"),
+    ),
 ]
 
 

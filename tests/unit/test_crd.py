@@ -135,6 +135,9 @@ API_SERVER_RULES = {
     (".spec.speculative.numSpeculativeTokensPerBatchSize[]", ".numSpeculativeTokens",
      f"numSpeculativeTokens {WHOLE}"),
     (".spec.speculative", ".numSpeculativeTokens", f"numSpeculativeTokens {WHOLE}"),
+    (".spec.speculative", ".numSpeculativeTokensPerBatchSize", "numSpeculativeTokensPerBatchSize must be "
+     "empty when numSpeculativeTokensPerBatchSizePolicy is Auto (the operator derives it): remove the "
+     "ranges, or the policy to keep them"),
 }  # fmt: skip
 
 

@@ -3,6 +3,7 @@ the Prometheus client faked at their module seam: the calls the handler makes, i
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -10,7 +11,7 @@ from typing import Any
 
 import kopf
 import pytest
-from tests.unit.test_rollout import T0, Run, make_spec, metrics, ready
+from tests.unit.test_rollout import T0, Run, make_spec, metrics, ready, spec_body
 
 from specgate import api, handlers, kube, render
 from specgate.api import Phase
@@ -369,3 +370,34 @@ def test_a_fixed_spec_measures_the_phase_it_resumes(monkeypatch: pytest.MonkeyPa
         'namespace="ml",specgate_dev_deployment="llama",specgate_dev_track="baseline"'
     ]
     assert (decision.status.phase, decision.status.verdict) == (Phase.CANARY, None)
+
+
+def test_an_auto_schedule_is_derived_once_then_held_and_rendered_into_the_canary(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """numSpeculativeTokensPerBatchSizePolicy Auto: the reconcile derives status.kSchedule and the
+    canary Deployment's --speculative-config carries its ranges; a later reconcile keeps both
+    although the canary now measures a draft that would give another schedule."""
+    body = spec_body()
+    body["speculative"]["numSpeculativeTokensPerBatchSizePolicy"] = "Auto"
+    run = Run(api.parse_spec(body))
+    run.to_canary()
+    FakeKube({"llama-baseline": ready(1)}).install(monkeypatch)
+    applied: dict[str, Manifest] = {}
+    monkeypatch.setattr(kube, "apply", lambda m, children=None: applied.update({m["metadata"]["name"]: m}))
+
+    def canary_ranges() -> Any:
+        args = applied["llama-canary"]["spec"]["template"]["spec"]["containers"][0]["args"]
+        return json.loads(args[args.index("--speculative-config") + 1])[
+            "num_speculative_tokens_per_batch_size"
+        ]
+
+    first = reconcile_step(run, after=10).status
+    assert first.k_schedule is not None and first.k_schedule.template_hash == first.template_hash
+    assert canary_ranges() == first.k_schedule.ranges
+    measured = api.Measurement(acceptance_per_position=[0.01, 0.0001], drafts=10_000)
+    run.status = first.model_copy(update={"canary": measured})
+    applied.clear()
+    again = reconcile_step(run, after=20).status
+    assert again.k_schedule == first.k_schedule
+    assert canary_ranges() == first.k_schedule.ranges
