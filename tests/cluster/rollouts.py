@@ -4,11 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from itertools import pairwise
 from pathlib import Path
@@ -21,6 +22,7 @@ from tests.cluster.operator_process import Operator, create_sd, get_sd, wait_for
 from tests.conftest import ROOT, load_sample
 
 from specgate import api
+from specgate.rollout import HISTORY_LIMIT
 from specgate_lab.crds import install_crd
 from specgate_lab.loadgen import run_load
 
@@ -155,16 +157,29 @@ class Load:
 
 @dataclass
 class Rollout:
-    """What a test saw: the object at the end and every phase it passed through."""
+    """What a test saw: the object at the end, and the operator's log."""
 
     obj: dict[str, Any]
-    phases: list[str] = field(default_factory=list)
     operator_log: str = ""
 
     @property
     def status(self) -> dict[str, Any]:
         status: dict[str, Any] = self.obj.get("status", {})
         return status
+
+    @property
+    def phases(self) -> list[str]:
+        """Every phase the object entered, in order, as the operator recorded it in status.history:
+        a phase shorter than the test's poll is there too, on any machine."""
+        return history_phases(self.status)
+
+
+def history_phases(status: dict[str, Any]) -> list[str]:
+    """The phases of status.history, oldest first; fails where the history reached its limit and
+    may have dropped its oldest entries."""
+    phases = [h["phase"] for h in status.get("history", [])]
+    assert len(phases) < HISTORY_LIMIT, f"status.history is at its limit ({HISTORY_LIMIT}): {phases}"
+    return phases
 
 
 def run_rollout(
@@ -192,7 +207,6 @@ def run_rollout(
     name = body["metadata"]["name"]
     served = body["spec"]["model"].get("servedName", body["spec"]["model"]["name"])
     op = operator or lab_operator(kubeconfig, namespace, prometheus_url, log_dir)
-    seen: list[str] = []
     load: AbstractContextManager[object] = (
         Load(bridge_url, namespace, [name], served, concurrency, timeout) if concurrency else nullcontext()
     )
@@ -202,20 +216,14 @@ def run_rollout(
             deadline = time.monotonic() + timeout
             while time.monotonic() < deadline:
                 obj = get_sd(api_client, namespace, name)
-                status = obj.get("status", {})
-                phase = (
-                    status.get("phase") if status.get("observedGeneration") else None
-                )  # 0: the CRD's default
-                if phase and (not seen or seen[-1] != phase):
-                    seen.append(phase)
                 if during is not None:
                     during(obj)
                 if until(obj):
                     report(rollout=f"{namespace}/{name}", timeline=timeline(obj.get("status", {})))
-                    return Rollout(obj, seen, op.log_text())
+                    return Rollout(obj, op.log_text())
                 time.sleep(2)
         raise AssertionError(
-            f"rollout did not finish in {timeout:.0f}s; phases {seen}; status {obj.get('status')}\n"
+            f"rollout did not finish in {timeout:.0f}s; status {obj.get('status')}\n"
             f"operator log tail:\n{op.log_text()[-3000:]}"
         )
 
@@ -253,6 +261,22 @@ def orphaned_pods(api_client: client.ApiClient, namespace: str) -> list[str]:
         for p in pods
         if not any(ref.uid in replica_sets or ref.kind == "Job" for ref in p.metadata.owner_references or [])
     ]
+
+
+# The counts an InsufficientData gate names beside what it needs (gates.py, rollout.py): the
+# acceptance gate's drafts and windows, a latency histogram's samples (the canary's or a baseline's).
+DRAFTS_NEEDED = re.compile(r"(\d+) drafts in (\d+) windows, need (\d+) drafts and (\d+) windows")
+SAMPLES_NEEDED = re.compile(r"(\d+) [^;:]*?samples[^;:]*?, need (\d+)")
+
+
+def short_of(message: str) -> set[str]:
+    """What a status message names as short of its need: "drafts", "latency" (samples), or neither."""
+    short = set()
+    if any(int(d) < int(nd) or int(w) < int(nw) for d, w, nd, nw in DRAFTS_NEEDED.findall(message)):
+        short.add("drafts")
+    if any(int(n) < int(need) for n, need in SAMPLES_NEEDED.findall(message)):
+        short.add("latency")
+    return short
 
 
 def settled_as(status: dict[str, Any]) -> tuple[str, str]:

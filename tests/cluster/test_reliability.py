@@ -68,9 +68,9 @@ def test_sigkilled_operator_resumes_each_phase_it_is_killed_in_and_never_leaks_t
     lab: dict[str, Any],
 ) -> None:
     """SIGKILL at the first look at each phase (Baseline, Canary, Analyzing, Promoting) and once
-    mid-analysis; Baseline and Analyzing last tens of seconds and are always hit, the short phases
-    when a 2-s poll lands in them (the kill points are printed). One run: a second seed cost 70 s
-    of CI for other kill moments of the same phases."""
+    mid-analysis; Baseline and Analyzing last at least warmup + analysisWindow by the operator's own
+    rules and are always hit, the other points when a 2-s poll lands in them (the kill points are
+    printed). One run: a second seed cost 70 s of CI for other kill moments of the same phases."""
     api_client, namespace = lab["api_client"], lab["namespace"]
     token = f"hf_{uuid.uuid4().hex}"
     client.CoreV1Api(api_client).create_namespaced_secret(
@@ -118,9 +118,11 @@ def test_sigkilled_operator_resumes_each_phase_it_is_killed_in_and_never_leaks_t
         invariant_violations=len(violations),
     )
     assert status["phase"] == "Promoted", status.get("message")
-    # Baseline and Analyzing last tens of seconds; Canary, mid-analysis and Promoting are caught when
-    # a 2-s poll lands in them (it did in every run so far).
-    assert operator.kills >= 3 and {"Baseline", "Analyzing"} <= killed.keys(), killed
+    # How many of the other points a poll lands in is the machine's speed, not the operator's: they
+    # are reported above. Whatever was killed, the operator's own history shows every phase entered
+    # once, in order: no kill restarted or skipped one.
+    assert {"Baseline", "Analyzing"} <= killed.keys(), killed
+    assert run.phases == ["Baseline", "Canary", "Analyzing", "Promoting", "Promoted"], status["history"]
     assert status["canary"]["alpha"] == pytest.approx(0.8, abs=0.06)
     assert violations == []
     assert orphaned_pods(api_client, namespace) == []
@@ -199,9 +201,9 @@ def check_the_failing_canary(mode: str, lab: dict[str, Any], node: str) -> None:
         assert took < deadline  # found by the pods' state, not by waiting out the deadline
     else:  # nothing fails outright: the progress deadline decides
         assert "progressDeadline" in status["message"] and "0/1 ready" in status["message"]
-        # Not before the deadline; after it, within a generous 30 s (a few reconciles on a busy CI
-        # machine): the point is that the deadline decides, not how fast the operator ticks.
-        assert deadline <= took <= deadline + 30
+        # Not before the deadline. How soon after it the next reconcile runs is the machine's: the
+        # point is that the deadline decides, not how fast the operator ticks.
+        assert deadline <= took
     if mode == "unschedulable":
         assert any("Unschedulable" in m and "nvidia.com/gpu" in m for m in messages), messages[-5:]
         assert "Insufficient nvidia.com/gpu" in status["message"]

@@ -9,6 +9,7 @@ import subprocess
 import urllib.parse
 import urllib.request
 from contextlib import ExitStack
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -20,7 +21,7 @@ from tests.cluster.rollouts import SETTLED, Rollout, history_time, run_rollout, 
 from tests.conftest import ROOT
 from tests.integration.prometheus_server import prometheus_server
 
-from specgate import api
+from specgate import api, gates
 from specgate.render import LABEL_DEPLOYMENT, LABEL_TRACK
 from specgate_lab.calibrate import answers_ok
 
@@ -36,7 +37,7 @@ def reasons(api_client: client.ApiClient, namespace: str) -> list[str]:
     return [e.reason for e in client.CoreV1Api(api_client).list_namespaced_event(namespace).items]
 
 
-def promote_under_another_writer_and_an_hpa(lab: dict[str, Any]) -> tuple[Rollout, list[int], dict[str, Any]]:
+def promote_under_another_writer_and_an_hpa(lab: dict[str, Any]) -> tuple[Rollout, list[str], dict[str, Any]]:
     """A GitOps tool or `kubectl annotate` writes the object throughout, so its resourceVersion keeps
     moving under the operator: status is written by merge patch and children by server-side apply,
     neither conditional on a resourceVersion, so no write may fail with 409 Conflict. Meanwhile a
@@ -58,7 +59,7 @@ def promote_under_another_writer_and_an_hpa(lab: dict[str, Any]) -> tuple[Rollou
     client.AutoscalingV2Api(lab["api_client"]).create_namespaced_horizontal_pod_autoscaler(
         lab["namespace"], hpa
     )
-    writes: list[int] = []
+    writes: list[str] = []  # the phase of each write
     pod_specs: dict[str, Any] = {}  # by track, as the API server admitted them
 
     def annotate(obj: dict[str, Any]) -> None:
@@ -66,7 +67,7 @@ def promote_under_another_writer_and_an_hpa(lab: dict[str, Any]) -> tuple[Rollou
             lab["namespace"], label_selector=f"{LABEL_DEPLOYMENT}=good"
         )
         pod_specs.update({p.metadata.labels[LABEL_TRACK]: p.spec for p in pods.items})
-        writes.append(len(writes))
+        writes.append(obj.get("status", {}).get("phase", "none"))
         touched = {"metadata": {"annotations": {"example.com/touched": str(len(writes))}}}
         objects.patch_namespaced_custom_object(
             api.GROUP, api.VERSION, lab["namespace"], api.PLURAL, obj["metadata"]["name"], touched
@@ -97,9 +98,12 @@ def test_a_gpu_pod_template_is_promoted_while_another_writer_and_an_hpa_change_t
         assert spec.priority == 1000 and [s.name for s in spec.image_pull_secrets] == ["registry"]
         shm = next(v.empty_dir for v in spec.volumes if v.name == "dshm")
         assert (shm.medium, shm.size_limit) == ("Memory", "1Gi")
-    assert len(writes) > 20
+    # How many polls a rollout spans is the machine's speed; that the writes went on through the phases
+    # that last a window by the operator's own rules is the test's.
+    assert {"Baseline", "Analyzing"} <= set(writes), writes
     assert "Conflict" not in run.operator_log, run.operator_log[-2000:]
-    assert run.phases[:2] == ["Baseline", "Canary"] and "Analyzing" in run.phases
+    # The other writer and the HPA restarted nothing: each phase entered once, in order.
+    assert run.phases == ["Baseline", "Canary", "Analyzing", "Promoting", "Promoted"], status["history"]
     assert status["canary"]["alpha"] == pytest.approx(0.8, abs=0.06)
     # After promotion the guard's own (younger, wider) interval stands in status: it need not clear
     # the gate on its own; the promotion itself was GatesPassed (checked below).
@@ -123,7 +127,6 @@ def test_a_gpu_pod_template_is_promoted_while_another_writer_and_an_hpa_change_t
     assert (scale["spec"]["replicas"], scale["status"]["replicas"]) == (2, final["replicas"])
     assert final["replicas"] in (2, 3)  # canary 2, with the baseline's last pod until it is gone
     assert scale["status"]["selector"] == status["selector"]
-    assert [h["phase"] for h in status["history"]].count("Baseline") == 1, status["history"]
     assert specgate_status(lab["kubeconfig"], lab["namespace"], "good", "--watch").returncode == 0
 
 
@@ -252,19 +255,32 @@ def test_worse_p99_itl_rolls_back_with_latency_regression(rollouts: Rollouts) ->
     assert canary_replicas(lab["api_client"], lab["namespace"], "slow") == 0
 
 
-def drift_after_promotion(lab: dict[str, Any]) -> Rollout:
-    script = "0s:alpha=0.85;90s:alpha=0.15"  # each engine drifts 90 s after it started
-    body = sim_rollout("drift", {"SPECGATE_SIM_SCRIPT": script})
+def drift_after_promotion(lab: dict[str, Any]) -> tuple[Rollout, list[datetime]]:
+    """The canary's engines drift to alpha 0.15 once the guard has judged them promoted and good:
+    the test creates the file their script waits for (a moment of its choosing on any machine)."""
+    drift = lab["log_dir"] / "drift"
+    body = sim_rollout("drift", {"SPECGATE_SIM_SCRIPT": f"0s:alpha=0.85;if:{drift}:alpha=0.15"})
     body["spec"]["replicas"] = 4
     # A budget of one false alarm a day (the default is 0.1 a month): a lower CUSUM threshold, so a
     # drop this large trips in fewer windows; the month-long budget is the guard benchmark's to show.
     body["spec"]["rollout"]["guard"]["falseAlarmsPerMonth"] = 30
-    return run_rollout(
+    drifted_at: list[datetime] = []
+
+    def drift_once_the_guard_judges(obj: dict[str, Any]) -> None:
+        status = obj.get("status", {})
+        judging = (status.get("guard") or {}).get("windows", 0) >= gates.MIN_GUARD_WINDOWS
+        if status.get("phase") == "Promoted" and judging and not drifted_at:
+            drifted_at.append(datetime.now(UTC).replace(microsecond=0))  # status keeps whole seconds
+            drift.touch()
+
+    run = run_rollout(
         body=body,
+        during=drift_once_the_guard_judges,
         until=lambda obj: obj.get("status", {}).get("phase") in ("RolledBack", "Failed"),
-        timeout=540,
+        timeout=600,
         **lab,
     )
+    return run, drifted_at
 
 
 def test_guard_rolls_back_when_alpha_drifts_after_promotion_keeping_every_replica(
@@ -272,11 +288,13 @@ def test_guard_rolls_back_when_alpha_drifts_after_promotion_keeping_every_replic
 ) -> None:
     """replicas 4, maxSurge 1: after promotion the baseline is at 0, so the rollback must grow it
     while the canary serves; run_rollout's CapacityMonitor fails the test below 4 Ready pods."""
-    lab, run = rollouts["drift"].result()
+    lab, (run, drifted_at) = rollouts["drift"].result()
     status = run.status
-    assert "Promoted" in run.phases, run.phases
+    assert drifted_at, "the guard never judged the promoted canary"
+    assert run.phases[-4:] == ["Promoting", "Promoted", "RollingBack", "RolledBack"], run.phases
     assert (status["phase"], status["reason"]) == ("RolledBack", "GuardTripped"), status.get("message")
     assert "alpha dropped below the gate" in status["message"]
+    assert history_time(status, "RollingBack") >= drifted_at[0]  # the drift tripped it, not a false alarm
     assert canary_replicas(lab["api_client"], lab["namespace"], "drift") == 0
     baseline = client.AppsV1Api(lab["api_client"]).read_namespaced_deployment(
         "drift-baseline", lab["namespace"]

@@ -15,11 +15,14 @@ from tests.cluster.rollouts import (
     SETTLED,
     Load,
     fake_gpu_node,
+    history_phases,
     lab_operator,
     orphaned_pods,
     pin_to_node,
     report,
     run_rollout,
+    settled_as,
+    short_of,
     sim_rollout,
 )
 
@@ -34,7 +37,10 @@ TAKEOVER = "Resuming operations"  # kopf logs it when no live peer outranks the 
 
 
 def test_fifty_rollouts_at_once_reach_their_verdicts(lab: dict[str, Any]) -> None:
-    """Half the drafts are good, half are not: every object gets its own verdict, none is lost."""
+    """Half the drafts are good, half are not: every object gets the verdict its own data implies,
+    none is lost. How many reach minDrafts and minLatencySamples within maxAnalysisDuration is the
+    machine's speed (50 objects share its cores); that those short of them end Inconclusive, and only
+    those, is the operator's (fits_its_data)."""
     api_client, namespace = lab["api_client"], lab["namespace"]
     install_crd(api_client)
     names = [f"r{i:02d}" for i in range(ROLLOUTS)]
@@ -65,31 +71,45 @@ def test_fifty_rollouts_at_once_reach_their_verdicts(lab: dict[str, Any]) -> Non
             objects = wait_for(lambda: all_settled(api_client, namespace), 1200, "every rollout settled", 5)
         took = time.monotonic() - started
 
-    verdicts = {o["metadata"]["name"]: (o["status"]["phase"], o["status"].get("reason")) for o in objects}
-    messages = {o["metadata"]["name"]: o["status"].get("message") for o in objects}
-    # A promoted object's reason tells how it is guarded since; a rolled-back one's why.
-    expected = {name: "Promoted" if alpha == GOOD_ALPHA else "RolledBack" for name, alpha in alphas.items()}
-    wrong = {name: (*verdicts[name], messages[name]) for name in names if verdicts[name][0] != expected[name]}
-    false_promotions = sum(1 for n in names if verdicts[n][0] == "Promoted" and alphas[n] == BAD_ALPHA)
+    statuses = {o["metadata"]["name"]: o["status"] for o in objects}
+    wrong = {
+        name: (*settled_as(status), status.get("message"))
+        for name, status in statuses.items()
+        if not fits_its_data(alphas[name], status)
+    }
+    false_promotions = [n for n, s in statuses.items() if s["phase"] == "Promoted" and alphas[n] == BAD_ALPHA]
+    inconclusive = [n for n, s in statuses.items() if settled_as(s)[1] == "Inconclusive"]
     orphans = orphaned_pods(api_client, namespace)
     report(
         concurrent_rollouts=len(objects),
-        verdicts=dict(Counter(v for v, _ in verdicts.values())),
+        verdicts=dict(Counter(settled_as(s) for s in statuses.values())),
         wrong_verdicts=len(wrong),
-        false_promotions=false_promotions,
+        false_promotions=len(false_promotions),
+        inconclusive_for_too_little_data=len(inconclusive),
         orphaned_pods=len(orphans),
         seconds_to_all_settled=round(took),
     )
     assert len(objects) == ROLLOUTS
-    assert wrong == {}, f"wrong verdicts: {wrong}"
-    other_reasons = {
-        name: (reason, messages[name])
-        for name, (phase, reason) in verdicts.items()
-        if phase == "RolledBack" and reason != "AcceptanceBelowGate"
-    }
-    assert other_reasons == {}, other_reasons
-    check_alphas(objects, alphas)
-    assert false_promotions == 0 and orphans == []
+    assert wrong == {}, f"verdicts their data does not imply: {wrong}"
+    assert false_promotions == [] and orphans == []
+    check_alphas([o for o in objects if o["metadata"]["name"] not in inconclusive], alphas)
+
+
+def fits_its_data(alpha: float, status: dict[str, Any]) -> bool:
+    """A good alpha Promoted through GatesPassed, a bad one RolledBack as AcceptanceBelowGate; either
+    RolledBack as Inconclusive only where its message names data short of the gates' minimum. At
+    maxAnalysisDuration an analysed canary's drafts alone decide a bad alpha (the estimate's side
+    of the gate), so such a canary may be Inconclusive for too few drafts only."""
+    phase, reason = settled_as(status)
+    if reason == "Inconclusive":
+        short = short_of(status["message"])
+        if alpha == BAD_ALPHA and "Analyzing" in history_phases(status):
+            short &= {"drafts"}
+        return phase == "RolledBack" and bool(short)
+    if alpha == BAD_ALPHA:
+        return (phase, reason) == ("RolledBack", "AcceptanceBelowGate")
+    gated = any(h["phase"] == "Promoting" and h["reason"] == "GatesPassed" for h in status["history"])
+    return phase == "Promoted" and gated
 
 
 def check_alphas(objects: list[dict[str, Any]], alphas: dict[str, float]) -> None:
@@ -125,10 +145,10 @@ def all_settled(api_client: client.ApiClient, namespace: str) -> list[dict[str, 
 
 def test_three_peered_replicas_hand_over_on_sigterm_and_after_a_sigkill(lab: dict[str, Any]) -> None:
     """kopf peering: only the live replica of the highest priority acts. The first one stops with
-    SIGTERM once the canary runs (a rolling update: it says goodbye, the second takes over at once);
-    the second is SIGKILLed mid-analysis (an OOM kill or a lost node: no goodbye, so the third
-    waits until the dead peer's heartbeat is older than kopf's peering lifetime, 60 s). Each
-    resumes from status, and the rollout reaches its verdict."""
+    SIGTERM once the canary runs, before the analysis has figures (a rolling update: it says goodbye,
+    the second takes over at once); the second is SIGKILLed mid-analysis (an OOM kill or a lost
+    node: no goodbye, so the third waits until the dead peer's heartbeat is older than kopf's
+    peering lifetime, 60 s). Each resumes from status, and the rollout reaches its verdict."""
     api_client, namespace, log_dir = lab["api_client"], lab["namespace"], lab["log_dir"]
     install_crd(api_client, peering_crds_path())
     peering = {"apiVersion": "kopf.dev/v1", "kind": "KopfPeering", "metadata": {"name": "specgate"}}
@@ -148,13 +168,17 @@ def test_three_peered_replicas_hand_over_on_sigterm_and_after_a_sigkill(lab: dic
     stopped_at: dict[str, str] = {}
 
     def hand_over(obj: dict[str, Any]) -> None:
+        # The Canary phase may be shorter than a poll; with the warm-up that begins Analyzing (no
+        # figures yet) it is not. Analyzing lasts analysisWindow more, with figures.
         status = obj.get("status", {})
-        if "first" not in stopped_at and status.get("phase") == "Canary":
+        analysed = bool((status.get("canary") or {}).get("windowEnd"))
+        if not stopped_at and status.get("phase") in ("Canary", "Analyzing") and not analysed:
             first.stop()
             stopped_at["first"] = status["phase"]
         elif (
-            "second" not in stopped_at
-            and (status.get("canary") or {}).get("windowEnd")
+            len(stopped_at) == 1
+            and status.get("phase") == "Analyzing"
+            and analysed
             and TAKEOVER in second.log_text()
         ):
             second.kill()
@@ -170,7 +194,10 @@ def test_three_peered_replicas_hand_over_on_sigterm_and_after_a_sigkill(lab: dic
 
     status = run.status
     assert status["phase"] == "Promoted", status.get("message")
-    assert stopped_at == {"first": "Canary", "second": "Analyzing"}
+    assert list(stopped_at) == ["first", "second"], (stopped_at, status["history"])
+    report(first_stopped_in=stopped_at["first"])
+    # Two handovers restarted nothing: each phase entered once, in order.
+    assert run.phases == ["Baseline", "Canary", "Analyzing", "Promoting", "Promoted"], status["history"]
     first_log = first.log_text()
     assert RECONCILE_LINE.search(first_log), first_log[-2000:]
     for role, standby in (("second", second), ("third", third)):

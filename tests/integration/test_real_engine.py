@@ -3,19 +3,22 @@
 from __future__ import annotations
 
 import json
+from collections import defaultdict
 from pathlib import Path
 
 import pytest
+from prometheus_client.parser import text_string_to_metric_families
 from tests.integration.engines import SPEC_FAMILIES, metric_families, real_engine, scrape, spec_args
 
 from specgate.vllm_metrics import (
     INTER_TOKEN_LATENCY,
     SPEC_DECODE_NUM_ACCEPTED_TOKENS,
+    SPEC_DECODE_NUM_ACCEPTED_TOKENS_PER_POS,
     SPEC_DECODE_NUM_DRAFT_TOKENS,
     SPEC_DECODE_NUM_DRAFTS,
     total,
 )
-from specgate_lab.calibrate import CALIBRATION, counter, cpu_model, draft_for_alpha, measured_alpha
+from specgate_lab.calibrate import CALIBRATION, K, counter, cpu_model, draft_for_alpha, measured_alpha
 
 pytestmark = pytest.mark.engine
 
@@ -35,20 +38,36 @@ def test_speculation_off_has_no_spec_counters(engines: dict[str, str]) -> None:
     assert not SPEC_FAMILIES & set(families)
 
 
-@pytest.mark.parametrize("wanted", [0.6])
-def test_noisy_draft_matches_its_calibration(wanted: float, tmp_path: Path) -> None:
-    draft, calibrated = draft_for_alpha(wanted)
-    config = {"method": "draft_model", "model": draft, "num_speculative_tokens": 4}
+def test_a_noisy_drafts_counters_agree_with_each_other(tmp_path: Path) -> None:
+    """What the operator reads from a real engine holds on any CPU: K draft tokens per draft, the
+    per-position counts summing to the accepted tokens and falling along the draft (a draft is
+    accepted as a prefix), and the noisy draft accepting some tokens but not all (between the
+    self-draft's alpha 1 and a random head's 0). Its alpha itself is the CPU's (the calibration's
+    tiny logit margins): printed beside the calibrated one, not asserted."""
+    draft, calibrated = draft_for_alpha(0.6)
+    config = {"method": "draft_model", "model": draft, "num_speculative_tokens": K}
     with real_engine(spec_args(config), tmp_path / "noise.log") as url:
         alpha = measured_alpha(url, "tiny")
-    # The calibration's own table moves by up to 0.07 between CPUs and runs (it is 5 greedy prompts,
-    # and 0.02 -> 0.679 sits below 0.03 -> 0.689), so the oracle is the draft's place in the table:
-    # alpha between the calibrated alphas of the next noisier and the next cleaner draft.
+        counts = {name: counter(url, total(name)) for name in COUNTERS}
+        per_position = accepted_per_position(url)
+    drafts, draft_tokens, accepted = (counts[name] for name in COUNTERS)
     calibration = json.loads(CALIBRATION.read_text())
-    table = sorted((float(noise), a) for noise, a in calibration["alpha_by_noise"].items())
-    at = next(i for i, (_, a) in enumerate(table) if a == calibrated)
-    cleaner, noisier = table[max(at - 1, 0)][1], table[min(at + 1, len(table) - 1)][1]
-    assert noisier < alpha < cleaner, (
-        f"{draft}: measured {alpha} on {cpu_model()}; calibrated on {calibration['cpu']}: "
-        f"{calibration['alpha_by_noise']} (another CPU: re-run python -m specgate_lab.calibrate)"
-    )
+    print(json.dumps({"draft": draft, "alpha": alpha, "cpu": cpu_model(), "calibrated": calibrated,
+                      "calibrated_on": calibration["cpu"]}))  # fmt: skip
+    assert drafts > 0 and draft_tokens == K * drafts, counts
+    assert len(per_position) == K and sum(per_position) == accepted, (per_position, counts)
+    assert per_position == sorted(per_position, reverse=True), per_position
+    assert 0 < accepted < draft_tokens, counts
+
+
+COUNTERS = (SPEC_DECODE_NUM_DRAFTS, SPEC_DECODE_NUM_DRAFT_TOKENS, SPEC_DECODE_NUM_ACCEPTED_TOKENS)
+
+
+def accepted_per_position(url: str) -> list[float]:
+    """The engine's accepted-token counter by draft position, position 0 first."""
+    by_position: dict[int, float] = defaultdict(float)
+    for family in text_string_to_metric_families(scrape(url)):
+        for sample in family.samples:
+            if sample.name == total(SPEC_DECODE_NUM_ACCEPTED_TOKENS_PER_POS):
+                by_position[int(sample.labels["position"])] += sample.value  # summed over engines
+    return [by_position[i] for i in sorted(by_position)]

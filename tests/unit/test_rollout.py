@@ -12,6 +12,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Any, NamedTuple
 
 import pytest
+from tests.cluster.rollouts import short_of
 
 from specgate import api, gates, measurements, render, rollout
 from specgate.api import Phase
@@ -354,6 +355,44 @@ def test_a_latency_gate_without_its_data_leaves_a_decided_acceptance_inconclusiv
     run.step(after=630, baseline=ready(1), canary=ready(1), baseline_metrics=metrics(), canary_metrics=canary)
     assert (run.phase, run.status.reason) == (Phase.ROLLING_BACK, Reason.INCONCLUSIVE), run.status.message
     assert "decided at maxAnalysisDuration" in (run.status.message or "")
+
+
+def test_an_inconclusive_message_names_the_data_it_lacks_as_the_scale_test_reads_it() -> None:
+    """tests/cluster/test_scale_and_peering.py accepts an Inconclusive only where its message names a
+    count short of its need (short_of): no drafts; latency samples short beside an acceptance test
+    decided at the deadline; a quiet baseline. A verdict on enough data names nothing short."""
+    canary, baseline = ready(1), ready(1)
+    no_drafts = Run()
+    no_drafts.to_analyzing()
+    for after in (60, 600):
+        no_drafts.step(
+            after=after,
+            baseline=baseline,
+            canary=canary,
+            baseline_metrics=metrics(),
+            canary_metrics=metrics(None),
+        )
+    few_samples = Run(make_spec(gates={"minDrafts": 100, "minLatencySamples": 50, "mixDrift": 0}))
+    few_samples.to_analyzing()
+    decided = replace(near_the_gate((90, 134)), per_token=itl(0.03, count=10))
+    few_samples.step(
+        after=630, baseline=baseline, canary=canary, baseline_metrics=metrics(), canary_metrics=decided
+    )
+    quiet = Run()
+    quiet.step(baseline=ready(2))
+    silent = replace(metrics(), itl=Histogram(ITL_BOUNDS, (0.0,) * len(ITL_BOUNDS)))
+    for after in (120, 600):
+        quiet.step(after=after, baseline=ready(2), baseline_metrics=silent)
+    for run, short in ((no_drafts, {"drafts"}), (few_samples, {"latency"}), (quiet, {"latency"})):
+        assert run.status.reason == Reason.INCONCLUSIVE, run.status.message
+        assert short_of(run.status.message or "") == short, run.status.message
+    low = Run()
+    low.to_analyzing()
+    low.step(
+        after=20, baseline=baseline, canary=canary, baseline_metrics=metrics(), canary_metrics=metrics(0.3)
+    )
+    assert low.status.reason == Reason.ACCEPTANCE_BELOW_GATE
+    assert short_of(low.status.message or "") == set(), low.status.message
 
 
 def test_low_alpha_rolls_back_with_the_figures() -> None:

@@ -2,13 +2,18 @@
 
 from __future__ import annotations
 
+import asyncio
+import os
 import random
+import time
 from pathlib import Path
 
 import pytest
 
 import specgate_lab.sim.__main__ as sim_module
 from specgate.planning import expected_accepted
+from specgate.vllm_metrics import SPEC_DECODE_NUM_ACCEPTED_TOKENS, SPEC_DECODE_NUM_DRAFT_TOKENS, total
+from specgate_lab.sim.metrics import EngineMetrics
 from specgate_lab.sim.model import (
     PROFILES,
     Knobs,
@@ -19,6 +24,7 @@ from specgate_lab.sim.model import (
     sample_accepted,
     step_seconds,
 )
+from specgate_lab.sim.server import Request, SimEngine
 
 sim_main = sim_module.main
 
@@ -73,12 +79,76 @@ def test_speculation_helps_at_low_concurrency_and_hurts_at_high() -> None:
     assert _tokens_per_second(knobs, spec, 256) < _tokens_per_second(knobs, None, 256)
 
 
+def no_file(_: str) -> bool:
+    return False
+
+
 def test_script_changes_knobs_over_time() -> None:
     script = parse_script("0s:alpha=0.8;120s:alpha=0.3,step_ms=20")
     base = Knobs()
-    assert knobs_at(base, script, 5).alpha == 0.8
-    late = knobs_at(base, script, 121)
+    assert knobs_at(base, script, 5, no_file).alpha == 0.8
+    late = knobs_at(base, script, 121, no_file)
     assert (late.alpha, late.step_ms) == (0.3, 20)
+
+
+@pytest.mark.parametrize(
+    "text",
+    ["0s:alpha=0.85;if:{flag}:alpha=0.15", "if:{flag}:alpha=0.15;0s:alpha=0.85"],
+    ids=["after", "before"],
+)
+def test_a_file_step_applies_while_its_file_exists_over_the_time_script(text: str, tmp_path: Path) -> None:
+    """Wherever it is written, a file step overrides the time script from the moment the file exists
+    (the guard's drift test drifts the engines once it has seen the promotion, on any machine)."""
+    flag = tmp_path / "a:colon" / "drift"  # a path may hold a colon
+    script = parse_script(text.format(flag=flag))
+    assert knobs_at(Knobs(), script, 3600, os.path.exists).alpha == 0.85
+    flag.parent.mkdir()
+    flag.touch()
+    assert knobs_at(Knobs(), script, 0, os.path.exists).alpha == 0.15
+    assert knobs_at(Knobs(), script, 3600, os.path.exists).alpha == 0.15
+
+
+def test_a_running_engine_drifts_once_the_file_exists(tmp_path: Path) -> None:
+    """The server looks for the file at every step: one request before, one after it appears."""
+    flag = tmp_path / "drift"
+    engine = SimEngine(
+        served_name="tiny",
+        knobs=Knobs(step_ms=0.1, token_ms=0.01),
+        spec=EAGLE3_K4,
+        script=parse_script(f"0s:alpha=0.9;if:{flag}:alpha=0.1"),
+        metrics=EngineMetrics.create(speculative=True),
+    )
+
+    def counted() -> tuple[float, float]:
+        registry, labels = engine.metrics.registry, engine.labels
+        names = (total(SPEC_DECODE_NUM_ACCEPTED_TOKENS), total(SPEC_DECODE_NUM_DRAFT_TOKENS))
+        accepted, drafted = (registry.get_sample_value(name, labels) or 0.0 for name in names)
+        return accepted, drafted
+
+    async def alpha_of_one_request() -> float:
+        (accepted0, drafted0), request = counted(), Request(1, 2000, time.monotonic())
+        engine.submit(request)
+        while await request.queue.get() is not None:
+            pass
+        accepted1, drafted1 = counted()
+        return (accepted1 - accepted0) / (drafted1 - drafted0)
+
+    async def before_and_after() -> tuple[float, float]:
+        loop = asyncio.create_task(engine.loop())
+        before = await alpha_of_one_request()
+        flag.touch()
+        after = await alpha_of_one_request()
+        loop.cancel()
+        return before, after
+
+    before, after = asyncio.run(before_and_after())
+    assert before == pytest.approx(0.9, abs=0.05) and after == pytest.approx(0.1, abs=0.05)
+
+
+@pytest.mark.parametrize("text", ["if::alpha=0.1", "soon:alpha=0.1", "alpha=0.1"])
+def test_a_script_step_must_say_when(text: str) -> None:
+    with pytest.raises(ValueError, match="a time in seconds"):
+        parse_script(text)
 
 
 def test_script_rejects_unknown_knobs() -> None:

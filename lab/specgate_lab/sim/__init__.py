@@ -13,7 +13,7 @@ Behaviour comes from the speculative config (method, num_speculative_tokens) and
 | SPECGATE_SIM_STEP_MS | fixed cost of one engine step, ms | 12 |
 | SPECGATE_SIM_TOKEN_MS | cost per request per verified token, ms | 0.5 |
 | SPECGATE_SIM_DRAFT_PASS_MS | cost of one draft position, ms | by method |
-| SPECGATE_SIM_SCRIPT | knob changes over time, e.g. "0s:alpha=0.8;120s:alpha=0.3" | none |
+| SPECGATE_SIM_SCRIPT | knob changes over time, e.g. "0s:alpha=0.8;120s:alpha=0.3"; a step "if:PATH:alpha=0.3" applies while the file PATH exists (a test drifts the engine when it chooses) | none |
 | SPECGATE_SIM_SEED | random seed | 0 |
 | SPECGATE_SIM_EXIT | "startup": exit at once with an error (a crashing engine); "speculative": the same, only with a --speculative-config (a canary whose draft fails to load) | unset |
 | SPECGATE_SIM_STUCK | "startup" or "speculative" as above: the socket opens but every request, /health included, hangs (an engine that never finishes loading) | unset |

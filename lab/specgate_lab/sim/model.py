@@ -1,4 +1,4 @@
-"""The simulator's behaviour model (pure): draft acceptance per position, step cost, time scripts.
+"""The simulator's behaviour model (pure): draft acceptance per position, step cost, knob scripts.
 
 Acceptance: a workload profile gives the conditional probability that draft position i is accepted
 given positions < i were, c_i = first * decay**i (acceptance falls along the draft, as measured for
@@ -15,6 +15,7 @@ concurrency and hurts at high concurrency, as the seeds describe.
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from specgate.planning import conditional_for_alpha
@@ -92,28 +93,39 @@ def step_seconds(knobs: Knobs, spec: Speculation | None, batch: int, prefill_tok
 class ScriptStep:
     at_seconds: float
     changes: dict[str, float]
+    if_exists: str | None = None  # a file step: applies while this file exists, whatever the time
 
 
 def parse_script(text: str) -> list[ScriptStep]:
-    """ "0s:alpha=0.8;120s:alpha=0.3,step_ms=20" -> steps sorted by time."""
+    """ "0s:alpha=0.8;120s:alpha=0.3,step_ms=20;if:/tmp/drift:alpha=0.15" -> steps, timed ones by time,
+    then the file steps: a file step, once its file exists, overrides the time script (a test
+    triggers a change at a moment it chooses, whatever the machine's speed)."""
     steps: list[ScriptStep] = []
     for part in filter(None, (p.strip() for p in text.split(";"))):
-        when, _, assignments = part.partition(":")
-        if not when.endswith("s"):
-            raise ValueError(f"script step {part!r}: time must be in seconds, like 120s")
+        when, _, assignments = part.rpartition(":")  # knobs have no colon, a path may
         changes = {}
         for assignment in filter(None, assignments.split(",")):
             key, _, value = assignment.partition("=")
             if key.strip() not in {"alpha", "step_ms", "token_ms", "draft_pass_ms"}:
                 raise ValueError(f"script step {part!r}: unknown knob {key!r}")
             changes[key.strip()] = float(value)
-        steps.append(ScriptStep(float(when[:-1]), changes))
-    return sorted(steps, key=lambda s: s.at_seconds)
+        if when.startswith("if:") and len(when) > 3:
+            steps.append(ScriptStep(0.0, changes, if_exists=when[3:]))
+        elif when.endswith("s"):
+            steps.append(ScriptStep(float(when[:-1]), changes))
+        else:
+            raise ValueError(f"script step {part!r}: a time in seconds (120s) or if:<path> must come first")
+    return sorted(steps, key=lambda s: (s.if_exists is not None, s.at_seconds))
 
 
-def knobs_at(base: Knobs, script: list[ScriptStep], elapsed_seconds: float) -> Knobs:
+def knobs_at(
+    base: Knobs, script: list[ScriptStep], elapsed_seconds: float, exists: Callable[[str], bool]
+) -> Knobs:
+    """The knobs `elapsed_seconds` after the engine started, with `exists` telling which files are
+    there (os.path.exists in the simulator)."""
     knobs = base
     for step in script:
-        if step.at_seconds <= elapsed_seconds:
+        due = exists(step.if_exists) if step.if_exists is not None else step.at_seconds <= elapsed_seconds
+        if due:
             knobs = replace(knobs, **step.changes)  # type: ignore[arg-type]
     return knobs

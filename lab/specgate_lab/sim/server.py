@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import random
 import time
 import uuid
@@ -131,7 +132,7 @@ class SimEngine:
             await self._step()
 
     async def _step(self) -> None:
-        knobs = knobs_at(self.knobs, self.script, time.monotonic() - self.started)
+        knobs = knobs_at(self.knobs, self.script, time.monotonic() - self.started, os.path.exists)
         admitted = self.waiting[: max(knobs.max_num_seqs - len(self.running), 0)]
         self.waiting = self.waiting[len(admitted) :]
         self.running += admitted
