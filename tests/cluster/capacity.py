@@ -25,6 +25,7 @@ from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 from tests.cluster.figures import report
 from tests.cluster.operator_process import wait_for
+from tests.floor import protected_after
 
 from specgate import api
 from specgate.render import LABEL_ENGINE, LABEL_TRACK
@@ -44,16 +45,6 @@ def sd_floor(obj: Mapping[str, Any]) -> int:
     spec = obj.get("spec") or {}
     unavailable = int((spec.get("rollout") or {}).get("maxUnavailable", 0))
     return max(0, int(spec.get("replicas", 1)) - unavailable)
-
-
-def protected_after(previous: int, ready: int, floor: int) -> int:
-    """The serving pods that may not be lost after a sample: none until they first reach the floor
-    (before the baseline was ever Ready nothing serves); then as many of the floor as were reached,
-    lowered at once when the floor is (a scale-down, a deletion), raised only as pods become Ready."""
-    kept = min(previous, floor)
-    if kept == 0 and ready < floor:
-        return 0
-    return max(kept, min(ready, floor))
 
 
 @dataclass(frozen=True)
@@ -121,6 +112,18 @@ class Timeline:
         came = tuple(f"{p} ({track})" for p, track in serving.items() if p not in before)
         gone = tuple(f"{p} ({track}, {why(p)})" for p, track in before.items() if p not in serving)
         self.samples.append(Sample(at, dict(serving), floor, protected, came, gone))
+
+    def lose(self, at: float, pod: str) -> None:
+        """A test's fault (a kill, a deletion) takes `pod`: no rollout could have kept it, so the pods
+        protected go down by one with it, as a replicas change lowers them (protected_after)."""
+        if not self.samples:
+            return
+        last = self.samples[-1]
+        serving = {name: track for name, track in last.serving.items() if name != pod}
+        gone = tuple(
+            f"{pod} ({track}, a fault the test made)" for name, track in last.serving.items() if name == pod
+        )
+        self.samples.append(Sample(at, serving, last.floor, max(last.protected - len(gone), 0), (), gone))
 
     @property
     def reached(self) -> bool:
@@ -225,6 +228,7 @@ class CapacityMonitor:
         self.pods: dict[str, Pod] = {}
         self.selectors: dict[str, Mapping[str, str]] = {}
         self.timelines: dict[str, Timeline] = {}
+        self.faulted: set[str] = set()  # pods a test is taking down (fault), until seen not serving
         self.lock = threading.Lock()
         self.stop = threading.Event()
         self.watches: list[_Watch] = []
@@ -247,6 +251,18 @@ class CapacityMonitor:
         with self.lock:
             samples = self._timeline(service).samples
             return samples[-1].floor if samples else 0
+
+    def serving(self, service: str) -> list[str]:
+        """The Service's serving pods now, by name."""
+        with self.lock:
+            return sorted(self._serving(service))
+
+    def fault(self, service: str, pod: str) -> None:
+        """Before a test takes a serving pod down: it no longer counts, and the floor it held is
+        forgiven (Timeline.lose), until the pod is seen not serving (then Ready again, it counts)."""
+        with self.lock:
+            self.faulted.add(pod)
+            self._timeline(service).lose(time.monotonic() - self.started, pod)
 
     def _reached(self, service: str) -> bool:
         with self.lock:
@@ -361,10 +377,11 @@ class CapacityMonitor:
         selector = self.selectors.get(service)
         if not selector:  # no Service (yet, or any more), or one without a selector: nothing behind it
             return {}
+        self.faulted &= {name for name, pod in self.pods.items() if pod.serving}
         return {
             name: pod.track
             for name, pod in sorted(self.pods.items())
-            if pod.serving and selector.items() <= pod.labels.items()
+            if pod.serving and name not in self.faulted and selector.items() <= pod.labels.items()
         }
 
     def _why(self, service: str) -> Callable[[str], str]:
