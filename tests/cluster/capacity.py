@@ -129,9 +129,10 @@ class Timeline:
     def reached(self) -> bool:
         return any(s.protected > 0 for s in self.samples)
 
-    def min_ready(self) -> int | None:
-        """The fewest serving pods once the floor was reached (None: it never was)."""
-        return min((s.ready for s in self.samples if s.protected > 0), default=None)
+    def min_ready(self, since: float = 0.0) -> int | None:
+        """The fewest serving pods once the floor was reached and from `since` (seconds since the
+        monitor started) on (None: it never was)."""
+        return min((s.ready for s in self.samples if s.protected > 0 and s.at >= since), default=None)
 
     def drops(self) -> list[int]:
         """Indices of the samples where a drop below the floor began."""
@@ -268,9 +269,13 @@ class CapacityMonitor:
         with self.lock:
             return self._timeline(service).reached
 
-    def min_ready(self, service: str) -> int | None:
+    def min_ready(self, service: str, since: float = 0.0) -> int | None:
         with self.lock:
-            return self._timeline(service).min_ready()
+            return self._timeline(service).min_ready(since)
+
+    def elapsed(self) -> float:
+        """Seconds since the monitor started: the time its samples carry."""
+        return time.monotonic() - self.started
 
     def check(self, require_reached: bool = True) -> None:
         """Raise AssertionError for any drop below the floor (with the timeline around it), a watch

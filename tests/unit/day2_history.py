@@ -203,6 +203,10 @@ class History:
 
     generated: Generated
     ticks: int = TICKS
+    # None: the events' ticks count from the first. n: from the first tick with n Ready serving pods
+    # (the replay: a history of day 2 begins once the baseline serves, on the model as on the lab).
+    begin_at_ready: int | None = None
+    began: int | None = None  # the tick the events' tick 0 is
     rng: random.Random = field(init=False)
     cluster: FakeCluster = field(init=False)
     raw: dict[str, Any] = field(init=False)
@@ -216,7 +220,7 @@ class History:
     alpha: dict[str, float] = field(default_factory=dict)  # by canary template
     gated: set[str] = field(default_factory=set)  # canary templates a gate passed
     floor: Floor = field(default_factory=Floor)
-    min_ready: int | None = None  # the fewest Ready serving pods once the floor was reached
+    min_ready: int | None = None  # the fewest Ready serving pods once the floor was reached and began
     floors: set[int] = field(default_factory=set)  # every floor in force
     rollback_reason: str | None = None
     log: list[str] = field(default_factory=list)
@@ -265,9 +269,12 @@ class History:
         by_tick: dict[int, list[Event]] = {}
         for event in self.generated.events:
             by_tick.setdefault(event.tick, []).append(event)
+        serving = render.serving_selector(OWNER)
         for tick in range(self.ticks):
             self.tick = tick
-            for event in by_tick.get(self.tick, []):
+            if self.began is None and self.cluster.ready_serving(serving) >= (self.begin_at_ready or 0):
+                self.began = tick
+            for event in by_tick.get(tick - self.began, []) if self.began is not None else []:
                 self.happen(event)
             yield from self.reconcile()
             self.log.append(f"{self.tick}: after reconcile {self.cluster.describe()}")
@@ -315,7 +322,7 @@ class History:
         broken = self.floor.check(ready, target)
         if broken:
             yield broken
-        if self.floor.protected:  # as the cluster's CapacityMonitor counts it: once the floor was reached
+        if self.floor.protected and self.began is not None:  # as the cluster's CapacityMonitor counts it
             self.min_ready = ready if self.min_ready is None else min(self.min_ready, ready)
         ungated = sum(
             n for t, n in self.cluster.ready_by_template(Track.CANARY.value).items() if t not in self.gated
@@ -361,7 +368,8 @@ class History:
 
     @staticmethod
     def _serving(pod: Pod) -> bool:
-        return render.serving_selector(OWNER).items() <= pod.template["metadata"]["labels"].items()
+        labels: dict[str, str] = pod.template["metadata"]["labels"]
+        return render.serving_selector(OWNER).items() <= labels.items()
 
 
 def pick(ready: Sequence[T], fraction: float) -> T:
@@ -370,14 +378,14 @@ def pick(ready: Sequence[T], fraction: float) -> T:
 
 
 # The history tests/cluster/test_day2_replay.py plays on the lab. The lab performs edits, pause,
-# retry, abort, replicas changes, engine kills and pod deletions; not an operator upgrade (it needs
-# the operator stopped), metrics loss (the lab's Prometheus is shared), a failed readiness probe or a
-# crash loop (the simulator has no switch for either that ends on its own), nor an invalid spec (the
-# CRD refuses numSpeculativeTokens 0 before the operator sees it). Seed 16: replicas 4, canaryReplicas
-# 2, maxSurge 0, maxUnavailable 2 (no spare GPU), replicas 4 -> 6, a new vLLM argument, a pause, a pod
-# deleted while paused, a new draft length, unpaused, replicas 6 again; 40 ticks of events, then the
-# model runs to REPLAY_MODEL_TICKS.
-LAB_KINDS = ("image", "args", "speculative", "pause", "retry", "abort", "hpa", "crash", "delete")
+# retry, abort, replicas changes, pod deletions and engine kills (a killed engine shows
+# CrashLoopBackOff until its restart is Ready: the model's crash loop, not its plain crash); not an
+# operator upgrade (it needs the operator stopped), metrics loss (the lab's Prometheus is shared), a
+# failed readiness probe alone, nor an invalid spec (the CRD refuses numSpeculativeTokens 0 before
+# the operator sees it). Seed 16: replicas 4, canaryReplicas 2, maxSurge 0, maxUnavailable 2 (no
+# spare GPU), replicas 4 -> 6, a new vLLM argument, a pause, a pod deleted while paused, a new draft
+# length, unpaused, replicas 6 again; 40 ticks of events, then the model runs to REPLAY_MODEL_TICKS.
+LAB_KINDS = ("image", "args", "speculative", "pause", "retry", "abort", "hpa", "crash loop", "delete")
 REPLAY_SEED = 16
 REPLAY_TICKS = 40
 REPLAY_RATE = 0.2

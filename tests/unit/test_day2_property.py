@@ -47,6 +47,7 @@ def test_the_history_the_cluster_replays_is_one_the_lab_can_perform(monkeypatch:
     assert lab_problems(generated) == []
     kinds = {event.kind for event in generated.events}
     assert kinds <= set(LAB_KINDS) and {"hpa", "speculative"} <= kinds and kinds & FAULTS
-    with History(generated, REPLAY_MODEL_TICKS).wired(monkeypatch) as history:
+    replicas = generated.spec["replicas"]
+    with History(generated, REPLAY_MODEL_TICKS, begin_at_ready=replicas).wired(monkeypatch) as history:
         assert list(history.run()) == [], "\n".join(history.log[-60:])
-    assert history.min_ready is not None
+    assert history.began is not None and history.min_ready is not None
