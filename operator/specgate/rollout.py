@@ -295,9 +295,7 @@ class _Step:
 def _side(track: TrackState, max_unavailable: int) -> capacity.Side:
     if not track.exists:
         return capacity.Side(0, 0)
-    return capacity.guaranteed(
-        capacity.Side(track.replicas, track.ready_replicas), track.rolling, max_unavailable
-    )
+    return capacity.guaranteed(capacity.Side(track.replicas, track.serving), track.rolling, max_unavailable)
 
 
 def templates_to_wait(
