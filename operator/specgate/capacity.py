@@ -14,16 +14,20 @@ from dataclasses import dataclass
 
 @dataclass(frozen=True)
 class Side:
-    """A track as observed: pods asked for and pods Ready, and how many Ready pods below its
-    replicas its Deployment's own rolling update may still take (0: it is not rolling)."""
+    """A track as observed: pods asked for and pods Ready, how many Ready pods below its replicas
+    its Deployment's own rolling update may still take, and whether it is rolling (ReplicaSets of
+    two templates: lowering its replicas then scales them all proportionally, Ready pods included)."""
 
     replicas: int
     ready: int
     unavailable: int = 0
+    rolling: bool = False
 
     def kept(self, replicas: int) -> int:
-        """The Ready pods the track keeps at `replicas`, whatever its own roll still removes."""
-        return min(self.ready, max(replicas - self.unavailable, 0))
+        """The Ready pods the track keeps at `replicas`, whatever its own roll still removes; rolling,
+        each replica given up may be a Ready pod."""
+        lost = max(self.replicas - replicas, 0) if self.rolling else 0
+        return max(min(self.ready - lost, replicas - self.unavailable), 0)
 
 
 @dataclass(frozen=True)
@@ -67,7 +71,7 @@ def roll_keeps_floor(budget: Budget, rolling: Side, other_ready: int) -> bool:
 def guaranteed(side: Side, rolling: bool, max_unavailable: int) -> Side:
     """A track as capacity can count on it: a Deployment mid-roll may take any Ready pod above
     `replicas - maxUnavailable` down at any moment, so only those below it count (Side.kept)."""
-    return Side(side.replicas, side.ready, max_unavailable if rolling else 0)
+    return Side(side.replicas, side.ready, max_unavailable if rolling else 0, rolling)
 
 
 def _shrink(budget: Budget, side: Side, target: int, other_ready: int) -> int:
@@ -80,7 +84,8 @@ def _shrink(budget: Budget, side: Side, target: int, other_ready: int) -> int:
     needed = min(side.ready, max(budget.min_ready - other_ready, 0))
     if needed == 0:
         return target
-    return min(side.replicas, max(target, needed + side.unavailable))
+    spare_ready = side.ready - needed if side.rolling else side.replicas  # proportional scaling's toll
+    return min(side.replicas, max(target, needed + side.unavailable, side.replicas - spare_ready))
 
 
 def _grow(current: int, target: int, room: int) -> int:

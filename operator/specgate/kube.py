@@ -426,6 +426,7 @@ def track_state(children: Children, namespace: str, name: str, selector: dict[st
         exists=True,
         replicas=dep.replicas,
         ready_replicas=_ready_on_template(pods, dep),
+        serving_ready=sum(1 for pod in pods if pod.ready) if dep.template is not None else None,
         failure=f"{failing.failure}{_last_log_lines(namespace, failing)}" if failing else None,
         waiting=next((p.unscheduled for p in pods if p.unscheduled), None),
         template_hash=dep.template,

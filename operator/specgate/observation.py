@@ -22,9 +22,16 @@ class TrackState:
     template_hash: str | None = None  # render.ANNOTATION_TEMPLATE of the Deployment
     rendered: str | None = None  # render.ANNOTATION_RENDERED: the pod template as last rendered
     rolling: bool = False  # its rolling update has pods of an older template still to replace
+    # Ready pods on any of its templates: all serve behind the Service (None: ready_replicas).
+    serving_ready: int | None = None
 
     def ready(self, want: int) -> bool:
         return self.exists and want > 0 and self.ready_replicas >= want
+
+    @property
+    def serving(self) -> int:
+        """The Ready pods capacity counts: a rolling Deployment's old template still serves."""
+        return self.ready_replicas if self.serving_ready is None else self.serving_ready
 
 
 @dataclass(frozen=True)

@@ -295,9 +295,7 @@ class _Step:
 def _side(track: TrackState, max_unavailable: int) -> capacity.Side:
     if not track.exists:
         return capacity.Side(0, 0)
-    return capacity.guaranteed(
-        capacity.Side(track.replicas, track.ready_replicas), track.rolling, max_unavailable
-    )
+    return capacity.guaranteed(capacity.Side(track.replicas, track.serving), track.rolling, max_unavailable)
 
 
 def templates_to_wait(
@@ -421,9 +419,7 @@ def decide(
     if begins_new_rollout(spec, status, observation.generation):
         step = _restart(step)
     elif status.phase == Phase.FAILED and status.resume_phase is not None:
-        step = _resume(
-            step, status.resume_phase, "the spec is valid again and the pods' template is unchanged"
-        )
+        step = _resume(step, status.resume_phase, _why_resumed(spec, status))
     elif status.observed_retry is not None and spec.rollout.retry > status.observed_retry:
         step = step.note(
             Reason.RETRY_IGNORED, f"spec.rollout.retry ignored: the rollout is {status.phase.value}"
@@ -448,8 +444,9 @@ def begins_new_rollout(
 ) -> bool:
     """A change of what the pods run, or a retry of a rollout that ended; never pause or replicas alone.
     A rollback finishes first: the edit's rollout begins from RolledBack, which keeps the reason and
-    figures of what was rolled back."""
-    if status.phase == Phase.ROLLING_BACK:
+    figures of what was rolled back. So does a rollback an invalid edit stopped (Failed): its fix
+    resumes the rollback, and the fixed spec's rollout begins after it."""
+    if (status.resume_phase if status.phase == Phase.FAILED else status.phase) == Phase.ROLLING_BACK:
         return False
     if status.template_hash is None:  # a new object, or status of an operator without template hashes
         return status.observed_generation != generation
@@ -459,6 +456,12 @@ def begins_new_rollout(
     # and that must not re-run a rollout nobody asked to re-run.
     retried = status.observed_retry is not None and spec.rollout.retry > status.observed_retry
     return retried and retryable(status)
+
+
+def _why_resumed(spec: SpeculativeDeploymentSpec, status: SpeculativeDeploymentStatus) -> str:
+    if status.template_hash in (None, render.template_hash(spec)):
+        return "the spec is valid again and the pods' template is unchanged"
+    return f"the spec is valid again; its new template waits for {Phase.ROLLED_BACK.value}"
 
 
 def _adopt_template(step: _Step) -> _Step:

@@ -25,6 +25,7 @@ from kubernetes import client, watch
 from kubernetes.client.exceptions import ApiException
 from tests.cluster.figures import report
 from tests.cluster.operator_process import wait_for
+from tests.floor import protected_after
 
 from specgate import api
 from specgate.render import LABEL_ENGINE, LABEL_TRACK
@@ -44,16 +45,6 @@ def sd_floor(obj: Mapping[str, Any]) -> int:
     spec = obj.get("spec") or {}
     unavailable = int((spec.get("rollout") or {}).get("maxUnavailable", 0))
     return max(0, int(spec.get("replicas", 1)) - unavailable)
-
-
-def protected_after(previous: int, ready: int, floor: int) -> int:
-    """The serving pods that may not be lost after a sample: none until they first reach the floor
-    (before the baseline was ever Ready nothing serves); then as many of the floor as were reached,
-    lowered at once when the floor is (a scale-down, a deletion), raised only as pods become Ready."""
-    kept = min(previous, floor)
-    if kept == 0 and ready < floor:
-        return 0
-    return max(kept, min(ready, floor))
 
 
 @dataclass(frozen=True)
@@ -122,13 +113,26 @@ class Timeline:
         gone = tuple(f"{p} ({track}, {why(p)})" for p, track in before.items() if p not in serving)
         self.samples.append(Sample(at, dict(serving), floor, protected, came, gone))
 
+    def lose(self, at: float, pod: str) -> None:
+        """A test's fault (a kill, a deletion) takes `pod`: no rollout could have kept it, so the pods
+        protected go down by one with it, as a replicas change lowers them (protected_after)."""
+        if not self.samples:
+            return
+        last = self.samples[-1]
+        serving = {name: track for name, track in last.serving.items() if name != pod}
+        gone = tuple(
+            f"{pod} ({track}, a fault the test made)" for name, track in last.serving.items() if name == pod
+        )
+        self.samples.append(Sample(at, serving, last.floor, max(last.protected - len(gone), 0), (), gone))
+
     @property
     def reached(self) -> bool:
         return any(s.protected > 0 for s in self.samples)
 
-    def min_ready(self) -> int | None:
-        """The fewest serving pods once the floor was reached (None: it never was)."""
-        return min((s.ready for s in self.samples if s.protected > 0), default=None)
+    def min_ready(self, since: float = 0.0) -> int | None:
+        """The fewest serving pods once the floor was reached and from `since` (seconds since the
+        monitor started) on (None: it never was)."""
+        return min((s.ready for s in self.samples if s.protected > 0 and s.at >= since), default=None)
 
     def drops(self) -> list[int]:
         """Indices of the samples where a drop below the floor began."""
@@ -225,6 +229,7 @@ class CapacityMonitor:
         self.pods: dict[str, Pod] = {}
         self.selectors: dict[str, Mapping[str, str]] = {}
         self.timelines: dict[str, Timeline] = {}
+        self.faulted: set[str] = set()  # pods a test is taking down (fault), until seen not serving
         self.lock = threading.Lock()
         self.stop = threading.Event()
         self.watches: list[_Watch] = []
@@ -248,13 +253,29 @@ class CapacityMonitor:
             samples = self._timeline(service).samples
             return samples[-1].floor if samples else 0
 
+    def serving(self, service: str) -> list[str]:
+        """The Service's serving pods now, by name."""
+        with self.lock:
+            return sorted(self._serving(service))
+
+    def fault(self, service: str, pod: str) -> None:
+        """Before a test takes a serving pod down: it no longer counts, and the floor it held is
+        forgiven (Timeline.lose), until the pod is seen not serving (then Ready again, it counts)."""
+        with self.lock:
+            self.faulted.add(pod)
+            self._timeline(service).lose(time.monotonic() - self.started, pod)
+
     def _reached(self, service: str) -> bool:
         with self.lock:
             return self._timeline(service).reached
 
-    def min_ready(self, service: str) -> int | None:
+    def min_ready(self, service: str, since: float = 0.0) -> int | None:
         with self.lock:
-            return self._timeline(service).min_ready()
+            return self._timeline(service).min_ready(since)
+
+    def elapsed(self) -> float:
+        """Seconds since the monitor started: the time its samples carry."""
+        return time.monotonic() - self.started
 
     def check(self, require_reached: bool = True) -> None:
         """Raise AssertionError for any drop below the floor (with the timeline around it), a watch
@@ -361,10 +382,11 @@ class CapacityMonitor:
         selector = self.selectors.get(service)
         if not selector:  # no Service (yet, or any more), or one without a selector: nothing behind it
             return {}
+        self.faulted &= {name for name, pod in self.pods.items() if pod.serving}
         return {
             name: pod.track
             for name, pod in sorted(self.pods.items())
-            if pod.serving and selector.items() <= pod.labels.items()
+            if pod.serving and name not in self.faulted and selector.items() <= pod.labels.items()
         }
 
     def _why(self, service: str) -> Callable[[str], str]:

@@ -196,12 +196,14 @@ def run_rollout(
     concurrency: int = 4,
     during: Callable[[dict[str, Any]], None] | None = None,
     operator: Operator | None = None,
+    monitor: CapacityMonitor | None = None,
 ) -> Rollout:
     """Create the object, run the operator and load until `until(obj)`; fails with the operator log.
 
     Pass `operator` (see lab_operator) to act on the operator process from `during`; concurrency 0
     sends no traffic (a quiet service). Throughout, the Service's Ready serving pods may never drop
-    below the object's `replicas - maxUnavailable` once reached (CapacityMonitor), whatever the verdict."""
+    below the object's `replicas - maxUnavailable` once reached (CapacityMonitor; pass `monitor` to
+    read its figures or tell it of faults from `during`), whatever the verdict."""
     install_crd(api_client)
     body = copy.deepcopy(body)
     name = body["metadata"]["name"]
@@ -210,7 +212,7 @@ def run_rollout(
     load: AbstractContextManager[object] = (
         Load(bridge_url, namespace, [name], served, concurrency, timeout) if concurrency else nullcontext()
     )
-    with CapacityMonitor(api_client, namespace):
+    with monitor or CapacityMonitor(api_client, namespace):
         create_sd(api_client, namespace, body)
         with op, load:
             deadline = time.monotonic() + timeout
@@ -226,6 +228,13 @@ def run_rollout(
             f"rollout did not finish in {timeout:.0f}s; status {obj.get('status')}\n"
             f"operator log tail:\n{op.log_text()[-3000:]}"
         )
+
+
+def patch_rollout(api_client: client.ApiClient, namespace: str, name: str, spec: dict[str, Any]) -> None:
+    """A merge patch of the object's spec, as `kubectl patch --type merge` sends it."""
+    client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
+        api.GROUP, api.VERSION, namespace, api.PLURAL, name, {"spec": spec}
+    )
 
 
 def history_time(status: dict[str, Any], phase: str) -> datetime:

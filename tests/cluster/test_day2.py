@@ -16,7 +16,7 @@ from kubernetes import client
 from tests.cluster.conftest import CACHE, Rollouts, side_by_side
 from tests.cluster.figures import report
 from tests.cluster.operator_process import OPERATOR_INTERVAL_SECONDS, get_sd, run, wait_for
-from tests.cluster.rollouts import history_time, lab_operator, run_rollout, sim_rollout
+from tests.cluster.rollouts import history_time, lab_operator, patch_rollout, run_rollout, sim_rollout
 
 from specgate import api, kube, render
 from specgate.render import (
@@ -38,12 +38,6 @@ def live_pods(api_client: client.ApiClient, namespace: str, name: str) -> list[A
         namespace, label_selector=f"{LABEL_DEPLOYMENT}={name}"
     )
     return [p for p in pods.items if p.metadata.deletion_timestamp is None]
-
-
-def patch_rollout(api_client: client.ApiClient, namespace: str, name: str, spec: dict[str, Any]) -> None:
-    client.CustomObjectsApi(api_client).patch_namespaced_custom_object(
-        api.GROUP, api.VERSION, namespace, api.PLURAL, name, {"spec": spec}
-    )
 
 
 def crash_loop_after_promotion(lab: dict[str, Any]) -> None:

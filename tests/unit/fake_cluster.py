@@ -206,6 +206,11 @@ class FakeCluster:
         pod.ready_since, pod.crashed, pod.crash_loop = None, True, True
         pod.ready_at = self.tick + self.rng.randint(3, 10)
 
+    def delete(self, pod: Pod) -> None:
+        """A deleted pod (`kubectl delete pod`, an eviction): its ReplicaSet makes another."""
+        for rs in (rs for dep in self.deployments.values() for rs in dep.replica_sets.values()):
+            rs.pods = [p for p in rs.pods if p is not pod]
+
     # --- the controller-manager and the kubelet, one tick ---
 
     def advance(self) -> None:

@@ -153,3 +153,17 @@ def test_a_re_render_counts_no_ready_pod_above_the_replicas() -> None:
     """Found by test_day2_property (seed 191): baseline scaled 6 -> 4, its controller not caught up
     (6 Ready), floor 4. Its 2 extra pods go anyway: a roll of 4 at maxUnavailable 2 keeps 2."""
     assert not may_roll(Budget(6, 1, 2), Side(4, 6), Side(2, 0), other_rolling=False, shrinking=False)
+
+
+def test_a_rolling_track_is_not_lowered_while_proportional_scaling_could_take_its_ready_pods() -> None:
+    """Found by test_day2_property (seed 121 of the shared generator): the baseline rolls onto a
+    crash-looping template (old ReplicaSet 3 Ready, new 4 never Ready: 7 pods at replicas 6,
+    maxSurge 1), the canary's 1 pod Ready, and replicas 6 -> 4 (floor 4). The controller scales a
+    rolling Deployment proportionally (Kubernetes docs, "Proportional scaling"): 6 -> 4 takes the old
+    ReplicaSet 3 -> 2, a Ready pod, and 2 + 1 serve of a floor of 4. Every replica given up may be a
+    Ready one, so the baseline keeps 6 and the canary its pod."""
+    baseline = guaranteed(Side(6, 3), rolling=True, max_unavailable=0)
+    assert step_toward(Budget(4, max_surge=1, max_unavailable=0), baseline, Side(1, 1), targets=(4, 0)) == (
+        6,
+        1,
+    )

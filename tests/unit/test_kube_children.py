@@ -91,6 +91,7 @@ def test_only_ready_pods_on_the_current_template_that_are_not_going_away_count()
         template_hash="new",
         rendered="render-of-new",
         rolling=True,
+        serving_ready=2,  # a and b serve behind the Service, whatever template they run
     )
 
 

@@ -250,3 +250,29 @@ def test_an_edit_during_a_rollback_begins_its_rollout_once_rolled_back() -> None
     assert (run.status.canary, run.status.verdict) == figures
     run.step(baseline=ready(2), canary=TrackState(exists=True))
     assert (run.phase, run.status.history[-1].reason) == (Phase.BASELINE, Reason.NEW_GENERATION)
+
+
+def test_an_edit_fixed_after_failing_during_a_rollback_still_waits_for_rolled_back() -> None:
+    """The guard trips; during the rollback an invalid edit (Failed), then fixed as a new draft
+    length: the rollback resumes and ends RolledBack GuardTripped with its figures, and only then
+    does the edit's rollout begin (the fix restarted the rollout at once: Baseline NewGeneration,
+    the rollback's reason and figures gone, as an edit made directly during RollingBack once did)."""
+    run = Run()
+    run.to_promoted()
+    run.step(after=60, canary=ready(2), canary_metrics=metrics(0.8, latency=0.4))
+    run.expect(Phase.ROLLING_BACK)
+    figures = (run.status.canary, run.status.verdict)
+    run.generation += 1
+    run.status = rollout.invalid_spec(BAD_DRAFT, run.status, run.generation, run.now).status
+    edit(run, speculative={"method": "draft_model", "draftModel": "d", "numSpeculativeTokens": 2})
+    d = run.step(baseline=TrackState(exists=True, replicas=2, ready_replicas=1), canary=ready(2))
+    assert (run.phase, run.status.reason) == (Phase.ROLLING_BACK, Reason.GUARD_TRIPPED)
+    assert (d.baseline_replicas, d.canary_replicas) == (2, 1)
+    assert [e.message for e in d.events] == [
+        "the spec is valid again; its new template waits for RolledBack; resuming RollingBack"
+    ]
+    run.step(baseline=ready(2), canary=ready(1))
+    assert (run.phase, run.status.reason) == (Phase.ROLLED_BACK, Reason.GUARD_TRIPPED)
+    assert (run.status.canary, run.status.verdict) == figures
+    run.step(baseline=ready(2), canary=TrackState(exists=True))
+    assert (run.phase, run.status.history[-1].reason) == (Phase.BASELINE, Reason.NEW_GENERATION)
