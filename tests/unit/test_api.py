@@ -121,6 +121,7 @@ def test_every_other_default_is_written_out() -> None:
                 "timeout": "30m",
                 "maxFailedRequests": 0.01,
             },
+            "traffic": None,  # router Service: both tracks behind Service <name>
             "metrics": {
                 "prometheusUrl": None,
                 "namespaceLabel": "namespace",
@@ -185,6 +186,17 @@ def ngram(**fields: Any) -> dict[str, Any]:
 
 def sized(replicas: int, canary: int, strategy: str = "canary") -> dict[str, Any]:
     return {**BASE, "replicas": replicas, "rollout": {"canaryReplicas": canary, "strategy": strategy}}
+
+
+GATEWAY: dict[str, Any] = {"router": "GatewayAPI", "httpRoute": {"parentRefs": [{"name": "inference"}]}}
+
+
+def traffic(**fields: Any) -> dict[str, Any]:
+    return with_("rollout.traffic", fields)
+
+
+def existing_route(**rule: Any) -> dict[str, Any]:
+    return traffic(router="GatewayAPI", existingRoute={"name": "chat", **rule})
 
 
 # (rule index, a spec the rule rejects, a spec it accepts); every rule in api.RULES appears.
@@ -273,6 +285,13 @@ RULE_CASES: list[tuple[int, dict[str, Any], dict[str, Any]]] = [
     (30, per_batch([1, 8.0, 3]), per_batch([1, 8, 3])),
     (31, per_batch([1, 8, 3.0]), per_batch([1, 8, 3])),
     (32, with_("speculative.numSpeculativeTokens", 3.0), with_("speculative.numSpeculativeTokens", 3)),
+    (33, traffic(router="GatewayAPI"), traffic(**GATEWAY)),
+    (33, traffic(**GATEWAY, existingRoute={"name": "chat", "ruleIndex": 0}), traffic(**GATEWAY)),
+    (34, traffic(initialCanaryWeight=5), traffic(**GATEWAY, initialCanaryWeight=5)),
+    (34, traffic(router="Service", httpRoute=GATEWAY["httpRoute"]), traffic(router="Service")),
+    (35, existing_route(ruleName="chat", ruleIndex=0), existing_route(ruleName="chat")),
+    (35, existing_route(), existing_route(ruleIndex=0)),
+    (36, with_("rollout", {"strategy": "sequential", "traffic": GATEWAY}), with_("rollout", {"traffic": GATEWAY})),
 ]
 
 
