@@ -16,8 +16,6 @@ from typing import Any
 
 from specgate.capacity import Budget, Side
 
-# Rounding a share to whole percent moves a track's weight by at most half a point.
-ROUNDING = 0.5
 
 
 @dataclass(frozen=True)
@@ -50,16 +48,6 @@ def capped(weights: Weights, canary_cap: int, baseline_ready: int, budget: Budge
     return Weights(100 - canary, canary)
 
 
-def within_capacity(weights: Weights, baseline_ready: int, canary_ready: int, budget: Budget) -> bool:
-    """The capacity invariant for traffic: no track's Ready pods carry more per pod than the pods
-    at the floor would, give or take the rounding to whole percent."""
-    most_per_pod = 100 / max(budget.min_ready, 1)
-    return all(
-        weight <= ready * most_per_pod + ROUNDING
-        for weight, ready in ((weights.baseline, baseline_ready), (weights.canary, canary_ready))
-    )
-
-
 @dataclass(frozen=True)
 class RouteStep:
     """What to apply now: replicas per track (baseline, canary) and the route's weights."""
@@ -78,21 +66,26 @@ def order(
 ) -> RouteStep:
     """Weights and replicas for this tick, from the replicas capacity.step_toward proposes.
 
-    The weights match the Ready pods that remain after the proposed step; a track whose replicas the
-    step lowers keeps them until `actual` (the weights its gateway accepted, None when unknown) gives
-    it no more than those weights do. Growing needs no wait: a new pod gets weight once Ready."""
+    The weights match the Ready pods that remain after the proposed step. If the step lowers a
+    track's replicas while `actual` (the weights its gateway accepted, None when unknown) still
+    gives that track more, no replica changes this tick: the weights move first, and the step
+    follows once the gateway has them (holding the growing side too keeps the pods within
+    maxSurge, which the proposal counted with the shrink). A new pod gets weight once Ready."""
     after = (min(baseline.ready, proposed[0]), min(canary.ready, proposed[1]))
     desired = shares(*after) or actual or ALL_BASELINE
     if canary_cap is not None:
         desired = capped(desired, canary_cap, after[0], budget)
-    replicas = tuple(
-        current if wanted < current and not _moved(actual, desired, is_baseline) else wanted
+    shrinking = [
+        is_baseline
         for wanted, current, is_baseline in (
             (proposed[0], baseline.replicas, True),
             (proposed[1], canary.replicas, False),
         )
-    )
-    return RouteStep((replicas[0], replicas[1]), desired)
+        if wanted < current
+    ]
+    if all(_moved(actual, desired, is_baseline) for is_baseline in shrinking):
+        return RouteStep(proposed, desired)
+    return RouteStep((baseline.replicas, canary.replicas), desired)
 
 
 def _moved(actual: Weights | None, desired: Weights, is_baseline: bool) -> bool:
