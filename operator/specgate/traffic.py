@@ -17,7 +17,6 @@ from typing import Any
 from specgate.capacity import Budget, Side
 
 
-
 @dataclass(frozen=True)
 class Weights:
     baseline: int

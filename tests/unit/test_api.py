@@ -291,7 +291,11 @@ RULE_CASES: list[tuple[int, dict[str, Any], dict[str, Any]]] = [
     (34, traffic(router="Service", httpRoute=GATEWAY["httpRoute"]), traffic(router="Service")),
     (35, existing_route(ruleName="chat", ruleIndex=0), existing_route(ruleName="chat")),
     (35, existing_route(), existing_route(ruleIndex=0)),
-    (36, with_("rollout", {"strategy": "sequential", "traffic": GATEWAY}), with_("rollout", {"traffic": GATEWAY})),
+    (
+        36,
+        with_("rollout", {"strategy": "sequential", "traffic": GATEWAY}),
+        with_("rollout", {"traffic": GATEWAY}),
+    ),
 ]
 
 

@@ -22,7 +22,10 @@ def carries_at_most_the_floor_per_pod(weights: Weights, ready: tuple[int, int], 
     floor = budget.min_ready
     if floor == 0:
         return True
-    return all(w * floor <= 100 * r + 0.5 * floor for w, r in zip((weights.baseline, weights.canary), ready))
+    return all(
+        w * floor <= 100 * r + 0.5 * floor
+        for w, r in zip((weights.baseline, weights.canary), ready, strict=True)
+    )
 
 
 def walk(
@@ -86,7 +89,7 @@ def test_a_promotion_moves_weight_to_the_canary_before_each_baseline_pod_goes() 
 def test_without_weights_first_a_gateway_overloads_the_pods_that_remain() -> None:
     """The check above can fail: capacity's proposal alone, applied behind a gateway that still
     routes the old weights, leaves the shrunk track's Ready pods more than the floor's share."""
-    with pytest.raises(AssertionError, match="^overloaded: routing Weights"):
+    with pytest.raises(AssertionError, match=r"^overloaded: routing Weights"):
         walk(Budget(4, max_surge=1, max_unavailable=0), start=(0, 4), target=(4, 0), weights_first=False)
 
 
