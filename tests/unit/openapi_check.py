@@ -6,6 +6,7 @@ API server would refuse; the authoritative check is a create against one (a clus
 from __future__ import annotations
 
 import copy
+import functools
 import re
 from typing import Any
 
@@ -92,9 +93,13 @@ def _bounds(value: Any, schema: Schema, path: str) -> list[str]:
 
 
 def _cel(rule: dict[str, str], value: Any) -> bool:
+    return bool(_program(rule["rule"]).evaluate({"self": celpy.json_to_cel(_escaped(value))}))
+
+
+@functools.cache
+def _program(rule: str) -> Any:
     environment = celpy.Environment()
-    program = environment.program(environment.compile(rule["rule"]))
-    return bool(program.evaluate({"self": celpy.json_to_cel(_escaped(value))}))
+    return environment.program(environment.compile(rule))
 
 
 def _escaped(value: Any) -> Any:

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import copy
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
+from tests.unit.openapi_check import problems
 
 from specgate import api, render
 
@@ -383,3 +386,21 @@ def test_status_ignores_kopf_bookkeeping_and_fields_of_other_versions() -> None:
         {"phase": "Analyzing", "kopf": {"progress": {}}, "canary": {"alpha": 0.7, "newField": 1}, "later": 2}
     )
     assert status.phase == api.Phase.ANALYZING and status.canary is not None and status.canary.alpha == 0.7
+
+
+TRAFFIC_RULES = range(33, 37)  # spec.rollout.traffic's rules in api.RULES
+
+
+@pytest.mark.parametrize(
+    ("index", "rejected", "accepted"), [case for case in RULE_CASES if case[0] in TRAFFIC_RULES]
+)
+def test_the_crds_cel_for_traffic_rejects_and_accepts_as_the_operator_does(
+    index: int, rejected: dict[str, Any], accepted: dict[str, Any]
+) -> None:
+    """The CEL of spec.rollout.traffic's rules, run by cel-python over the checked-in CRD's spec
+    schema, agrees with the Python check (a real API server's verdict is a cluster test)."""
+    crd_file = Path(__file__).parents[2] / "crds" / "specgate.dev_speculativedeployments.yaml"
+    root = yaml.safe_load(crd_file.read_text())["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    spec_schema = root["properties"]["spec"]
+    assert [p.split(": ", 1)[1] for p in problems(rejected, spec_schema)] == [api.RULES[index].message]
+    assert problems(accepted, spec_schema) == []
