@@ -503,14 +503,18 @@ class Traffic(Model):
         Router.SERVICE,
         description="Service: both tracks behind Service <name>, traffic by replica ratio. GatewayAPI: "
         "an HTTPRoute splits traffic between Services <name>-baseline and <name>-canary by weight, "
-        "load-matched (each track's share of Ready serving pods) so latency is compared at equal load.",
+        "load-matched (each track's share of Ready serving pods) so latency is compared at equal load. "
+        "GatewayAPI is not yet run by this operator version: such an object fails with InvalidSpec.",
     )
     http_route: HTTPRouteTemplate | None = Field(
         None,
         description="GatewayAPI: the HTTPRoute <name> specgate creates. Exactly one of this and existingRoute.",
     )
     existing_route: ExistingRoute | None = Field(
-        None, description="GatewayAPI: the rule of your HTTPRoute whose backendRefs specgate sets."
+        None,
+        description="GatewayAPI: the rule of your HTTPRoute whose backendRefs specgate sets. HTTPRoute "
+        "declares spec.rules an atomic list, so your next apply of the route resets them: have your "
+        "GitOps tool ignore that rule's backendRefs.",
     )
     initial_canary_weight: int | None = Field(
         None,
