@@ -22,8 +22,10 @@ class Weights:
     baseline: int
     canary: int
 
-    def of_baseline(self, baseline: bool) -> int:
-        return self.baseline if baseline else self.canary
+    @property
+    def pair(self) -> tuple[int, int]:
+        """(baseline, canary), in the order replicas are."""
+        return self.baseline, self.canary
 
 
 ALL_BASELINE = Weights(100, 0)
@@ -74,21 +76,12 @@ def order(
     desired = shares(*after) or actual or ALL_BASELINE
     if canary_cap is not None:
         desired = capped(desired, canary_cap, after[0], budget)
-    shrinking = [
-        is_baseline
-        for wanted, current, is_baseline in (
-            (proposed[0], baseline.replicas, True),
-            (proposed[1], canary.replicas, False),
-        )
-        if wanted < current
-    ]
-    if all(_moved(actual, desired, is_baseline) for is_baseline in shrinking):
-        return RouteStep(proposed, desired)
-    return RouteStep((baseline.replicas, canary.replicas), desired)
-
-
-def _moved(actual: Weights | None, desired: Weights, is_baseline: bool) -> bool:
-    return actual is not None and actual.of_baseline(is_baseline) <= desired.of_baseline(is_baseline)
+    current = (baseline.replicas, canary.replicas)
+    for track in (0, 1):
+        shrinks = proposed[track] < current[track]
+        if shrinks and (actual is None or actual.pair[track] > desired.pair[track]):
+            return RouteStep(current, desired)
+    return RouteStep(proposed, desired)
 
 
 # --- the route's parent status: measure only what the gateway routes ---
