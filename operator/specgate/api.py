@@ -444,6 +444,102 @@ class Benchmark(Model):
         return self.gate_concurrency if self.gate_concurrency is not None else max(self.concurrency)
 
 
+class Router(StrEnum):
+    SERVICE = "Service"
+    GATEWAY_API = "GatewayAPI"
+
+
+# Gateway API's patterns (its HTTPRoute CRD, v1.6.3): admission refuses what the route would refuse.
+GATEWAY_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+GATEWAY_HOSTNAME = r"^(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+GATEWAY_NAMESPACE = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
+
+
+class ParentReference(Model):
+    """A Gateway (or a listener of it) the HTTPRoute attaches to: Gateway API's ParentReference."""
+
+    name: str = Field(min_length=1, max_length=253, description="Name of the Gateway.")
+    namespace: str | None = Field(
+        None,
+        min_length=1,
+        max_length=63,
+        pattern=GATEWAY_NAMESPACE,
+        description="Namespace of the Gateway; defaults to the route's.",
+    )
+    section_name: str | None = Field(
+        None,
+        min_length=1,
+        max_length=253,
+        pattern=GATEWAY_SUBDOMAIN,
+        description="Listener of the Gateway (its name).",
+    )
+    port: int | None = Field(None, ge=1, le=65535, description="Port of the Gateway's listener.")
+
+
+class HTTPRouteTemplate(Model):
+    """The HTTPRoute <name> specgate creates and owns: one rule, the two tracks' Services as its
+    weighted backends."""
+
+    parent_refs: list[ParentReference] = Field(
+        min_length=1, max_length=32, description="Gateways the route attaches to."
+    )
+    hostnames: list[Annotated[str, Field(min_length=1, max_length=253, pattern=GATEWAY_HOSTNAME)]] = Field(
+        default_factory=list,
+        max_length=16,
+        description="Hostnames the route serves; empty: all of the Gateway's.",
+    )
+    matches: list[dict[str, Any]] = Field(
+        default_factory=list,
+        max_length=64,
+        description="The rule's matches (Gateway API HTTPRouteMatch: path, headers, queryParams, "
+        "method); empty: every request.",
+    )
+
+
+class ExistingRoute(Model):
+    """An HTTPRoute of the user's in this namespace, one of whose rules specgate routes: it sets that
+    rule's backendRefs (the two tracks' Services, weighted) and leaves the rest of the route alone."""
+
+    name: str = Field(min_length=1, max_length=253, description="Name of the HTTPRoute.")
+    rule_name: str | None = Field(
+        None,
+        min_length=1,
+        max_length=253,
+        pattern=GATEWAY_SUBDOMAIN,
+        description="The rule's name (spec.rules[].name).",
+    )
+    rule_index: int | None = Field(
+        None, ge=0, le=15, description="The rule's position in spec.rules, from 0 (rules without names)."
+    )
+
+
+class Traffic(Model):
+    router: Router = Field(
+        Router.SERVICE,
+        description="Service: both tracks behind Service <name>, traffic by replica ratio. GatewayAPI: "
+        "an HTTPRoute splits traffic between Services <name>-baseline and <name>-canary by weight, "
+        "load-matched (each track's share of Ready serving pods) so latency is compared at equal load. "
+        "GatewayAPI is not yet run by this operator version: such an object fails with InvalidSpec.",
+    )
+    http_route: HTTPRouteTemplate | None = Field(
+        None,
+        description="GatewayAPI: the HTTPRoute <name> specgate creates. Exactly one of this and existingRoute.",
+    )
+    existing_route: ExistingRoute | None = Field(
+        None,
+        description="GatewayAPI: the rule of your HTTPRoute whose backendRefs specgate sets. HTTPRoute "
+        "declares spec.rules an atomic list, so your next apply of the route resets them: have your "
+        "GitOps tool ignore that rule's backendRefs.",
+    )
+    initial_canary_weight: int | None = Field(
+        None,
+        ge=1,
+        le=50,
+        description="GatewayAPI: a first step at this canary weight (percent, below its load-matched "
+        "share), during which alpha alone is judged (the tracks' loads differ, so latency is not).",
+    )
+
+
 class RolloutSpec(Model):
     strategy: Strategy = Field(
         Strategy.CANARY,
@@ -493,6 +589,9 @@ class RolloutSpec(Model):
     )
     benchmark: Benchmark = Field(
         default_factory=Benchmark, description="The benchmark run when measurement is benchmark or both."
+    )
+    traffic: Traffic | None = Field(
+        None, description="How traffic reaches the tracks; absent: router Service."
     )
     gates: Gates = Field(default_factory=Gates, description="Promotion gates.")
     metrics: MetricsSource = Field(default_factory=MetricsSource, description="Where metrics come from.")
@@ -799,6 +898,44 @@ RULES: tuple[Rule, ...] = (
         lambda s: s.num_speculative_tokens_per_batch_size_policy != PerBatchSizePolicy.AUTO
         or s.num_speculative_tokens_per_batch_size is None,
     ),
+    # spec.rollout.traffic: which router, and for GatewayAPI which route
+    Rule(
+        Traffic,
+        "!has(self.router) || self.router != 'GatewayAPI' || has(self.httpRoute) != has(self.existingRoute)",
+        "router GatewayAPI needs exactly one of httpRoute (specgate creates the route from parentRefs) "
+        "and existingRoute (specgate sets the backendRefs of one rule of your route): set one of them",
+        "httpRoute",
+        lambda t: t.router != Router.GATEWAY_API or (t.http_route is None) != (t.existing_route is None),
+    ),
+    Rule(
+        Traffic,
+        "(has(self.router) && self.router == 'GatewayAPI') "
+        "|| !(has(self.httpRoute) || has(self.existingRoute) || has(self.initialCanaryWeight))",
+        "httpRoute, existingRoute and initialCanaryWeight apply to router GatewayAPI only: set "
+        "router: GatewayAPI or remove them",
+        "router",
+        lambda t: t.router == Router.GATEWAY_API
+        or (t.http_route is None and t.existing_route is None and t.initial_canary_weight is None),
+    ),
+    Rule(
+        ExistingRoute,
+        "has(self.ruleName) != has(self.ruleIndex)",
+        "set exactly one of ruleName (the rule's spec.rules[].name) and ruleIndex (its position, for "
+        "a rule without a name)",
+        "ruleName",
+        lambda r: (r.rule_name is None) != (r.rule_index is None),
+    ),
+    Rule(
+        RolloutSpec,
+        "!has(self.traffic) || !has(self.traffic.router) || self.traffic.router != 'GatewayAPI' "
+        "|| !has(self.strategy) || self.strategy == 'canary'",
+        "traffic.router GatewayAPI splits traffic between baseline and canary pods, which strategy "
+        "sequential never runs side by side: use strategy canary, or router Service",
+        "traffic.router",
+        lambda r: r.traffic is None
+        or r.traffic.router != Router.GATEWAY_API
+        or r.strategy == Strategy.CANARY,
+    ),
 )
 
 
@@ -876,6 +1013,22 @@ def parse_spec(raw: dict[str, Any]) -> SpeculativeDeploymentSpec:
     if violations:
         raise violations[0]
     return spec
+
+
+# traffic.py and render.py compute the route's weights and order, but the operator does not yet
+# observe or write routes (issue 41): refused rather than a rollout whose traffic nothing steers.
+GATEWAY_NOT_SUPPORTED = (
+    "router GatewayAPI is not yet supported by this operator version: nothing was changed; remove "
+    "spec.rollout.traffic (router Service: both tracks behind Service <name>) or run an operator "
+    "that supports it"
+)
+
+
+def check_supported(spec: SpeculativeDeploymentSpec) -> None:
+    """Raise SpecError on what the CRD accepts but this operator cannot run yet."""
+    traffic = spec.rollout.traffic
+    if traffic is not None and traffic.router == Router.GATEWAY_API:
+        raise SpecError("rollout.traffic.router", GATEWAY_NOT_SUPPORTED)
 
 
 # --- requests in annotations: `kubectl specgate pause|resume|retry|abort` ---
@@ -1145,6 +1298,25 @@ class GuardStatus(StatusModel):
     checked_at: str | None = Field(None, description="When the guard last looked (RFC 3339).")
 
 
+class RouteWeights(StatusModel):
+    baseline: int = Field(description="Percent of the route's traffic to Service <name>-baseline.")
+    canary: int = Field(description="Percent of the route's traffic to Service <name>-canary.")
+
+
+class TrafficStatus(StatusModel):
+    """The route's weights (traffic.router GatewayAPI)."""
+
+    route: str = Field(description="The HTTPRoute whose rule specgate weights.")
+    desired: RouteWeights | None = Field(
+        None, description="Weights specgate sets now: load-matched, or the initial step's."
+    )
+    actual: RouteWeights | None = Field(
+        None,
+        description="Weights in the route's rule once its Gateways accepted that generation (Accepted "
+        "and ResolvedRefs); absent until then, and pods of a track losing weight wait for them.",
+    )
+
+
 class SpeculativeDeploymentStatus(StatusModel):
     phase: Phase = Field(Phase.PENDING, description="Where the rollout is.")
     observed_generation: int | None = Field(None, description="Generation this status describes.")
@@ -1191,6 +1363,7 @@ class SpeculativeDeploymentStatus(StatusModel):
         None, description="Benchmark results (spec.rollout.measurement benchmark or both)."
     )
     guard: GuardStatus | None = Field(None, description="The guard's change detector (Promoted).")
+    traffic: TrafficStatus | None = Field(None, description="Route weights (traffic.router GatewayAPI).")
     verdict: str | None = Field(None, description="Pass, Fail, InsufficientData or MetricsUnavailable.")
     recommendation: Recommendation | None = Field(None, description="Draft-length recommendation.")
     k_schedule: KSchedule | None = Field(

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from specgate import api, benchmark
+from specgate.traffic import Weights, shares
 
 Manifest = dict[str, Any]
 
@@ -401,3 +402,87 @@ def pod_monitor(owner: Owner, scrape_interval: str, labels: dict[str, str] | Non
             "podTargetLabels": [LABEL_DEPLOYMENT, LABEL_TRACK, LABEL_METHOD],
         },
     }
+
+
+GATEWAY_API_VERSION = "gateway.networking.k8s.io/v1"
+
+
+def backend_refs(owner: Owner, weights: Weights) -> list[dict[str, Any]]:
+    """The tracks' Services, weighted: what a rule of the route sends traffic to."""
+    return [
+        {"kind": "Service", "name": service_name(owner, track), "port": HTTP_PORT, "weight": weight}
+        for track, weight in ((Track.BASELINE, weights.baseline), (Track.CANARY, weights.canary))
+    ]
+
+
+def http_route(owner: Owner, template: api.HTTPRouteTemplate, weights: Weights) -> Manifest:
+    """HTTPRoute <name> (traffic.httpRoute): one rule, the tracks' Services as its backends."""
+    rule: dict[str, Any] = {"backendRefs": backend_refs(owner, weights)}
+    if template.matches:
+        rule["matches"] = template.matches
+    spec: dict[str, Any] = {
+        "parentRefs": [p.model_dump(by_alias=True, exclude_none=True) for p in template.parent_refs],
+        "rules": [rule],
+    }
+    if template.hostnames:
+        spec["hostnames"] = template.hostnames
+    return {
+        "apiVersion": GATEWAY_API_VERSION,
+        "kind": "HTTPRoute",
+        "metadata": _metadata(owner, owner.name, dict(MANAGED_BY)),
+        "spec": spec,
+    }
+
+
+def rule_index(route: Mapping[str, Any], existing: api.ExistingRoute) -> int:
+    """Position of the managed rule in the user's route; LookupError naming the field to fix."""
+    rules = route.get("spec", {}).get("rules") or []
+    if existing.rule_name is not None:
+        names = [rule.get("name") for rule in rules]
+        if existing.rule_name in names:
+            return names.index(existing.rule_name)
+        raise LookupError(
+            f"spec.rollout.traffic.existingRoute.ruleName: HTTPRoute {existing.name} has no rule named "
+            f"{existing.rule_name!r} (its rules: {names}): name the rule in the route or fix ruleName"
+        )
+    assert existing.rule_index is not None  # api.RULES: exactly one of ruleName and ruleIndex
+    if existing.rule_index < len(rules):
+        return existing.rule_index
+    raise LookupError(
+        f"spec.rollout.traffic.existingRoute.ruleIndex: HTTPRoute {existing.name} has {len(rules)} "
+        f"rules, so no rule {existing.rule_index}: give the position of a rule, from 0"
+    )
+
+
+def rule_patch(
+    route: Mapping[str, Any], existing: api.ExistingRoute, owner: Owner, weights: Weights
+) -> list[dict[str, Any]]:
+    """A JSON patch (RFC 6902) that sets the managed rule's backendRefs and nothing else.
+
+    Not server-side apply: the HTTPRoute CRD declares spec.rules an atomic list, so an apply of one
+    rule's backendRefs would take (and need) the whole list. The patch's test ops make the API
+    server refuse it, instead of changing another rule, if the rules moved since `route` was read."""
+    index = rule_index(route, existing)
+    path = f"/spec/rules/{index}"
+    guard = (
+        [{"op": "test", "path": f"{path}/name", "value": existing.rule_name}]
+        if existing.rule_name is not None
+        else [
+            {"op": "test", "path": "/metadata/resourceVersion", "value": route["metadata"]["resourceVersion"]}
+        ]
+    )
+    return [*guard, {"op": "add", "path": f"{path}/backendRefs", "value": backend_refs(owner, weights)}]
+
+
+def route_weights(route: Mapping[str, Any], index: int, owner: Owner) -> Weights | None:
+    """The share of traffic rule `index` of the route gives each track's Service, None unless its
+    backends are exactly those two (a backend without a weight has Gateway API's default, 1)."""
+    rules = route.get("spec", {}).get("rules") or []
+    refs = (rules[index].get("backendRefs") or []) if index < len(rules) else []
+    weights = {
+        ref.get("name"): int(ref.get("weight", 1)) for ref in refs if ref.get("kind", "Service") == "Service"
+    }
+    names = [service_name(owner, track) for track in (Track.BASELINE, Track.CANARY)]
+    if len(refs) != 2 or set(weights) != set(names):
+        return None
+    return shares(weights[names[0]], weights[names[1]])

@@ -106,6 +106,7 @@ class Reason(StrEnum):
     RUNNING_BENCHMARK = "RunningBenchmark"
     MEASUREMENT_FAILED = "MeasurementFailed"
     ALPHA_DISAGREEMENT = "AlphaDisagreement"
+    ROUTE_NOT_ACCEPTED = "RouteNotAccepted"  # measuring waits for the gateway (traffic.route_hold)
 
 
 # Reasons that mark the object Degraded whatever its phase.

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import copy
 import re
+from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
+from tests.unit.openapi_check import problems
 
 from specgate import api, render
 
@@ -125,6 +128,7 @@ def test_every_other_default_is_written_out() -> None:
                 "timeout": "30m",
                 "maxFailedRequests": 0.01,
             },
+            "traffic": None,  # router Service: both tracks behind Service <name>
             "metrics": {
                 "prometheusUrl": None,
                 "namespaceLabel": "namespace",
@@ -189,6 +193,17 @@ def ngram(**fields: Any) -> dict[str, Any]:
 
 def sized(replicas: int, canary: int, strategy: str = "canary") -> dict[str, Any]:
     return {**BASE, "replicas": replicas, "rollout": {"canaryReplicas": canary, "strategy": strategy}}
+
+
+GATEWAY: dict[str, Any] = {"router": "GatewayAPI", "httpRoute": {"parentRefs": [{"name": "inference"}]}}
+
+
+def traffic(**fields: Any) -> dict[str, Any]:
+    return with_("rollout.traffic", fields)
+
+
+def existing_route(**rule: Any) -> dict[str, Any]:
+    return traffic(router="GatewayAPI", existingRoute={"name": "chat", **rule})
 
 
 # (rule index, a spec the rule rejects, a spec it accepts); every rule in api.RULES appears.
@@ -282,6 +297,17 @@ RULE_CASES: list[tuple[int, dict[str, Any], dict[str, Any]]] = [
         {**per_batch([1, 8, 3]), "speculative": {**per_batch([1, 8, 3])["speculative"], AUTO: "Auto"}},
         with_(f"speculative.{AUTO}", "Auto"),
     ),
+    (34, traffic(router="GatewayAPI"), traffic(**GATEWAY)),
+    (34, traffic(**GATEWAY, existingRoute={"name": "chat", "ruleIndex": 0}), traffic(**GATEWAY)),
+    (35, traffic(initialCanaryWeight=5), traffic(**GATEWAY, initialCanaryWeight=5)),
+    (35, traffic(router="Service", httpRoute=GATEWAY["httpRoute"]), traffic(router="Service")),
+    (36, existing_route(ruleName="chat", ruleIndex=0), existing_route(ruleName="chat")),
+    (36, existing_route(), existing_route(ruleIndex=0)),
+    (
+        37,
+        with_("rollout", {"strategy": "sequential", "traffic": GATEWAY}),
+        with_("rollout", {"traffic": GATEWAY}),
+    ),
 ]
 
 
@@ -369,3 +395,21 @@ def test_status_ignores_kopf_bookkeeping_and_fields_of_other_versions() -> None:
         {"phase": "Analyzing", "kopf": {"progress": {}}, "canary": {"alpha": 0.7, "newField": 1}, "later": 2}
     )
     assert status.phase == api.Phase.ANALYZING and status.canary is not None and status.canary.alpha == 0.7
+
+
+TRAFFIC_RULES = range(33, 37)  # spec.rollout.traffic's rules in api.RULES
+
+
+@pytest.mark.parametrize(
+    ("index", "rejected", "accepted"), [case for case in RULE_CASES if case[0] in TRAFFIC_RULES]
+)
+def test_the_crds_cel_for_traffic_rejects_and_accepts_as_the_operator_does(
+    index: int, rejected: dict[str, Any], accepted: dict[str, Any]
+) -> None:
+    """The CEL of spec.rollout.traffic's rules, run by cel-python over the checked-in CRD's spec
+    schema, agrees with the Python check (a real API server's verdict is a cluster test)."""
+    crd_file = Path(__file__).parents[2] / "crds" / "specgate.dev_speculativedeployments.yaml"
+    root = yaml.safe_load(crd_file.read_text())["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    spec_schema = root["properties"]["spec"]
+    assert [p.split(": ", 1)[1] for p in problems(rejected, spec_schema)] == [api.RULES[index].message]
+    assert problems(accepted, spec_schema) == []

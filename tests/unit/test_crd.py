@@ -138,6 +138,16 @@ API_SERVER_RULES = {
     (".spec.speculative", ".numSpeculativeTokensPerBatchSize", "numSpeculativeTokensPerBatchSize must be "
      "empty when numSpeculativeTokensPerBatchSizePolicy is Auto (the operator derives it): remove the "
      "ranges, or the policy to keep them"),
+    (".spec.rollout.traffic", ".httpRoute", "router GatewayAPI needs exactly one of httpRoute (specgate "
+     "creates the route from parentRefs) and existingRoute (specgate sets the backendRefs of one rule of "
+     "your route): set one of them"),
+    (".spec.rollout.traffic", ".router", "httpRoute, existingRoute and initialCanaryWeight apply to "
+     "router GatewayAPI only: set router: GatewayAPI or remove them"),
+    (".spec.rollout.traffic.existingRoute", ".ruleName", "set exactly one of ruleName (the rule's "
+     "spec.rules[].name) and ruleIndex (its position, for a rule without a name)"),
+    (".spec.rollout", ".traffic.router", "traffic.router GatewayAPI splits traffic between baseline and "
+     "canary pods, which strategy sequential never runs side by side: use strategy canary, or router "
+     "Service"),
 }  # fmt: skip
 
 

@@ -1,0 +1,139 @@
+"""Weights of a Gateway API route between the baseline and the canary, and their order (pure).
+
+Behind a gateway, a track's share of traffic is its route weight, not its share of replicas. The
+weights are load-matched: each track gets its share of the Ready serving pods, so per-pod load is
+the same on both tracks and their latencies compare fairly. Weight moves before pods do: a track
+gives up pods only once the route, as its gateway has accepted it, no longer sends it more than the
+pods it keeps can carry (promotion moves weight to the canary before the baseline scales down; a
+rollback moves it back before the canary scales down). Weights are percent of the route's traffic.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from specgate.capacity import Budget, Side
+
+
+@dataclass(frozen=True)
+class Weights:
+    baseline: int
+    canary: int
+
+    @property
+    def pair(self) -> tuple[int, int]:
+        """(baseline, canary), in the order replicas are."""
+        return self.baseline, self.canary
+
+
+ALL_BASELINE = Weights(100, 0)
+
+
+def shares(baseline: int, canary: int) -> Weights | None:
+    """Each track's share of the two, in percent; None when both are 0. Of the Ready pods, these
+    are the load-matched weights; of a route's relative weights, the traffic each track gets."""
+    total = baseline + canary
+    if total == 0:
+        return None
+    percent = round(100 * canary / total)
+    return Weights(100 - percent, percent)
+
+
+def capped(weights: Weights, canary_cap: int, baseline_ready: int, budget: Budget) -> Weights:
+    """The initial step: the canary at most canary_cap, but never so little that the baseline's
+    Ready pods carry more per pod than the floor's pods would (100 / (replicas - maxUnavailable))."""
+    baseline_most = 100 * baseline_ready // max(budget.min_ready, 1)
+    canary = min(weights.canary, max(canary_cap, 100 - baseline_most))
+    return Weights(100 - canary, canary)
+
+
+@dataclass(frozen=True)
+class RouteStep:
+    """What to apply now: replicas per track (baseline, canary) and the route's weights."""
+
+    replicas: tuple[int, int]
+    weights: Weights
+
+
+def order(
+    budget: Budget,
+    baseline: Side,
+    canary: Side,
+    proposed: tuple[int, int],
+    actual: Weights | None,
+    canary_cap: int | None = None,
+) -> RouteStep:
+    """Weights and replicas for this tick, from the replicas capacity.step_toward proposes.
+
+    The weights match the Ready pods that remain after the proposed step. If the step lowers a
+    track's replicas while `actual` (the weights its gateway accepted, None when unknown) still
+    gives that track more, no replica changes this tick: the weights move first, and the step
+    follows once the gateway has them (holding the growing side too keeps the pods within
+    maxSurge, which the proposal counted with the shrink). A new pod gets weight once Ready."""
+    after = (min(baseline.ready, proposed[0]), min(canary.ready, proposed[1]))
+    desired = shares(*after) or actual or ALL_BASELINE
+    if canary_cap is not None:
+        desired = capped(desired, canary_cap, after[0], budget)
+    current = (baseline.replicas, canary.replicas)
+    for track in (0, 1):
+        shrinks = proposed[track] < current[track]
+        if shrinks and (actual is None or actual.pair[track] > desired.pair[track]):
+            return RouteStep(current, desired)
+    return RouteStep(proposed, desired)
+
+
+# --- the route's parent status: measure only what the gateway routes ---
+
+
+@dataclass(frozen=True)
+class Parent:
+    """A parentRef the route names (Gateway API ParentReference, group and kind left as Gateway)."""
+
+    name: str
+    namespace: str | None = None
+    section_name: str | None = None
+
+
+def route_hold(route: Mapping[str, Any] | None, parents: Sequence[Parent] | None) -> str | None:
+    """Why the route's traffic cannot be measured yet, or None when every parent that names it
+    (those in `parents`; None: every parent in its status) has Accepted and ResolvedRefs True for
+    the route's current generation."""
+    if route is None:
+        return "the HTTPRoute does not exist yet"
+    namespace = route.get("metadata", {}).get("namespace")
+    generation = route.get("metadata", {}).get("generation")
+    statuses = route.get("status", {}).get("parents") or []
+    reported = [_parent(s.get("parentRef", {}), namespace) for s in statuses]
+    wanted = reported if parents is None else [_in(p, namespace) for p in parents]
+    if not wanted:
+        return "no Gateway has picked up the HTTPRoute yet (status.parents is empty)"
+    for parent in wanted:
+        found = [s for s, r in zip(statuses, reported, strict=True) if r == parent]
+        problem = _parent_problem(found[0] if found else None, generation)
+        if problem:
+            return f"parent Gateway {parent.name}: {problem}"
+    return None
+
+
+def _parent(ref: Mapping[str, Any], namespace: str | None) -> Parent:
+    return _in(Parent(str(ref.get("name", "")), ref.get("namespace"), ref.get("sectionName")), namespace)
+
+
+def _in(parent: Parent, namespace: str | None) -> Parent:
+    """A parentRef without a namespace names a Gateway in the route's own."""
+    return parent if parent.namespace else Parent(parent.name, namespace, parent.section_name)
+
+
+def _parent_problem(status: Mapping[str, Any] | None, generation: int | None) -> str | None:
+    if status is None:
+        return "has not reported on the HTTPRoute yet"
+    conditions = {c.get("type"): c for c in status.get("conditions") or []}
+    for kind in ("Accepted", "ResolvedRefs"):
+        condition = conditions.get(kind)
+        if condition is None or condition.get("observedGeneration") != generation:
+            return f"{kind} not yet reported for generation {generation}"
+        if condition.get("status") != "True":
+            return f"{kind} is {condition.get('status')} ({condition.get('reason')}: {condition.get('message', '')})"
+    return None

@@ -1,0 +1,198 @@
+"""The HTTPRoute specgate renders and the patch of a user's route rule, checked against Gateway API's
+own HTTPRoute CRD (standard channel), read from the sigs.k8s.io/gateway-api Go module at test time.
+
+openapi_check applies the schema as the API server would (defaults, structure, bounds, CEL); the
+authoritative check, a create against a real API server with these CRDs, is a cluster test."""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+import subprocess
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from tests.unit.openapi_check import problems
+
+from specgate import api, render
+from specgate.render import Owner
+from specgate.traffic import Weights
+
+GATEWAY_API = "sigs.k8s.io/gateway-api@v1.6.3"  # the CRDs the lab installs (issue 41)
+OWNER = Owner(name="llama", namespace="ml", uid="u-1")
+TEMPLATE = api.HTTPRouteTemplate.model_validate(
+    {
+        "parentRefs": [{"name": "inference", "namespace": "gateways", "sectionName": "http", "port": 80}],
+        "hostnames": ["llm.example.com"],
+        "matches": [{"path": {"type": "PathPrefix", "value": "/v1"}}],
+    }
+)
+
+
+@pytest.fixture(scope="module")
+def httproute_schema(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    """HTTPRoute v1's openAPIV3Schema, from the module in the Go module cache (downloaded from the
+    Go module proxy on first use, as CI can)."""
+    if shutil.which("go") is None:
+        pytest.skip("no `go` on PATH to download the Gateway API CRDs (sigs.k8s.io/gateway-api)")
+    download = subprocess.run(
+        ["go", "mod", "download", "-json", GATEWAY_API],
+        cwd=tmp_path_factory.mktemp("gateway-api"),  # outside any module: nothing to resolve
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
+    )
+    crd_file = (
+        Path(json.loads(download.stdout)["Dir"])
+        / "config/crd/standard/gateway.networking.k8s.io_httproutes.yaml"
+    )
+    crd = yaml.safe_load(crd_file.read_text())
+    [v1] = [v for v in crd["spec"]["versions"] if v["name"] == "v1"]
+    schema: dict[str, Any] = v1["schema"]["openAPIV3Schema"]
+    return schema
+
+
+def test_the_owned_route_is_one_rule_over_both_tracks_services() -> None:
+    assert render.http_route(OWNER, TEMPLATE, Weights(75, 25)) == {
+        "apiVersion": "gateway.networking.k8s.io/v1",
+        "kind": "HTTPRoute",
+        "metadata": {
+            "name": "llama",
+            "namespace": "ml",
+            "labels": {"app.kubernetes.io/managed-by": "specgate"},
+            "ownerReferences": [OWNER.reference()],
+        },
+        "spec": {
+            "parentRefs": [{"name": "inference", "namespace": "gateways", "sectionName": "http", "port": 80}],
+            "hostnames": ["llm.example.com"],
+            "rules": [
+                {
+                    "backendRefs": [
+                        {"kind": "Service", "name": "llama-baseline", "port": 8000, "weight": 75},
+                        {"kind": "Service", "name": "llama-canary", "port": 8000, "weight": 25},
+                    ],
+                    "matches": [{"path": {"type": "PathPrefix", "value": "/v1"}}],
+                }
+            ],
+        },
+    }
+
+
+@pytest.mark.parametrize("weights", [Weights(100, 0), Weights(75, 25), Weights(0, 100)])
+def test_the_owned_route_validates_against_the_httproute_crd(
+    httproute_schema: dict[str, Any], weights: Weights
+) -> None:
+    assert problems(render.http_route(OWNER, TEMPLATE, weights), httproute_schema) == []
+    minimal = api.HTTPRouteTemplate.model_validate({"parentRefs": [{"name": "inference"}]})
+    assert problems(render.http_route(OWNER, minimal, weights), httproute_schema) == []
+
+
+def test_the_check_refuses_what_the_api_server_refuses(httproute_schema: dict[str, Any]) -> None:
+    """The check can fail: a Service backend without a port (a CEL rule), a negative weight (a
+    bound), a field HTTPRoute does not have (structure)."""
+    route = render.http_route(OWNER, TEMPLATE, Weights(75, 25))
+    refs = route["spec"]["rules"][0]["backendRefs"]
+    del refs[0]["port"]
+    refs[1]["weight"] = -1
+    route["spec"]["rules"][0]["weights"] = [75, 25]
+    assert problems(route, httproute_schema) == [
+        "<root>.spec.rules[0].backendRefs[0]: Must have port for Service reference",
+        "<root>.spec.rules[0].backendRefs[1].weight: -1 fails minimum 0",
+        "<root>.spec.rules[0].weights: unknown field (the API server would drop it)",
+    ]
+
+
+USERS_ROUTE: dict[str, Any] = {
+    "apiVersion": "gateway.networking.k8s.io/v1",
+    "kind": "HTTPRoute",
+    "metadata": {"name": "chat", "namespace": "ml", "resourceVersion": "41"},
+    "spec": {
+        "parentRefs": [{"name": "inference"}],
+        "rules": [
+            {"name": "health", "matches": [{"path": {"type": "Exact", "value": "/health"}}],
+             "backendRefs": [{"name": "status-page", "port": 80}]},
+            {"name": "chat", "matches": [{"path": {"type": "PathPrefix", "value": "/v1"}}],
+             "backendRefs": [{"name": "llama", "port": 8000}],
+             "timeouts": {"request": "300s"}},
+        ],
+    },
+}  # fmt: skip
+
+
+def patched(route: dict[str, Any], patch: list[dict[str, Any]]) -> dict[str, Any]:
+    """RFC 6902 for the two ops rule_patch writes: test (refuse on a mismatch) and add (set)."""
+    route = copy.deepcopy(route)
+    for op in patch:
+        *parents, leaf = op["path"].strip("/").split("/")
+        node: Any = route
+        for part in parents:
+            node = node[int(part)] if isinstance(node, list) else node[part]
+        if op["op"] == "test":
+            assert node.get(leaf) == op["value"], f"test failed at {op['path']}"
+        else:
+            node[leaf] = op["value"]
+    return route
+
+
+def existing(**rule: Any) -> api.ExistingRoute:
+    return api.ExistingRoute.model_validate({"name": "chat", **rule})
+
+
+def test_the_patch_of_a_users_rule_sets_its_backends_and_nothing_else(
+    httproute_schema: dict[str, Any],
+) -> None:
+    patch = render.rule_patch(USERS_ROUTE, existing(ruleName="chat"), OWNER, Weights(80, 20))
+    assert patch == [
+        {"op": "test", "path": "/spec/rules/1/name", "value": "chat"},
+        {
+            "op": "add",
+            "path": "/spec/rules/1/backendRefs",
+            "value": [
+                {"kind": "Service", "name": "llama-baseline", "port": 8000, "weight": 80},
+                {"kind": "Service", "name": "llama-canary", "port": 8000, "weight": 20},
+            ],
+        },
+    ]
+    after = patched(USERS_ROUTE, patch)
+    assert problems(after, httproute_schema) == []
+    before = copy.deepcopy(USERS_ROUTE)
+    before["spec"]["rules"][1]["backendRefs"] = after["spec"]["rules"][1]["backendRefs"]
+    assert after == before  # the other rule, the matches, timeouts and parents are the user's
+
+
+def test_a_rule_by_position_is_guarded_by_the_routes_version() -> None:
+    """A rule without a name has nothing of its own to test: the whole route must be as read."""
+    patch = render.rule_patch(USERS_ROUTE, existing(ruleIndex=0), OWNER, Weights(100, 0))
+    assert patch[0] == {"op": "test", "path": "/metadata/resourceVersion", "value": "41"}
+    assert patch[1]["path"] == "/spec/rules/0/backendRefs"
+
+
+def test_a_missing_rule_names_the_field_and_the_rules_there_are() -> None:
+    with pytest.raises(
+        LookupError,
+        match=r"^spec.rollout.traffic.existingRoute.ruleName: HTTPRoute chat has no rule named 'chats' \(its rules: \['health', 'chat'\]\)",
+    ):
+        render.rule_index(USERS_ROUTE, existing(ruleName="chats"))
+    with pytest.raises(
+        LookupError,
+        match=r"^spec.rollout.traffic.existingRoute.ruleIndex: HTTPRoute chat has 2 rules, so no rule 2",
+    ):
+        render.rule_index(USERS_ROUTE, existing(ruleIndex=2))
+
+
+def test_the_routes_weights_are_read_as_shares_of_the_two_tracks() -> None:
+    route = patched(
+        USERS_ROUTE, render.rule_patch(USERS_ROUTE, existing(ruleName="chat"), OWNER, Weights(80, 20))
+    )
+    assert render.route_weights(route, 1, OWNER) == Weights(80, 20)
+    refs = route["spec"]["rules"][1]["backendRefs"]
+    refs[0]["weight"], refs[1]["weight"] = 3, 1  # relative weights, as a person may write them
+    assert render.route_weights(route, 1, OWNER) == Weights(75, 25)
+    del refs[0]["weight"], refs[1]["weight"]  # Gateway API's default weight is 1
+    assert render.route_weights(route, 1, OWNER) == Weights(50, 50)
+    assert render.route_weights(USERS_ROUTE, 1, OWNER) is None  # not (yet) the tracks' Services
+    assert render.route_weights(USERS_ROUTE, 5, OWNER) is None
