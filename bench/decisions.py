@@ -28,6 +28,7 @@ Last line: the figures issues 16 and 37 ask for, as name=value.
 
 from __future__ import annotations
 
+import argparse
 import math
 import random
 import statistics
@@ -50,6 +51,7 @@ from specgate.gates import (
     AcceptanceWindow,
     Verdict,
     decide_at_deadline,
+    fallback_drift,
     judged_windows,
     mix_drift_variance,
     spec_acceptance_gate,
@@ -62,6 +64,7 @@ GATES = api.Gates()
 ROLLOUT = api.RolloutSpec()
 GATE, DELTA, ERROR_RATE = GATES.min_acceptance_rate, GATES.indifference, GATES.error_rate
 MIX_DRIFT_SECONDS = api.parse_duration(GATES.mix_drift_timescale)
+FIRST_ROLLOUT = fallback_drift(GATES, "a first rollout")  # every cell here: no incumbent history yet
 WINDOW_SECONDS = 15.0
 ANALYSIS_LOOKS = math.ceil(api.parse_duration(ROLLOUT.analysis_window) / WINDOW_SECONDS)
 LOOKS = int(api.parse_duration(ROLLOUT.max_analysis_duration) // WINDOW_SECONDS)
@@ -144,7 +147,7 @@ def check_against_the_operator(
     bound to rounding is compared by its log-LR alone)."""
     for m in rng.sample(range(1, len(counts) + 1), min(CHECKED_LOOKS, len(counts))):
         looked = [AcceptanceWindow(*map(float, row)) for row in counts[:m]]
-        result = spec_acceptance_gate(looked, GATES, window_seconds=WINDOW_SECONDS)
+        result = spec_acceptance_gate(looked, GATES, FIRST_ROLLOUT, window_seconds=WINDOW_SECONDS)
         at_deadline = decide_at_deadline(result, GATE, DELTA)
         if per_look[m - 1] == NONE and _code(at_deadline.verdict) != side[m - 1]:
             raise SystemExit(
@@ -221,13 +224,19 @@ class Cell:
 
 
 def run_cell(
-    requests: int, drift: float, offset: float, rng: np.random.Generator, checker: random.Random
+    requests: int,
+    drift: float,
+    offset: float,
+    rng: np.random.Generator,
+    checker: random.Random,
+    batch: int = BATCH,
+    max_trials: int = MAX_TRIALS,
 ) -> Cell:
     traffic = for_alpha(GATE + offset, requests, window_seconds=WINDOW_SECONDS, drift_sd=drift)
     cell = Cell(requests, drift, offset, [], [])
-    while len(cell.ours) < MAX_TRIALS:
-        stream = windows(traffic, BATCH * (LOOKS + GAP), rng)
-        for t in range(BATCH):
+    while len(cell.ours) < max_trials:
+        stream = windows(traffic, batch * (LOOKS + GAP), rng)
+        for t in range(batch):
             counts = stream[t * (LOOKS + GAP) : t * (LOOKS + GAP) + LOOKS]
             per_look, side = verdicts_per_look(counts)
             if t == 0 and not cell.ours:
@@ -258,6 +267,10 @@ def describe(cell: Cell) -> str:
 
 
 def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--max-trials", type=int, default=MAX_TRIALS, help="trials per cell at most")
+    parser.add_argument("--batch", type=int, default=BATCH, help="trials per batch (and at least per cell)")
+    args = parser.parse_args()
     rng, checker = np.random.default_rng(16), random.Random(16)
     print(
         f"gate {GATE} +/- {DELTA}, errorRate {ERROR_RATE}, minDrafts {GATES.min_drafts}; Pass from "
@@ -272,7 +285,7 @@ def main() -> None:
     for requests in REQUESTS_PER_WINDOW:
         for drift in DRIFTS:
             for offset in OFFSETS:
-                cells.append(run_cell(requests, drift, offset, rng, checker))
+                cells.append(run_cell(requests, drift, offset, rng, checker, args.batch, args.max_trials))
                 print(describe(cells[-1]), flush=True)
     print(" ".join(f"{name}={value}" for name, value in figures(cells).items()))
 

@@ -321,10 +321,18 @@ class Gates(Model):
         "than the analysis so far moves every window together, so the windows' spread cannot show "
         "it; the acceptance gate adds it to that spread and decides near the gate only once it has "
         "seen several swings. 0 for a steady mix: decides sooner, but wrongly far more often than "
-        "errorRate if the mix does drift.",
+        "errorRate if the mix does drift. The fallback: a rollout that replaces a promoted config "
+        "measures the drift on that config's history instead (mixDriftHistory).",
     )
     mix_drift_timescale: Duration = duration(
         "3m", "Correlation time of the traffic mix's drift (mixDrift): how long a swing lasts."
+    )
+    mix_drift_history: Duration = duration(
+        "4h",
+        "On a rollout that replaces a promoted config, how much of that config's own alpha history "
+        "(its spec-decode counters in Prometheus, up to the new rollout's start) measures the mix's "
+        "drift in place of mixDrift and mixDriftTimescale, which stay the fallback for a first rollout "
+        "or a history under an hour. 0s: always the fallback.",
     )
 
 
@@ -1317,6 +1325,14 @@ class TrafficStatus(StatusModel):
     )
 
 
+class MixDriftStatus(StatusModel):
+    """The traffic mix's drift the acceptance gate allows for in this rollout, and where from."""
+
+    standard_deviation: float = Field(description="Of the mix's swings, in alpha.")
+    timescale_seconds: float = Field(description="Their correlation time.")
+    source: str = Field(description="Measured from the promoted config's history, or the fallback and why.")
+
+
 class SpeculativeDeploymentStatus(StatusModel):
     phase: Phase = Field(Phase.PENDING, description="Where the rollout is.")
     observed_generation: int | None = Field(None, description="Generation this status describes.")
@@ -1364,6 +1380,13 @@ class SpeculativeDeploymentStatus(StatusModel):
     )
     guard: GuardStatus | None = Field(None, description="The guard's change detector (Promoted).")
     traffic: TrafficStatus | None = Field(None, description="Route weights (traffic.router GatewayAPI).")
+    incumbent_since: str | None = Field(
+        None, description="The promoted config this rollout replaces: when it was promoted (RFC 3339)."
+    )
+    incumbent_until: str | None = Field(None, description="... and when this rollout began to replace it.")
+    mix_drift: MixDriftStatus | None = Field(
+        None, description="The mix's drift the acceptance gate allows for, and where it comes from."
+    )
     verdict: str | None = Field(None, description="Pass, Fail, InsufficientData or MetricsUnavailable.")
     recommendation: Recommendation | None = Field(None, description="Draft-length recommendation.")
     k_schedule: KSchedule | None = Field(

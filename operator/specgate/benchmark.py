@@ -25,6 +25,7 @@ from specgate.api import (
 )
 from specgate.gates import (
     MIN_WINDOWS,
+    NO_DRIFT,
     AcceptanceWindow,
     GateResult,
     Verdict,
@@ -224,7 +225,7 @@ MORE_DRAFTS = "raise rollout.benchmark.numPrompts or outputLen"
 def _acceptance(windows: tuple[AcceptanceWindow, ...], judged: int, limits: Gates) -> GateResult:
     """The acceptance gate's Pass or Fail over the Job's windows (`judged` of them have drafts);
     BenchmarkFailed saying why when it cannot decide."""
-    result = spec_acceptance_gate(windows, limits, traffic=False)
+    result = spec_acceptance_gate(windows, limits, NO_DRIFT)
     if result.verdict != Verdict.INSUFFICIENT_DATA:
         return replace(result, message=f"Prometheus counters over the Job: {result.message}")
     if result.samples < limits.min_drafts:

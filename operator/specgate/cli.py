@@ -201,6 +201,9 @@ def render_timeline(name: str, status: SpeculativeDeploymentStatus) -> str:
             f"  guard    CUSUM {g.statistic:.1f} of {g.threshold:.1f} (trips there) over {g.windows} "
             f"windows of {_num(g.window_seconds)}s, alpha={_num(g.alpha)}, at {g.checked_at}"
         )
+    if status.mix_drift:
+        d = status.mix_drift
+        lines.append(f"  drift    sd {d.standard_deviation:g} over {d.timescale_seconds:g}s: {d.source}")
     if status.verdict:
         lines.append(f"  verdict  {status.verdict}: {status.message}")
     if status.recommendation:

@@ -77,6 +77,7 @@ shorter tail whatever it runs (see comparable_load).
 from __future__ import annotations
 
 import math
+from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -267,6 +268,91 @@ def mix_drift_variance(drift_sd: float, timescale_seconds: float, span_seconds: 
     return drift_sd**2 * share
 
 
+@dataclass(frozen=True)
+class MixDrift:
+    """The traffic mix's drift the acceptance gate allows for (Ornstein-Uhlenbeck: sd in alpha,
+    correlation time), and where it comes from, for status and messages."""
+
+    sd: float
+    timescale_seconds: float
+    source: str
+
+
+# Drift is measured on blocks of at least this long: long enough that a request (median 6 s, p99
+# about a minute of decode) rarely spans two blocks apart, so the sampling noise of blocks two or
+# more apart is independent and only the mix's drift correlates them.
+DRIFT_BLOCK_SECONDS = 60.0
+DRIFT_MIN_LAG_BLOCKS = 2
+DRIFT_MAX_LAG_SECONDS = 1800.0  # the covariances fitted: out to a maxAnalysisDuration
+# Timescales tried by the fit; one above an eighth of the history is not told apart from a level.
+DRIFT_TIMESCALES = tuple(30.0 * 1.1**i for i in range(80))
+MIN_DRIFT_HISTORY_SECONDS = 3600.0  # below an hour the covariances hold too few swings to fit
+
+
+def measure_mix_drift(
+    windows: Sequence[AcceptanceWindow], window_seconds: float
+) -> tuple[float, float] | None:
+    """(sd, timescale seconds) of the mix's drift in a config's own alpha history, fitted as an
+    Ornstein-Uhlenbeck process; None for a history too short or too empty to tell.
+
+    The windows are summed into blocks of DRIFT_BLOCK_SECONDS and each block's alpha (A / N) taken.
+    Blocks k >= DRIFT_MIN_LAG_BLOCKS apart share no request, so their covariance is the drift's
+    alone, whatever the traffic's sampling noise: for an OU of variance sd^2 and timescale tau,
+    averaged over blocks of b seconds, sd^2 (tau / b)^2 (1 - r)^2 r^(k - 1) with r = e^(-b / tau).
+    The covariances are taken around the history's own mean, which the drift moves too: each is
+    low by that mean's variance, sd^2 times mix_drift_variance's share over the history (a few
+    percent at tau = 3 min in 4 h, a third of the slowest swings'), so the shape fitted has it
+    subtracted. Least squares over those lags, tau on a grid, sd^2 in closed form."""
+    blocks = _drift_blocks(windows, window_seconds)
+    block_seconds = max(window_seconds, window_seconds * round(DRIFT_BLOCK_SECONDS / window_seconds))
+    history_seconds = len(blocks) * block_seconds
+    seen = [b for b in blocks if b is not None]
+    if history_seconds < MIN_DRIFT_HISTORY_SECONDS or len(seen) < len(blocks) / 2:
+        return None
+    mean = sum(seen) / len(seen)
+    centred = [None if b is None else b - mean for b in blocks]
+    lags = range(DRIFT_MIN_LAG_BLOCKS, min(int(DRIFT_MAX_LAG_SECONDS // block_seconds), len(blocks) // 4) + 1)
+    covariances = [_lag_covariance(centred, k) for k in lags]
+    fits = []  # (squared error, variance, tau)
+    for tau in (t for t in DRIFT_TIMESCALES if t <= history_seconds / 8):
+        r = math.exp(-block_seconds / tau)
+        averaged = (tau / block_seconds * (1 - r)) ** 2
+        of_mean = mix_drift_variance(1.0, tau, history_seconds)
+        shape = [averaged * r ** (k - 1) - of_mean for k in lags]
+        variance = sum(c * f for c, f in zip(covariances, shape, strict=True)) / sum(f * f for f in shape)
+        error = sum((c - variance * f) ** 2 for c, f in zip(covariances, shape, strict=True))
+        fits.append((error, variance, tau))
+    if not fits:
+        return None
+    _, variance, tau = min(fits)
+    return math.sqrt(max(variance, 0.0)), tau
+
+
+def _drift_blocks(windows: Sequence[AcceptanceWindow], window_seconds: float) -> list[float | None]:
+    """Each block's alpha (None without draft tokens), the windows placed on their time grid (a
+    missing scrape leaves a hole, not a shift) and summed DRIFT_BLOCK_SECONDS at a time."""
+    usable = [w for w in windows if w.usable()]
+    if not usable:
+        return []
+    per_block = max(1, round(DRIFT_BLOCK_SECONDS / window_seconds))
+    first = usable[0].end
+    tokens: dict[int, float] = defaultdict(float)
+    accepted: dict[int, float] = defaultdict(float)
+    for i, w in enumerate(usable):
+        at = i if w.end is None or first is None else round((w.end - first) / window_seconds)
+        tokens[at // per_block] += w.draft_tokens
+        accepted[at // per_block] += w.accepted_tokens
+    return [accepted[j] / tokens[j] if tokens[j] > 0 else None for j in range(max(tokens) + 1)]
+
+
+def _lag_covariance(centred: Sequence[float | None], lag: int) -> float:
+    """The mean product of blocks `lag` apart where both have an alpha (0 with no such pair)."""
+    products = [
+        x * y for x, y in zip(centred, centred[lag:], strict=False) if x is not None and y is not None
+    ]
+    return sum(products) / len(products) if products else 0.0
+
+
 def span_seconds(windows: Sequence[AcceptanceWindow], window_seconds: float) -> float:
     """Seconds from the start of the first window to the end of the last."""
     if windows and windows[0].end is not None and windows[-1].end is not None:
@@ -374,23 +460,46 @@ def decide_at_deadline(result: GateResult, min_rate: float, indifference: float)
 def spec_acceptance_gate(
     windows: Sequence[AcceptanceWindow],
     limits: Gates,
+    drift: MixDrift,
     *,
     window_seconds: float = MIN_ACCEPTANCE_WINDOW_SECONDS,
-    traffic: bool = True,
 ) -> GateResult:
-    """acceptance_gate with a spec's gates (minAcceptanceRate, minDrafts, errorRate, indifference,
-    mixDrift): traffic and benchmark measurement judge alpha alike, except that a benchmark replays
-    a fixed dataset, whose mix does not drift (traffic=False)."""
-    return acceptance_gate(
+    """acceptance_gate with a spec's gates (minAcceptanceRate, minDrafts, errorRate, indifference)
+    and the mix's drift: traffic and benchmark measurement judge alpha alike, except that a
+    benchmark replays a fixed dataset, whose mix does not drift (NO_DRIFT)."""
+    result = acceptance_gate(
         windows,
         limits.min_acceptance_rate,
         min_drafts=limits.min_drafts,
         error_rate=limits.error_rate,
         indifference=limits.indifference,
-        mix_drift=limits.mix_drift if traffic else 0.0,
-        mix_drift_seconds=parse_duration(limits.mix_drift_timescale),
+        mix_drift=drift.sd,
+        mix_drift_seconds=drift.timescale_seconds,
         window_seconds=window_seconds,
     )
+    return replace(result, message=f"{result.message}; drift: {drift.source}") if drift.sd > 0 else result
+
+
+NO_DRIFT = MixDrift(0.0, 180.0, "none: a benchmark replays a fixed dataset")
+
+
+def fallback_drift(limits: Gates, why: str) -> MixDrift:
+    """The spec's mixDrift and mixDriftTimescale, with why no measured drift replaces them."""
+    return MixDrift(
+        limits.mix_drift, parse_duration(limits.mix_drift_timescale), f"spec mixDrift (fallback: {why})"
+    )
+
+
+def drift_from_history(
+    history: Sequence[AcceptanceWindow], window_seconds: float, limits: Gates, whose: str
+) -> MixDrift:
+    """The drift measured in `whose` alpha history (measure_mix_drift), else the spec's fallback."""
+    measured = measure_mix_drift(history, window_seconds)
+    hours = len(history) * window_seconds / 3600
+    if measured is None:
+        return fallback_drift(limits, f"{whose} history of {hours:.1f} h is too short or too sparse")
+    sd, tau = measured
+    return MixDrift(sd, tau, f"measured over {hours:.1f} h of {whose} alpha ({window_seconds:g}s windows)")
 
 
 # --- guard ---

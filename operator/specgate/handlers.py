@@ -200,7 +200,28 @@ def observe(
             canary = prom.track_metrics(_selector(spec, owner, Track.CANARY), window, interval, leave_out)
     except MetricsUnavailable as exc:
         return replace(observation, metrics_error=str(exc))
-    return replace(observation, baseline_metrics=baseline, canary_metrics=canary)
+    observation = replace(observation, baseline_metrics=baseline, canary_metrics=canary)
+    return _observe_incumbent(spec, status, owner, observation, prom, interval)
+
+
+def _observe_incumbent(
+    spec: SpeculativeDeploymentSpec,
+    status: SpeculativeDeploymentStatus,
+    owner: Owner,
+    observation: Observation,
+    prom: PrometheusClient,
+    interval: float,
+) -> Observation:
+    """The replaced promoted config's alpha history, once per rollout (rollout.incumbent_window):
+    it served on the canary track until this rollout began. Unreadable, the drift falls back."""
+    window = rollout.incumbent_window(spec, status)
+    if window is None:
+        return observation
+    try:
+        history, step = prom.history_windows(_selector(spec, owner, Track.CANARY), window, interval)
+    except MetricsUnavailable as exc:
+        return replace(observation, incumbent_error=str(exc))
+    return replace(observation, incumbent_acceptance=history, incumbent_window_seconds=step)
 
 
 NO_POD_MONITOR_CRD = (

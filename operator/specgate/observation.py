@@ -82,6 +82,11 @@ class Observation:
     # Requests the canary finished over that range (None: unavailable): the Job's, unless others came.
     canary_job_requests: float | None = None
     abort: str | None = None  # the specgate.dev/abort annotation's value, when a person set it
+    # The promoted config this rollout replaces: its spec-decode counters over its last hours in
+    # windows of `incumbent_window_seconds`, read once per rollout (None: not read, or unreadable).
+    incumbent_acceptance: tuple[AcceptanceWindow, ...] | None = None
+    incumbent_window_seconds: float = 60.0
+    incumbent_error: str | None = None  # why the incumbent's history could not be read
 
 
 @dataclass(frozen=True)

@@ -41,6 +41,7 @@ from prometheus_client import Counter
 from specgate import vllm_metrics
 from specgate.api import MetricsSource, is_http_url
 from specgate.gates import (
+    DRIFT_BLOCK_SECONDS,
     MIN_ACCEPTANCE_WINDOW_SECONDS,
     AcceptanceWindow,
     Histogram,
@@ -257,6 +258,35 @@ class PrometheusClient:
         finished = _total(families.get(SUCCEEDED, ()), since, ())
         return windows, finished if families.get(SUCCEEDED) else None
 
+    def history_windows(
+        self, sel: Selector, window: Window, scrape_interval: float
+    ) -> tuple[tuple[AcceptanceWindow, ...], float]:
+        """The track's draft and accepted tokens over a long window (hours: the mix's drift is
+        measured on them), summed over pods in windows of `history_step` seconds, and that step.
+        A range query of increases, computed by Prometheus: hours of raw samples of every pod would
+        be thousands of points a series, and a few percent of extrapolation at a window's edges
+        cancels in the ratio of two counters scraped together."""
+        step = history_step(scrape_interval)
+        answers = [
+            self._query_range(f"sum(increase({name}{sel}[{step:g}s]))", window, step, sel.track)
+            for name in (DRAFT_TOKENS, ACCEPTED)
+        ]
+        try:
+            return history_blocks(*answers), step
+        except MALFORMED_ERRORS as exc:
+            raise MetricsUnavailable(f"malformed Prometheus response: {exc!r}") from exc
+
+    def _query_range(self, promql: str, window: Window, step: float, track: str) -> list[dict[str, Any]]:
+        prom = self._prom()
+        QUERIES.labels(track).inc()
+        try:
+            result: list[dict[str, Any]] = prom.custom_query_range(
+                promql, start_time=window.start, end_time=window.end, step=f"{step:g}s"
+            )
+        except QUERY_ERRORS as exc:
+            raise MetricsUnavailable(query_failure(self._url, exc)) from exc
+        return result
+
     def _samples(self, sel: Selector, window: Window, scrape_interval: float) -> Families:
         """Every sample of the track's families in the window, by metric name. The range reaches
         two scrape intervals further back, so that a track with no scrape inside a short window yet
@@ -345,6 +375,26 @@ def _track_metrics(
         scrape_interval_seconds=round(interval, 3),
         acceptance_window_seconds=round(step, 3),
     )
+
+
+def history_step(scrape_interval: float) -> float:
+    """The history's windows: a block of gates.DRIFT_BLOCK_SECONDS, and at least 4 scrapes (an
+    increase needs two samples in its range)."""
+    return max(DRIFT_BLOCK_SECONDS, 4 * scrape_interval)
+
+
+def history_blocks(
+    tokens: Sequence[dict[str, Any]], accepted: Sequence[dict[str, Any]]
+) -> tuple[AcceptanceWindow, ...]:
+    """Windows from two range queries' matrices (draft tokens, accepted tokens; one series each,
+    summed over pods), matched by timestamp: a step where either has no value (no pod scraped) is
+    left out. Drafts are not read (the drift needs only the ratio) and stay 0."""
+
+    def by_time(answer: Sequence[dict[str, Any]]) -> dict[float, float]:
+        return {float(t): float(v) for series in answer for t, v in series["values"]}
+
+    n, a = by_time(tokens), by_time(accepted)
+    return tuple(AcceptanceWindow(0.0, n[t], a[t], end=t) for t in sorted(n.keys() & a.keys()))
 
 
 def scrape_spacing(families: Families, configured_interval: float) -> float:

@@ -22,6 +22,7 @@ from specgate.api import (
     GuardStatus,
     HistoryEntry,
     Measurement,
+    MixDriftStatus,
     Phase,
     SpecError,
     SpeculativeDeploymentSpec,
@@ -480,8 +481,15 @@ def retryable(status: SpeculativeDeploymentStatus) -> bool:
 
 
 def _restart(step: _Step) -> _Step:
-    """A new rollout: forget the last one's figures and begin again from the baseline."""
+    """A new rollout: forget the last one's figures and begin again from the baseline, noting the
+    promoted config it replaces (if one serves), whose history measures the mix's drift."""
+    status = step.status
+    serving = Phase.PROMOTED in (status.phase, status.resume_phase if status.phase == Phase.PAUSED else None)
+    promoted = _entered(status, Phase.PROMOTED) if serving else None
     pending = step.update(
+        incumbent_since=promoted.time if promoted else None,
+        incumbent_until=iso(step.now) if promoted else None,
+        mix_drift=None,
         phase=Phase.PENDING,
         phase_since=iso(step.now),
         baseline=None,
@@ -716,7 +724,8 @@ def _traffic_gates(step: _Step) -> tuple[_Step, GateResults | None]:
     step, metrics = _metrics_or_budget(step, step.obs.canary_metrics)
     if metrics is None:
         return step, None
-    acceptance = _acceptance_gate(step.spec, metrics)
+    step, drift = _mix_drift(step)
+    acceptance = _acceptance_gate(step.spec, metrics, drift)
     step = step.update(
         canary=measurements.canary_measurement(metrics, acceptance, step.now),
         recommendation=measurements.recommendation(
@@ -841,7 +850,7 @@ def _promoted(step: _Step) -> _Step:
         return _roll_back(
             step, Reason.GUARD_TRIPPED, f"latency regressed over the last {guard_window}: {latency.message}"
         )
-    acceptance = _acceptance_gate(spec, metrics)
+    acceptance = _acceptance_gate(spec, metrics, _stored_drift(step.status) or _first_rollout_drift(spec))
     if acceptance.estimate is not None:  # until the guard has drafts, the analysis figures stand
         step = step.update(canary=measurements.canary_measurement(metrics, acceptance, step.now))
     return step.note(Reason.GUARDING, f"guard: {guard.message}")
@@ -864,11 +873,62 @@ def _acceptance_guard(
     )
 
 
-def _acceptance_gate(spec: SpeculativeDeploymentSpec, metrics: TrackMetrics) -> gates.GateResult:
+def _acceptance_gate(
+    spec: SpeculativeDeploymentSpec, metrics: TrackMetrics, drift: gates.MixDrift
+) -> gates.GateResult:
     """The acceptance gate over the production traffic's windows so far."""
     return gates.spec_acceptance_gate(
-        metrics.acceptance, spec.rollout.gates, window_seconds=_window_seconds(spec, metrics)
+        metrics.acceptance, spec.rollout.gates, drift, window_seconds=_window_seconds(spec, metrics)
     )
+
+
+def _mix_drift(step: _Step) -> tuple[_Step, gates.MixDrift]:
+    """The drift this rollout allows for, decided once and kept in status: measured from the
+    replaced promoted config's history where there is one (DESIGN §2), else the spec's fallback."""
+    stored = _stored_drift(step.status)
+    if stored is not None:
+        return step, stored
+    obs, limits = step.obs, step.spec.rollout.gates
+    if step.status.incumbent_since is None:
+        drift = _first_rollout_drift(step.spec)
+    elif _seconds(limits.mix_drift_history) <= timedelta(0):
+        drift = gates.fallback_drift(limits, "mixDriftHistory is 0s")
+    elif obs.incumbent_acceptance is None:
+        drift = gates.fallback_drift(limits, f"the promoted config's history: {obs.incumbent_error}")
+    else:
+        drift = gates.drift_from_history(
+            obs.incumbent_acceptance, obs.incumbent_window_seconds, limits, "the promoted config's"
+        )
+    kept = MixDriftStatus(
+        standard_deviation=round(drift.sd, 4),
+        timescale_seconds=round(drift.timescale_seconds, 1),
+        source=drift.source,
+    )
+    return step.update(mix_drift=kept), _as_drift(kept)  # as every later look reads it back
+
+
+def _first_rollout_drift(spec: SpeculativeDeploymentSpec) -> gates.MixDrift:
+    return gates.fallback_drift(spec.rollout.gates, "no promoted config to measure it on")
+
+
+def _stored_drift(status: SpeculativeDeploymentStatus) -> gates.MixDrift | None:
+    return None if status.mix_drift is None else _as_drift(status.mix_drift)
+
+
+def _as_drift(kept: MixDriftStatus) -> gates.MixDrift:
+    return gates.MixDrift(kept.standard_deviation, kept.timescale_seconds, kept.source)
+
+
+def incumbent_window(spec: SpeculativeDeploymentSpec, status: SpeculativeDeploymentStatus) -> Window | None:
+    """Where to read the replaced promoted config's history: the last mixDriftHistory of its time
+    as the promoted config, while the drift is still to be decided (Analyzing); None otherwise."""
+    since, until = parse_time(status.incumbent_since), parse_time(status.incumbent_until)
+    history = _seconds(spec.rollout.gates.mix_drift_history)
+    if status.phase != Phase.ANALYZING or status.mix_drift is not None or since is None or until is None:
+        return None
+    if history <= timedelta(0):
+        return None
+    return Window(max(since, until - history), until)
 
 
 def _window_seconds(spec: SpeculativeDeploymentSpec, metrics: TrackMetrics) -> float:

@@ -34,6 +34,7 @@ from tests.unit.test_rollout import T0, metrics, spec_body
 
 from specgate import api, handlers, kube, render
 from specgate.api import Phase
+from specgate.gates import AcceptanceWindow
 from specgate.observation import TrackMetrics
 from specgate.prometheus import MetricsUnavailable, Selector
 from specgate.render import Owner, Track
@@ -261,6 +262,12 @@ class History:
         canary = self.cluster.deployments.get(render.deployment_name(OWNER, Track.CANARY))
         template = canary.manifest["metadata"]["annotations"][render.ANNOTATION_TEMPLATE] if canary else ""
         return metrics(self.alpha.setdefault(template, 0.8 if self.rng.random() < 0.75 else 0.3))
+
+    def history_windows(self, sel: Selector, *_: Any) -> tuple[tuple[AcceptanceWindow, ...], float]:
+        """The replaced promoted config's hours (read once per re-rollout): a steady mix, or lost."""
+        if self.tick < self.metrics_lost_until:
+            raise MetricsUnavailable("Prometheus query failed: connection refused")
+        return tuple(AcceptanceWindow(0.0, 4000.0, 3200.0, end=60.0 * i) for i in range(1, 241)), 60.0
 
     # --- one tick ---
 

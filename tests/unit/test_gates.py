@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from specgate import api
 from specgate.gates import (
     MIN_WINDOWS,
+    NO_DRIFT,
     AcceptanceWindow,
     GateResult,
     Histogram,
@@ -22,8 +23,11 @@ from specgate.gates import (
     acceptance_gate,
     acceptance_interval,
     confidence_radius,
+    drift_from_history,
+    fallback_drift,
     histogram_quantile,
     latency_gate,
+    measure_mix_drift,
     mix_drift_variance,
     residual_variance,
     spec_acceptance_gate,
@@ -429,11 +433,83 @@ def test_the_specs_mix_drift_reaches_the_acceptance_gate(gates: dict[str, float]
     """spec_acceptance_gate passes the spec's mixDrift on (0.09 by default): three minutes at 0.62
     are not yet a Pass under the default drift, and are under a steady or nearly steady mix."""
     limits = api.Gates.model_validate(gates)
-    assert spec_acceptance_gate(THREE_MINUTES_AT_062, limits, window_seconds=15.0).verdict == verdict
+    drift = fallback_drift(limits, "a first rollout")
+    assert spec_acceptance_gate(THREE_MINUTES_AT_062, limits, drift, window_seconds=15.0).verdict == verdict
 
 
 def test_a_benchmark_judges_without_the_mix_drift() -> None:
     """A benchmark replays a fixed dataset, whose mix does not drift: the default mixDrift is not
     added (DESIGN: "benchmark mode replays a fixed dataset and has none")."""
-    result = spec_acceptance_gate(THREE_MINUTES_AT_062, api.Gates(), window_seconds=15.0, traffic=False)
+    result = spec_acceptance_gate(THREE_MINUTES_AT_062, api.Gates(), NO_DRIFT, window_seconds=15.0)
     assert result.verdict == Verdict.PASS
+
+
+def ou_history(
+    rng: np.random.Generator, sd: float, tau: float, *, hours: float = 4.0, tokens: int = 200
+) -> list[AcceptanceWindow]:
+    """`hours` of 15 s windows of a mix whose alpha is 0.6 plus an Ornstein-Uhlenbeck path (sd, tau:
+    exact AR(1) steps), each window `tokens` draft tokens accepted binomially at its alpha."""
+    count, rho = int(hours * 3600 / 15), math.exp(-15 / tau)
+    steps = rng.normal(0, sd * math.sqrt(1 - rho**2), count)
+    level = np.empty(count)
+    level[0] = rng.normal(0, sd)
+    for i in range(1, count):
+        level[i] = rho * level[i - 1] + steps[i]
+    accepted = rng.binomial(tokens, np.clip(0.6 + level, 0.0, 1.0))
+    return [
+        AcceptanceWindow(tokens / 4, tokens, float(a), end=15.0 * (i + 1)) for i, a in enumerate(accepted)
+    ]
+
+
+@pytest.mark.parametrize(("sd", "tau"), [(0.09, 180.0), (0.05, 600.0)])
+def test_the_drift_measured_in_four_hours_is_the_ou_paths(sd: float, tau: float) -> None:
+    """30 simulated 4 h histories with known parameters and sampling noise (200 draft tokens a window,
+    an sd of 0.035 per window, of the drift's size). In 4 h an OU of 3 min swings about 40 times
+    independently, so one history's sd is known to about 25 % (seen: 0.095 +- 0.023 at sd 0.09): the
+    mean over 30 is held to 10 % (about 2 standard errors) and the median timescale to a factor 1.5
+    (4 h holds only 12 swings of 10 min, and short histories shorten the fitted timescale)."""
+    rng = np.random.default_rng(7)
+    measured = [measure_mix_drift(ou_history(rng, sd, tau), 15.0) for _ in range(30)]
+    assert all(m is not None for m in measured)
+    sds = [m[0] for m in measured if m is not None]
+    taus = [m[1] for m in measured if m is not None]
+    assert float(np.mean(sds)) == pytest.approx(sd, rel=0.10)
+    assert tau / 1.5 <= float(np.median(taus)) <= tau * 1.5
+
+
+def test_a_steady_mix_measures_almost_no_drift() -> None:
+    """Sampling noise alone (no drift, the same 0.035 per window) is not read as drift: blocks two
+    minutes apart share no request, so the noise leaves their covariance at 0 on average. One
+    history's covariances still scatter around 0 (the fit then reads a few as a small slow drift,
+    seen up to 0.036 in 20): the median is held to 0.01, every one to under 0.05 (the drift of
+    traffic.py's drifting mix is 0.09)."""
+    rng = np.random.default_rng(8)
+    sds = [m[0] for _ in range(10) if (m := measure_mix_drift(ou_history(rng, 0.0, 180.0), 15.0))]
+    assert len(sds) == 10 and float(np.median(sds)) <= 0.01 and max(sds) < 0.05
+
+
+def test_a_short_or_sparse_history_measures_nothing() -> None:
+    """Under an hour of history, or more holes than blocks with data, is no measurement (the
+    rollout falls back to mixDrift)."""
+    rng = np.random.default_rng(9)
+    assert measure_mix_drift(ou_history(rng, 0.09, 180.0, hours=0.9), 15.0) is None
+    sparse = [w for i, w in enumerate(ou_history(rng, 0.09, 180.0)) if i % 12 < 4]  # 1 min of every 3
+    assert measure_mix_drift(sparse, 15.0) is None
+
+
+def test_the_measured_drift_replaces_the_fallback_and_says_so() -> None:
+    """drift_from_history: a measurement where the history allows it, else the spec's mixDrift with
+    why; the gate's message names which."""
+    rng = np.random.default_rng(10)
+    limits = api.Gates()
+    measured = drift_from_history(ou_history(rng, 0.09, 180.0), 15.0, limits, "the incumbent's")
+    assert measured.source == "measured over 4.0 h of the incumbent's alpha (15s windows)"
+    assert 0.05 < measured.sd < 0.15
+    short = drift_from_history(ou_history(rng, 0.09, 180.0, hours=0.5), 15.0, limits, "the incumbent's")
+    assert (short.sd, short.timescale_seconds) == (0.09, 180.0)
+    assert (
+        short.source
+        == "spec mixDrift (fallback: the incumbent's history of 0.5 h is too short or too sparse)"
+    )
+    result = spec_acceptance_gate(THREE_MINUTES_AT_062, limits, short, window_seconds=15.0)
+    assert result.message.endswith("; drift: " + short.source)

@@ -11,10 +11,21 @@ from typing import Any
 
 import kopf
 import pytest
-from tests.unit.test_rollout import T0, Run, make_spec, metrics, ready, spec_body
+from tests.unit.test_rollout import (
+    NEAR_GATE,
+    T0,
+    Run,
+    make_spec,
+    metrics,
+    ready,
+    spec_body,
+    steady_history,
+    to_rerollout,
+)
 
 from specgate import api, handlers, kube, render
 from specgate.api import Phase
+from specgate.gates import AcceptanceWindow
 from specgate.observation import TrackMetrics, TrackState, Window
 from specgate.prometheus import MetricsUnavailable, Selector
 from specgate.render import Manifest, Owner, Track
@@ -79,6 +90,8 @@ class FakePrometheus:
     answers: dict[str, TrackMetrics | Exception] = field(default_factory=dict)
     queries: list[tuple[str, str, Window, float]] = field(default_factory=list)
     url: str = ""
+    history: tuple[AcceptanceWindow, ...] | Exception = ()
+    history_queries: list[tuple[str, Window]] = field(default_factory=list)
 
     def install(self, monkeypatch: pytest.MonkeyPatch) -> FakePrometheus:
         monkeypatch.setattr(handlers, "PrometheusClient", self)
@@ -96,6 +109,14 @@ class FakePrometheus:
         if isinstance(answer, Exception):
             raise answer
         return answer
+
+    def history_windows(
+        self, sel: Selector, window: Window, scrape_interval: float
+    ) -> tuple[tuple[AcceptanceWindow, ...], float]:
+        self.history_queries.append((sel.matchers(), window))
+        if isinstance(self.history, Exception):
+            raise self.history
+        return self.history, 60.0
 
 
 def reconcile_step(run: Run, after: float) -> Decision:
@@ -420,3 +441,28 @@ def test_an_auto_schedule_is_derived_once_then_held_and_rendered_into_the_canary
     again = reconcile_step(run, after=20).status
     assert again.k_schedule == first.k_schedule
     assert canary_ranges() == first.k_schedule.ranges
+
+
+@pytest.mark.parametrize("readable", [True, False], ids=["read", "unreadable"])
+def test_a_rerollout_reads_the_promoted_configs_history_once(
+    monkeypatch: pytest.MonkeyPatch, readable: bool
+) -> None:
+    """The rollout that replaced a promoted config asks Prometheus for that config's history on the
+    canary track (where it served), over the 4 h before this rollout began; the drift it measures
+    is kept in status, and the next reconcile asks no more. Prometheus failing on it falls back to
+    mixDrift, naming the failure, and does not hold the analysis."""
+    FakeKube({"llama-baseline": ready(1), "llama-canary": ready(1)}).install(monkeypatch)
+    down = MetricsUnavailable("Prometheus query failed: timeout")
+    answers: dict[str, TrackMetrics | Exception] = {"baseline": metrics(), "canary": NEAR_GATE}
+    prometheus = FakePrometheus(answers, history=steady_history() if readable else down).install(monkeypatch)
+    run = Run(make_spec(metrics={"prometheusUrl": PROMETHEUS}))
+    began = to_rerollout(run)
+    decision = reconcile_step(run, after=60)
+    labels = 'namespace="ml",specgate_dev_deployment="llama",specgate_dev_track="canary"'
+    assert prometheus.history_queries == [(labels, Window(began - timedelta(hours=4), began))]
+    drift = decision.status.mix_drift
+    assert drift is not None and drift.standard_deviation == (0.0 if readable else 0.09)
+    assert drift.source.startswith("measured over 4.0 h" if readable else "spec mixDrift (fallback: ")
+    run.status, run.now = decision.status, run.now + timedelta(seconds=60)
+    reconcile_step(run, after=60)
+    assert len(prometheus.history_queries) == 1

@@ -273,3 +273,64 @@ def test_a_track_is_queried_and_read_by_custom_target_labels(monkeypatch: pytest
     assert "specgate_dev" not in query and params == {"time": end.timestamp()}
     assert metrics is not None and metrics.itl is not None
     assert metrics.itl.counts == (80.0, 320.0, 320.0)
+
+
+@dataclass
+class FakeRangeConnection:
+    """PrometheusConnect's custom_query_range: records each query, answers from `answers` by the
+    counter it names (the matrix shape of /api/v1/query_range, values as strings)."""
+
+    answers: dict[str, list[dict[str, Any]]]
+    queries: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
+
+    def custom_query_range(self, query: str, **kw: Any) -> list[dict[str, Any]]:
+        self.queries.append((query, kw))
+        return next(answer for name, answer in self.answers.items() if f"({name}{{" in query)
+
+
+def matrix(points: list[tuple[float, float]]) -> list[dict[str, Any]]:
+    return [{"metric": {}, "values": [[t, str(v)] for t, v in points]}]
+
+
+def test_the_incumbents_history_is_one_range_query_per_counter_in_minute_blocks(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Four hours back at a 60 s step (a 15 s scrape: four scrapes a block), increases summed over
+    pods by Prometheus; the two answers are matched by timestamp and a step missing from either
+    (no pod scraped) is left out, not shifted."""
+    start, end = T0, T0 + timedelta(hours=4)
+    stamps = [start.timestamp() + 60 * i for i in range(1, 5)]
+    tokens = [(stamps[0], 400.0), (stamps[1], 800.0), (stamps[3], 200.0)]
+    accepted = [(stamps[0], 220.0), (stamps[1], 480.0), (stamps[2], 30.0), (stamps[3], 100.0)]
+    connection = FakeRangeConnection({DRAFT_TOKENS: matrix(tokens), ACCEPTED: matrix(accepted)})
+    client = prometheus.PrometheusClient("http://prometheus:9090")
+    monkeypatch.setattr(client, "_connection", connection)
+    selector = Selector("ml", "llama", "canary", api.MetricsSource())
+    history, step = client.history_windows(selector, Window(start, end), 15.0)
+    assert step == 60.0
+    assert history == (
+        AcceptanceWindow(0.0, 400.0, 220.0, end=stamps[0]),
+        AcceptanceWindow(0.0, 800.0, 480.0, end=stamps[1]),
+        AcceptanceWindow(0.0, 200.0, 100.0, end=stamps[3]),
+    )
+    assert [e.end for e in history] == [stamps[0], stamps[1], stamps[3]]
+    queries = [q for q, _ in connection.queries]
+    assert queries == [
+        f"sum(increase({name}{{{selector.matchers()}}}[60s]))" for name in (DRAFT_TOKENS, ACCEPTED)
+    ]
+    assert all(kw == {"start_time": start, "end_time": end, "step": "60s"} for _, kw in connection.queries)
+
+
+def test_a_slow_scrape_widens_the_historys_blocks() -> None:
+    """At a 30 s scrape a 60 s range holds two samples at best: the blocks grow to four scrapes."""
+    assert prometheus.history_step(30.0) == 120.0
+    assert prometheus.history_step(15.0) == gates.DRIFT_BLOCK_SECONDS == 60.0
+
+
+def test_a_malformed_history_answer_is_metrics_unavailable(monkeypatch: pytest.MonkeyPatch) -> None:
+    connection = FakeRangeConnection({DRAFT_TOKENS: [{"metric": {}}], ACCEPTED: matrix([])})
+    client = prometheus.PrometheusClient("http://prometheus:9090")
+    monkeypatch.setattr(client, "_connection", connection)
+    selector = Selector("ml", "llama", "canary", api.MetricsSource())
+    with pytest.raises(prometheus.MetricsUnavailable, match="malformed"):
+        client.history_windows(selector, Window(T0, T0 + timedelta(hours=4)), 15.0)

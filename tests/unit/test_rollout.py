@@ -1124,3 +1124,118 @@ def test_a_spec_change_or_a_render_already_applied_is_not_held() -> None:
         )
         == frozenset()
     )
+
+
+def steady_history(hours: float = 4.0, alpha: float = 0.7) -> tuple[AcceptanceWindow, ...]:
+    """What Prometheus returns for a promoted config whose mix did not move: 60 s blocks, one alpha."""
+    return tuple(
+        AcceptanceWindow(0.0, 4000.0, 4000.0 * alpha, end=60.0 * (i + 1)) for i in range(int(hours * 60))
+    )
+
+
+def to_rerollout(run: Run) -> datetime:
+    """Promoted, serving for 5 h, then a new config: the new rollout's Analyzing phase, with its
+    start as the incumbent's end (returned)."""
+    run.to_promoted()
+    run.step(after=5 * 3600, canary=ready(2), canary_metrics=metrics(0.8))
+    edit(run, speculative={"method": "draft_model", "draftModel": "d", "numSpeculativeTokens": 2})
+    run.step(baseline=TrackState(exists=True), canary=ready(2))
+    began = run.now
+    run.step(baseline=ready(2), canary=TrackState(exists=True))
+    run.to_analyzing()
+    return began
+
+
+NEAR_GATE = metrics(0.62, windows=12)  # three minutes at 0.62: a Pass on a steady mix, not under 0.09
+
+
+def test_a_rerollout_measures_the_drift_on_the_promoted_configs_history() -> None:
+    """The rollout that replaces a promoted config reads its last mixDriftHistory (4 h) on the canary
+    track, up to the new rollout's start, once: a steady history measures no drift, so three minutes
+    at 0.62 pass where the fallback mixDrift 0.09 would not yet; status says which drift and whence,
+    and keeps it (a later look without the history uses the same)."""
+    run = Run()
+    began = to_rerollout(run)
+    promoted = next(h.time for h in run.status.history if h.phase == Phase.PROMOTED)
+    assert (run.status.incumbent_since, run.status.incumbent_until) == (promoted, api.iso(began))
+    window = rollout.incumbent_window(run.spec, run.status)
+    assert window is not None and (window.start, window.end) == (began - timedelta(hours=4), began)
+    run.step(
+        after=60,
+        baseline=ready(1),
+        canary=ready(1),
+        baseline_metrics=metrics(),
+        canary_metrics=NEAR_GATE,
+        incumbent_acceptance=steady_history(),
+        incumbent_window_seconds=60.0,
+    )
+    drift = run.status.mix_drift
+    assert drift is not None and drift.standard_deviation == 0.0
+    assert drift.source == "measured over 4.0 h of the promoted config's alpha (60s windows)"
+    assert run.status.verdict == "Pass"
+    assert rollout.incumbent_window(run.spec, run.status) is None  # read once
+    run.step(
+        after=60, baseline=ready(1), canary=ready(1), baseline_metrics=metrics(), canary_metrics=NEAR_GATE
+    )
+    assert run.status.mix_drift == drift and run.status.verdict == "Pass"
+
+
+def test_a_first_rollout_keeps_the_fallback_drift() -> None:
+    """No promoted config, no history: the spec's mixDrift, and three minutes at 0.62 are not enough."""
+    run = Run()
+    run.to_analyzing()
+    assert rollout.incumbent_window(run.spec, run.status) is None
+    run.step(
+        after=60, baseline=ready(1), canary=ready(1), baseline_metrics=metrics(), canary_metrics=NEAR_GATE
+    )
+    drift = run.status.mix_drift
+    assert drift is not None and (drift.standard_deviation, drift.timescale_seconds) == (0.09, 180.0)
+    assert drift.source == "spec mixDrift (fallback: no promoted config to measure it on)"
+    assert run.status.verdict == "InsufficientData"
+    assert "drift: spec mixDrift (fallback" in (run.status.message or "")
+
+
+def test_an_unreadable_or_short_incumbent_history_falls_back_and_says_why() -> None:
+    run = Run()
+    to_rerollout(run)
+    run.step(
+        after=60,
+        baseline=ready(1),
+        canary=ready(1),
+        baseline_metrics=metrics(),
+        canary_metrics=NEAR_GATE,
+        incumbent_error="Prometheus query failed: timeout",
+    )
+    drift = run.status.mix_drift
+    assert drift is not None and drift.standard_deviation == 0.09
+    assert (
+        drift.source
+        == "spec mixDrift (fallback: the promoted config's history: Prometheus query failed: timeout)"
+    )
+    short = Run()
+    to_rerollout(short)
+    short.step(
+        after=60,
+        baseline=ready(1),
+        canary=ready(1),
+        baseline_metrics=metrics(),
+        canary_metrics=NEAR_GATE,
+        incumbent_acceptance=steady_history(hours=0.5),
+    )
+    assert short.status.mix_drift is not None and short.status.mix_drift.standard_deviation == 0.09
+    assert short.status.verdict == "InsufficientData"
+
+
+def test_a_rollout_after_a_rollback_has_no_incumbent() -> None:
+    """Rolled back, the plain baseline serves: the next rollout replaces no promoted config."""
+    run = Run()
+    run.to_analyzing()
+    run.step(
+        after=60, baseline=ready(1), canary=ready(1), baseline_metrics=metrics(), canary_metrics=metrics(0.2)
+    )
+    run.step(baseline=ready(2), canary=ready(1))
+    run.step(baseline=ready(2), canary=TrackState(exists=True))
+    run.expect(Phase.ROLLED_BACK)
+    edit(run, speculative={"method": "draft_model", "draftModel": "d", "numSpeculativeTokens": 2})
+    run.step(baseline=ready(2), canary=TrackState(exists=True))
+    assert (run.phase, run.status.incumbent_since, run.status.mix_drift) == (Phase.BASELINE, None, None)
