@@ -20,8 +20,8 @@ import yaml
 from tests.integration.engines import sim_engine, spec_args
 from tests.integration.prometheus_server import prometheus_server, write_target
 from tests.local_server import self_signed_cert
-from tests.unit.test_handlers import FakeKube, reconcile_step
-from tests.unit.test_rollout import Run, make_spec, ready
+from tests.unit.handler_fakes import FakeKube, reconcile_step
+from tests.unit.rollout_driver import Run, make_spec, ready
 
 from specgate import prometheus
 from specgate.api import MetricsSource, Phase

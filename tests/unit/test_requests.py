@@ -9,8 +9,8 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from tests.unit.test_handlers import OWNER, FakeKube
-from tests.unit.test_rollout import Run, edit, make_spec, metrics, ready
+from tests.unit.handler_fakes import OWNER, FakeKube
+from tests.unit.rollout_driver import Run, edit, make_spec, metrics, ready
 
 from specgate import api, cli, handlers, kube, rollout
 from specgate.api import Phase
