@@ -468,6 +468,10 @@ def test_pausing_a_promoted_rollout_changes_no_pod() -> None:
         )
         assert (d.baseline_replicas, d.canary_replicas) == (0, 2)
         assert run.phase == (Phase.PAUSED if paused else Phase.PROMOTED)
+        # Paused, no track is re-rendered; resumed, the spec is the one promoted: nothing to keep.
+        assert d.keep_template == (
+            frozenset({render.Track.BASELINE, render.Track.CANARY}) if paused else frozenset()
+        )
     assert run.status.baseline is not None and run.status.template_hash == run.status.passed_template_hash
     assert [h.phase for h in run.status.history[history:]] == [Phase.PAUSED, Phase.PROMOTED] * 2
 
