@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
+
+from specgate.observation import Window
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "crds" / "samples"
@@ -17,6 +20,19 @@ def load_sample(name: str) -> dict[str, Any]:
     return doc
 
 
+def tiny(name: str = "tiny") -> dict[str, Any]:
+    """The tiny CPU sample (crds/samples/tiny-cpu.yaml) as an object named `name`."""
+    body = load_sample("tiny-cpu.yaml")
+    body["metadata"]["name"] = name
+    return body
+
+
+def last_minute() -> Window:
+    """The minute up to now, the window a test asks Prometheus about."""
+    now = datetime.now(UTC)
+    return Window(now - timedelta(minutes=1), now)
+
+
 @pytest.fixture
 def eagle3_sample() -> dict[str, Any]:
     return load_sample("llama-3.1-8b-eagle3.yaml")
@@ -24,4 +40,4 @@ def eagle3_sample() -> dict[str, Any]:
 
 @pytest.fixture
 def tiny_sample() -> dict[str, Any]:
-    return load_sample("tiny-cpu.yaml")
+    return tiny()
