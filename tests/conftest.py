@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,13 @@ def tiny(name: str = "tiny") -> dict[str, Any]:
     body = load_sample("tiny-cpu.yaml")
     body["metadata"]["name"] = name
     return body
+
+
+def tool(path: str | None, how: str) -> str:
+    """The executable at path; the test fails naming the command that installs it where it is none."""
+    if path is None or not os.access(path, os.X_OK):
+        pytest.fail(f"{path or 'promtool'} is missing (run `{how}`)", pytrace=False)
+    return path
 
 
 def last_minute() -> Window:

@@ -25,7 +25,7 @@ from tests.cluster.operator_process import (
     wait_for,
 )
 from tests.conftest import SAMPLES, load_sample, tiny
-from tests.unit.test_api import RULE_CASES
+from tests.unit.spec_cases import RULE_CASES
 
 import specgate
 from specgate import api
