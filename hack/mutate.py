@@ -32,7 +32,15 @@ WINDOWING = (
 # anything else (not checked, skipped, a crash) was not judged.
 KILLED = {1, 3, 36, 24, -24, 152, 255}
 SURVIVED = {0, 5, 33}
-EQUIVALENT: dict[str, str] = {}  # mutant name -> why no test can kill it
+# mutant name -> why no test can kill it (mutmut numbers a function's mutants anew when it changes).
+EQUIVALENT: dict[str, str] = {
+    "specgate.capacity.x__shrink__mutmut_1": "`target > replicas`: at target == replicas the rest "
+    "of _shrink returns min(replicas, max(replicas, ...)) = replicas too",
+    "specgate.capacity.x_step_toward__mutmut_39": "`want_c >= canary.replicas`: at equality _grow "
+    "returns min(want_c, max(want_c, room)) = want_c, which _shrink returned already",
+    "specgate.capacity.x_step_toward__mutmut_50": "`want_b >= baseline.replicas`: as mutant 39, for "
+    "the baseline",
+}
 
 
 def function_of(mutant: str) -> str:

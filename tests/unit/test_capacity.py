@@ -61,6 +61,12 @@ def test_unready_pods_of_the_shrinking_side_go_at_once() -> None:
     assert step_toward(budget, Side(0, 0), Side(4, 2), (4, 0)) == (3, 2)
 
 
+def test_targets_above_the_surge_budget_are_reached_not_cut_to_it() -> None:
+    """maxSurge bounds the way to the targets, not the targets: asked for 2 pods on each side with
+    replicas 2 and no surge, both sides grow to 2 (cut to the budget, the baseline would get none)."""
+    assert step_toward(Budget(2, max_surge=0, max_unavailable=1), Side(0, 0), Side(0, 0), (2, 2)) == (2, 2)
+
+
 def test_scaling_up_and_down_in_place() -> None:
     budget = Budget(8, max_surge=1, max_unavailable=0)
     assert step_toward(budget, Side(0, 0), Side(4, 4), (0, 8)) == (0, 8)
