@@ -186,6 +186,37 @@ def test_a_pod_drained_early_in_the_window_weighs_by_the_seconds_it_was_scraped(
     assert figures.running_per_pod == pytest.approx(4.0 * 30 / 33, abs=1e-3)
 
 
+def gauge(labels: dict[str, str], scrapes: range, value: float) -> Series:
+    return Series(labels, tuple((T0.timestamp() + t, value) for t in scrapes))
+
+
+def test_a_pod_counts_once_for_all_its_engines_and_before_its_first_finished_request() -> None:
+    """Pod a runs two engines (a running gauge each: 2 and 4); pod b has finished no request yet, so
+    it has no success series, only its gauge (3). Two pods, a's 2 requests a second over a's
+    scraped seconds, and 3 running on average over every gauge's samples."""
+    stamps = range(0, 600, 15)
+    two_engines = served("a:8000", stamps, requests_per_second=2.0, running=2.0)
+    two_engines[f"{prometheus.RUNNING}#1"] = gauge({"instance": "a:8000", "engine": "1"}, stamps, 4.0)
+    starting = {prometheus.RUNNING: gauge({"instance": "b:8000"}, stamps, 3.0)}
+    assert load(two_engines, starting, start=150.0) == gates.Load(2, 2.0, 3.0)
+
+
+def test_accepted_tokens_per_position_sum_the_pods_in_the_positions_order() -> None:
+    """Position labels sort as numbers (10 after 2), and a position sums every pod's series: two
+    pods, 4 increases each of 5, 3 and 1 accepted tokens at positions 0, 2 and 10."""
+    per_scrape = {"10": 1.0, "2": 3.0, "0": 5.0}
+    series = [
+        Series(
+            {"instance": pod, "position": position}, tuple((T0.timestamp() + 15 * i, n * i) for i in range(5))
+        )
+        for pod in ("a:8000", "b:8000")
+        for position, n in per_scrape.items()
+    ]
+    families = {prometheus.ACCEPTED_PER_POS: series}
+    _, per_position = prometheus.acceptance_windows(families, T0.timestamp(), 15.0, ())
+    assert per_position == (40.0, 24.0, 8.0)
+
+
 # --- the ITL histogram's older name and custom target labels ---
 
 OLD_ITL = TIME_PER_OUTPUT_TOKEN  # vLLM before 0.10.2 (removed by 0.13)
