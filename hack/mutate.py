@@ -40,6 +40,15 @@ EQUIVALENT: dict[str, str] = {
     "returns min(want_c, max(want_c, room)) = want_c, which _shrink returned already",
     "specgate.capacity.x_step_toward__mutmut_50": "`want_b >= baseline.replicas`: as mutant 39, for "
     "the baseline",
+    **{
+        name: "zip's strict=None or left out is its default, not strict, as strict=False"
+        for name in (
+            "specgate.prometheus.xǁSeriesǁincreases__mutmut_6",
+            "specgate.prometheus.xǁSeriesǁincreases__mutmut_9",
+            "specgate.prometheus.x_observed_interval__mutmut_5",
+            "specgate.prometheus.x_observed_interval__mutmut_8",
+        )
+    },
 }
 
 

@@ -12,7 +12,7 @@ import pytest
 
 from specgate import api, gates, prometheus
 from specgate.gates import AcceptanceWindow
-from specgate.observation import Window
+from specgate.observation import TrackMetrics, Window
 from specgate.prometheus import ACCEPTED, DRAFT_TOKENS, DRAFTS, Selector, Series
 from specgate.vllm_metrics import INTER_TOKEN_LATENCY, TIME_PER_OUTPUT_TOKEN
 
@@ -156,13 +156,28 @@ def served(pod: str, scrapes: range, requests_per_second: float, running: float)
     }
 
 
-def load(*pods: dict[str, Series], start: float) -> gates.Load:
+def track(*pods: dict[str, Series], start: float) -> TrackMetrics:
+    """The track's figures over the window from T0 + start, its pods' series merged by family."""
     merged: dict[str, list[Series]] = {}
     for pod in pods:
         for name, series in pod.items():
             merged.setdefault(name.split("#")[0], []).append(series)
     window = Window(T0 + timedelta(seconds=start), T0 + timedelta(minutes=10))
-    return prometheus._track_metrics(merged, window, 15.0, ()).load
+    return prometheus._track_metrics(merged, window, 15.0, ())
+
+
+def load(*pods: dict[str, Series], start: float) -> gates.Load:
+    return track(*pods, start=start).load
+
+
+def test_a_tracks_request_rate_and_concurrency_sum_its_pods() -> None:
+    """Two pods serving 2 and 1 requests a second, running 4 and 2 at a time: the track serves 3 a
+    second with 6 running; a track whose pods finished no request has no request rate (not 0)."""
+    scrapes = range(0, 600, 15)
+    figures = track(served("a:8000", scrapes, 2.0, 4.0), served("b:8000", scrapes, 1.0, 2.0), start=150.0)
+    assert (figures.requests_per_second, figures.concurrency) == (pytest.approx(3.0), pytest.approx(6.0))
+    idle = track({prometheus.RUNNING: gauge({"instance": "a:8000"}, scrapes, 0.0)}, start=150.0)
+    assert (idle.requests_per_second, idle.concurrency) == (None, 0.0)
 
 
 def test_a_pod_gone_before_the_window_is_not_a_pod_of_it() -> None:
