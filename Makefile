@@ -76,3 +76,13 @@ demo: venv engines cluster-up ## roll out the heavy sample on the local cluster 
 .PHONY: test
 test: venv lint $(TEST_PREREQS) ## all tests: unit, integration (real Prometheus, engines) and cluster
 	$(VENV)/bin/pytest -q -ra --durations=25 tests
+
+.PHONY: test-fast
+test-fast: venv lint cluster-up ## the development tier: unit, integration and cluster tests that start no real vLLM engine
+	$(VENV)/bin/pytest -q -ra --durations=10 -m "not engine" tests
+
+MUTANTS ?=
+
+.PHONY: mutate
+mutate: venv ## mutation testing of the core against tests/unit (hours; not in CI): kill rate per module and survivors (MUTANTS=pattern to run some)
+	$(PY) hack/mutate.py $(if $(MUTANTS),-- $(MUTANTS))

@@ -2,12 +2,16 @@
 
 from __future__ import annotations
 
+import os
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 import yaml
 from hypothesis import settings
+
+from specgate.observation import Window
 
 ROOT = Path(__file__).resolve().parent.parent
 SAMPLES = ROOT / "crds" / "samples"
@@ -23,6 +27,26 @@ def load_sample(name: str) -> dict[str, Any]:
     return doc
 
 
+def tiny(name: str = "tiny") -> dict[str, Any]:
+    """The tiny CPU sample (crds/samples/tiny-cpu.yaml) as an object named `name`."""
+    body = load_sample("tiny-cpu.yaml")
+    body["metadata"]["name"] = name
+    return body
+
+
+def tool(path: str | None, how: str) -> str:
+    """The executable at path; the test fails naming the command that installs it where it is none."""
+    if path is None or not os.access(path, os.X_OK):
+        pytest.fail(f"{path or 'promtool'} is missing (run `{how}`)", pytrace=False)
+    return path
+
+
+def last_minute() -> Window:
+    """The minute up to now, the window a test asks Prometheus about."""
+    now = datetime.now(UTC)
+    return Window(now - timedelta(minutes=1), now)
+
+
 @pytest.fixture
 def eagle3_sample() -> dict[str, Any]:
     return load_sample("llama-3.1-8b-eagle3.yaml")
@@ -30,4 +54,4 @@ def eagle3_sample() -> dict[str, Any]:
 
 @pytest.fixture
 def tiny_sample() -> dict[str, Any]:
-    return load_sample("tiny-cpu.yaml")
+    return tiny()

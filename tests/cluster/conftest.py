@@ -18,6 +18,7 @@ from tests.cluster.figures import FIGURES
 from tests.conftest import ROOT
 
 from specgate import api
+from specgate_lab.crds import install_crd
 
 CACHE = Path(os.environ.get("SPECGATE_CACHE", Path.home() / ".cache" / "specgate"))
 PROMETHEUS_URL = f"http://127.0.0.1:{os.environ.get('SPECGATE_PROMETHEUS_PORT', '19090')}"
@@ -62,6 +63,13 @@ def fresh_namespace(api_client: client.ApiClient) -> Iterator[str]:
     yield name
     release_finalizers(api_client, name)
     core.delete_namespace(name)
+
+
+@pytest.fixture
+def crd(api_client: client.ApiClient) -> None:
+    """The CRD installed (or updated) from this checkout, for modules that create objects without
+    an operator: `pytestmark = pytest.mark.usefixtures("crd")`."""
+    install_crd(api_client)
 
 
 @pytest.fixture

@@ -18,6 +18,7 @@ from kubernetes.client.exceptions import ApiException
 from tests.conftest import ROOT
 
 from specgate import api
+from specgate.render import LABEL_DEPLOYMENT, LABEL_TRACK, Track
 
 
 def run(*argv: str, **kwargs: Any) -> str:
@@ -46,6 +47,12 @@ def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: 
 
 OPERATOR_INTERVAL_SECONDS = 2  # between reconciles of one object
 RECONCILE_LINE = re.compile(r"Timer 'reconcile' (succeeded|failed)")  # logged with --verbose
+
+
+def reconciles_of(log: str, namespace: str, name: str) -> list[str]:
+    """The reconcile lines of one object in a --verbose log (kopf prefixes them `[ns/name]`)."""
+    line = rf"\[{re.escape(namespace)}/{re.escape(name)}\] Timer 'reconcile' (?:succeeded|failed)"
+    return re.findall(line, log)
 
 
 def _spawn(kubeconfig: str, log_path: Path, extra: tuple[str, ...]) -> subprocess.Popen[bytes]:
@@ -152,6 +159,24 @@ def get_sd(api_client: client.ApiClient, namespace: str, name: str) -> dict[str,
         api.GROUP, api.VERSION, namespace, api.PLURAL, name
     )
     return obj
+
+
+def live_pods(
+    api_client: client.ApiClient, namespace: str, name: str, track: Track | None = None
+) -> list[Any]:
+    """The pods of a SpeculativeDeployment (of one track) not being deleted."""
+    selector = f"{LABEL_DEPLOYMENT}={name}" + (f",{LABEL_TRACK}={track.value}" if track else "")
+    pods = client.CoreV1Api(api_client).list_namespaced_pod(namespace, label_selector=selector).items
+    return [p for p in pods if p.metadata.deletion_timestamp is None]
+
+
+def sd_gone(api_client: client.ApiClient, namespace: str, name: str) -> bool:
+    """The SpeculativeDeployment is deleted (the API server answers 404 for it)."""
+    try:
+        get_sd(api_client, namespace, name)
+    except ApiException as exc:
+        return exc.status == 404
+    return False
 
 
 def specgate_status(

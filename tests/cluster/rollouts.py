@@ -19,7 +19,7 @@ from kubernetes import client
 from tests.cluster.capacity import CapacityMonitor
 from tests.cluster.figures import report as report  # where the tests have always imported it from
 from tests.cluster.operator_process import Operator, create_sd, get_sd, wait_for
-from tests.conftest import ROOT, load_sample
+from tests.conftest import ROOT, tiny
 
 from specgate import api
 from specgate.rollout import HISTORY_LIMIT
@@ -32,8 +32,7 @@ KWOK_TOLERATION = {"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": 
 
 def sim_rollout(name: str, env: dict[str, str], **rollout: Any) -> dict[str, Any]:
     """A SpeculativeDeployment served by simulated engines, with short windows for tests."""
-    body = load_sample("tiny-cpu.yaml")
-    body["metadata"] = {"name": name}
+    body = tiny(name)
     spec = body["spec"]
     spec["podAnnotations"] = {"specgate.dev/lab-engine": "sim"}
     # The bridge starts engines with the pod's env: run this checkout's simulator, wherever the

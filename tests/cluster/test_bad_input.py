@@ -14,17 +14,12 @@ from kubernetes import client, config
 from kubernetes.client.exceptions import ApiException
 from tests.cluster.operator_process import create_sd, get_sd, wait_for
 from tests.cluster.rollouts import lab_operator
-from tests.conftest import load_sample
+from tests.conftest import tiny
 
 from specgate import api, kube, render
 from specgate_lab.crds import crd_path, install_crd
 
-pytestmark = pytest.mark.cluster
-
-
-@pytest.fixture(autouse=True)
-def crd(api_client: client.ApiClient) -> None:
-    install_crd(api_client)
+pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("crd")]
 
 
 def kubectl_apply(kubectl: str, kubeconfig: str, namespace: str, body: dict[str, Any], *flags: str) -> Any:
@@ -35,12 +30,6 @@ def kubectl_apply(kubectl: str, kubeconfig: str, namespace: str, body: dict[str,
         text=True,
         timeout=60,
     )
-
-
-def tiny(name: str) -> dict[str, Any]:
-    body = load_sample("tiny-cpu.yaml")
-    body["metadata"]["name"] = name
-    return body
 
 
 def test_a_name_that_cannot_name_the_services_is_refused_with_the_fix(

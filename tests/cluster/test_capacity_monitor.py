@@ -12,7 +12,7 @@ from kubernetes import client
 from tests.cluster.capacity import CapacityMonitor, Timeline, sd_floor
 from tests.cluster.operator_process import create_sd, wait_for
 from tests.cluster.test_local_cluster import gpu_deployment
-from tests.conftest import load_sample
+from tests.conftest import tiny
 
 from specgate import api
 from specgate.render import LABEL_TRACK
@@ -68,8 +68,7 @@ def test_the_floor_follows_the_objects_replicas(api_client: client.ApiClient, na
     """A SpeculativeDeployment named like the Service sets the floor; lowering its replicas lowers
     the floor at once, so the scale-down that follows is no drop, but going below the new floor is."""
     install_crd(api_client)
-    body = load_sample("tiny-cpu.yaml")
-    body["metadata"] = {"name": WEB}
+    body = tiny(WEB)
     body["spec"]["replicas"] = 2
     objects = client.CustomObjectsApi(api_client)
     monitor = CapacityMonitor(api_client, namespace)

@@ -15,14 +15,13 @@ import pytest
 from kubernetes import client
 from tests.cluster.conftest import CACHE, Rollouts, side_by_side
 from tests.cluster.figures import report
-from tests.cluster.operator_process import OPERATOR_INTERVAL_SECONDS, get_sd, run, wait_for
+from tests.cluster.operator_process import OPERATOR_INTERVAL_SECONDS, get_sd, live_pods, run, wait_for
 from tests.cluster.rollouts import history_time, lab_operator, patch_rollout, run_rollout, sim_rollout
 
 from specgate import api, kube, render
 from specgate.render import (
     ANNOTATION_RENDERED,
     ANNOTATION_TEMPLATE,
-    LABEL_DEPLOYMENT,
     LABEL_TRACK,
     Owner,
     Track,
@@ -31,13 +30,6 @@ from specgate.render import (
 pytestmark = pytest.mark.cluster
 
 GOOD = {"SPECGATE_SIM_ALPHA": "0.8"}
-
-
-def live_pods(api_client: client.ApiClient, namespace: str, name: str) -> list[Any]:
-    pods = client.CoreV1Api(api_client).list_namespaced_pod(
-        namespace, label_selector=f"{LABEL_DEPLOYMENT}={name}"
-    )
-    return [p for p in pods.items if p.metadata.deletion_timestamp is None]
 
 
 def crash_loop_after_promotion(lab: dict[str, Any]) -> None:

@@ -20,11 +20,12 @@ from tests.cluster.operator_process import (
     create_sd,
     get_sd,
     operator_process,
+    sd_gone,
     specgate_status,
     wait_for,
 )
-from tests.conftest import SAMPLES, load_sample
-from tests.unit.test_api import RULE_CASES
+from tests.conftest import SAMPLES, load_sample, tiny
+from tests.unit.spec_cases import RULE_CASES
 
 import specgate
 from specgate import api
@@ -32,16 +33,11 @@ from specgate_lab import demo
 from specgate_lab.calibrate import free_port
 from specgate_lab.crds import install_crd
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.usefixtures("crd")]
 
 
 def sd(name: str, spec: dict[str, Any]) -> dict[str, Any]:
     return {"apiVersion": api.API_VERSION, "kind": api.KIND, "metadata": {"name": name}, "spec": spec}
-
-
-@pytest.fixture(autouse=True)
-def crd(api_client: client.ApiClient) -> None:
-    install_crd(api_client)
 
 
 def test_samples_are_accepted(api_client: client.ApiClient, namespace: str) -> None:
@@ -61,7 +57,7 @@ def test_a_new_object_reads_in_progress_before_any_operator_writes_status(
     status as Current; with the CRD's status default the API server itself answers generation 1
     not yet observed, which kstatus's generic rule (observedGeneration != generation) reads as
     InProgress, and PHASE shows Pending while no operator runs."""
-    body = load_sample("tiny-cpu.yaml")
+    body = tiny()
     create_sd(api_client, namespace, body)
     obj = get_sd(api_client, namespace, body["metadata"]["name"])
     assert obj["status"] == {"observedGeneration": 0, "phase": "Pending"}
@@ -117,7 +113,7 @@ def test_operator_creates_the_baseline(
     tmp_path: Path,
     gpu_cluster_classes: str,
 ) -> None:
-    body = load_sample("tiny-cpu.yaml")
+    body = tiny()
     body["spec"]["podAnnotations"] = {"specgate.dev/lab-engine": "sim"}
     body["spec"]["replicas"] = 2
     body["spec"]["podTemplate"] = {
@@ -222,7 +218,7 @@ def test_operator_creates_the_baseline(
 def test_kubectl_get_shows_the_columns(
     api_client: client.ApiClient, namespace: str, kubeconfig: str, kubectl: str
 ) -> None:
-    body = load_sample("tiny-cpu.yaml")
+    body = tiny()
     create_sd(api_client, namespace, body)
     out = subprocess.run(
         [kubectl, "--kubeconfig", kubeconfig, "-n", namespace, "get", "sd"],
@@ -238,7 +234,7 @@ def test_an_invalid_spec_that_slips_past_the_schema_fails_without_children(
     api_client: client.ApiClient, namespace: str, kubeconfig: str, tmp_path: Path
 ) -> None:
     """CEL cannot look inside extraConfig, so the API server accepts this; the operator refuses it."""
-    bad = load_sample("tiny-cpu.yaml")
+    bad = tiny()
     bad["spec"]["speculative"]["extraConfig"] = {"tensor_parallel_size": 2}
     create_sd(api_client, namespace, bad)
     with operator_process(kubeconfig, tmp_path / "operator.log", "--namespace", namespace):
@@ -265,7 +261,7 @@ def test_a_demo_kept_with_keep_1_can_delete_its_object(
     """`make demo KEEP=1` stops its operator but keeps the cluster: the object it leaves must still
     be deletable with kubectl, so the demo takes kopf's finalizer off as its operator stops."""
     install_crd(api_client)
-    body = load_sample("tiny-cpu.yaml")
+    body = tiny()
     body["spec"]["podAnnotations"] = {"specgate.dev/lab-engine": "sim"}
     operator = demo.start_operator(kubeconfig, namespace, prometheus_url, tmp_path / "operator.log")
     try:
@@ -279,15 +275,11 @@ def test_a_demo_kept_with_keep_1_can_delete_its_object(
         demo.stop_operator(operator, api_client, namespace)
     objects = client.CustomObjectsApi(api_client)
     objects.delete_namespaced_custom_object(api.GROUP, api.VERSION, namespace, api.PLURAL, "tiny")
-
-    def gone() -> bool:
-        try:
-            get_sd(api_client, namespace, "tiny")
-        except ApiException as exc:
-            return exc.status == 404
-        return False
-
-    wait_for(gone, 30, "the object to be deleted with no operator running")
+    wait_for(
+        lambda: sd_gone(api_client, namespace, "tiny"),
+        30,
+        "the object to be deleted with no operator running",
+    )
 
 
 def _written_status(api_client: client.ApiClient, namespace: str, name: str) -> dict[str, Any] | None:

@@ -20,10 +20,12 @@ from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from tests.cluster.conftest import Rollouts, side_by_side
 from tests.cluster.operator_process import (
-    OPERATOR_INTERVAL_SECONDS,
     RECONCILE_LINE,
     create_sd,
     get_sd,
+    live_pods,
+    reconciles_of,
+    sd_gone,
     wait_for,
 )
 from tests.cluster.rollouts import (
@@ -37,11 +39,11 @@ from tests.cluster.rollouts import (
     run_rollout,
     sim_rollout,
 )
-from tests.conftest import load_sample
+from tests.conftest import load_sample, tiny
 
 from specgate import api, render, rollout
 from specgate.observation import Observation, TrackState
-from specgate.render import LABEL_DEPLOYMENT, LABEL_TRACK, Owner, Track
+from specgate.render import LABEL_TRACK, Owner, Track
 from specgate_lab.crds import install_crd
 
 pytestmark = pytest.mark.cluster
@@ -53,12 +55,6 @@ SHORT = {"warmup": "2s", "analysisWindow": "10s"}  # enough for a baseline measu
 def phase_of(obj: dict[str, Any]) -> str | None:
     phase: str | None = obj.get("status", {}).get("phase")
     return phase
-
-
-def live_pods(api_client: client.ApiClient, namespace: str, name: str, track: Track) -> list[Any]:
-    selector = f"{LABEL_DEPLOYMENT}={name},{LABEL_TRACK}={track.value}"
-    pods = client.CoreV1Api(api_client).list_namespaced_pod(namespace, label_selector=selector).items
-    return [p for p in pods if p.metadata.deletion_timestamp is None]
 
 
 # --- 1 and 4: SIGKILL the operator at every phase boundary; a Secret never leaks ---
@@ -228,6 +224,10 @@ rollouts = side_by_side({mode: partial(fail_the_canary, mode) for mode in FAILUR
 # --- 3: deleting the object mid-analysis removes every child and the object ---
 
 
+WITNESS = tiny("witness")
+WITNESS["spec"]["speculative"]["extraConfig"] = {"tensor_parallel_size": 2}  # past the schema, InvalidSpec
+
+
 def test_deleting_mid_analysis_removes_every_child(lab: dict[str, Any]) -> None:
     api_client, namespace = lab["api_client"], lab["namespace"]
     core, apps = client.CoreV1Api(api_client), client.AppsV1Api(api_client)
@@ -244,11 +244,7 @@ def test_deleting_mid_analysis_removes_every_child(lab: dict[str, Any]) -> None:
     def gone() -> bool:
         nonlocal leftovers
         leftovers = children()
-        try:
-            get_sd(api_client, namespace, "gone")
-        except ApiException as exc:
-            return exc.status == 404 and not any(leftovers.values())
-        return False
+        return sd_gone(api_client, namespace, "gone") and not any(leftovers.values())
 
     def delete_once_analyzing(obj: dict[str, Any]) -> bool:
         if phase_of(obj) != "Analyzing":
@@ -270,10 +266,17 @@ def test_deleting_mid_analysis_removes_every_child(lab: dict[str, Any]) -> None:
                 orphaned_pods=len(leftovers.get("pods", [])),
                 finalizers_before=",".join(obj["metadata"].get("finalizers", [])) or "none",
             )
-        # Each reconcile queries Prometheus; none may run for the object once it is gone.
+        # Each reconcile queries Prometheus; none may run for the object once it is gone. A witness
+        # reconciled 3 times since shows the operator ticked meanwhile (a sleep passes with a
+        # stalled or dead operator too); its spec fails InvalidSpec, so it makes no child.
         logged = len(operator.log_text())
-        time.sleep(4 * OPERATOR_INTERVAL_SECONDS)
-        late_reconciles.extend(RECONCILE_LINE.findall(operator.log_text()[logged:]))
+        create_sd(api_client, namespace, WITNESS)
+
+        def since_deleted(name: str) -> list[str]:
+            return reconciles_of(operator.log_text()[logged:], namespace, name)
+
+        wait_for(lambda: len(since_deleted("witness")) >= 3, 60, "3 reconciles of a witness")
+        late_reconciles.extend(since_deleted("gone"))
         return True
 
     operator = lab_operator(lab["kubeconfig"], namespace, lab["prometheus_url"], lab["log_dir"], "--verbose")

@@ -20,7 +20,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from tests.cluster.conftest import CACHE
 from tests.cluster.figures import report
 from tests.cluster.rollouts import fast_rollout, run_rollout, settled_as
-from tests.conftest import load_sample
+from tests.conftest import tiny
 
 from specgate import vllm_metrics
 from specgate.vllm_metrics import total
@@ -46,8 +46,7 @@ def production_rollout(
     name: str, speculative: dict[str, object], scrape: str, analysis: str, **gates: object
 ) -> dict[str, Any]:
     """The tiny CPU sample at a production scrape interval; its relaxed latency gates unless overridden."""
-    body = load_sample("tiny-cpu.yaml")
-    body["metadata"] = {"name": name}
+    body = tiny(name)
     spec = body["spec"]
     spec["speculative"] = speculative
     rollout = fast_rollout(

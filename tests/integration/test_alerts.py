@@ -12,18 +12,12 @@ from typing import Any
 
 import pytest
 import yaml
-from tests.conftest import ROOT
+from tests.conftest import ROOT, tool
 
 CACHE = Path(os.environ.get("SPECGATE_CACHE") or Path.home() / ".cache" / "specgate")
 CHART = ROOT / "charts" / "specgate"
 RELEASE_NS = "specgate-system"
 BASE = "https://example.com/runbooks/"
-
-
-def tool(path: str | None, how: str) -> str:
-    if path is None or not os.access(path, os.X_OK):
-        pytest.fail(f"{path or 'promtool'} is missing (run `{how}`)", pytrace=False)
-    return path
 
 
 def render(*values: str) -> list[dict[str, Any]]:

@@ -15,8 +15,8 @@ from pathlib import Path
 
 import prometheus_client
 import yaml
-from tests.integration.test_alerts import tool
-from tests.unit.test_readme import DOCS, doc_id, fenced_blocks, operator_metrics, vllm_samples
+from tests.conftest import tool
+from tests.docs_text import DOCS, doc_id, fenced_blocks, operator_metrics, vllm_samples
 
 from specgate import api, render
 

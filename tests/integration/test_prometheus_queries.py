@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
+from tests.conftest import last_minute
 from tests.integration.engines import scrape, sim_engine, spec_args
 from tests.integration.prometheus_server import prometheus_server
 from tests.local_server import serving
@@ -227,11 +228,6 @@ def canned_prometheus(answer: Callable[[str], bytes]) -> Iterator[str]:
 
     with serving(Handler) as url:
         yield url
-
-
-def last_minute() -> Window:
-    now = datetime.now(UTC)
-    return Window(now - timedelta(minutes=1), now)
 
 
 SELECTOR = Selector("ns", "d", "canary", MetricsSource())

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import NamedTuple
 
@@ -17,15 +16,15 @@ import bcrypt
 import pytest
 import requests
 import yaml
+from tests.conftest import last_minute
 from tests.integration.engines import sim_engine, spec_args
 from tests.integration.prometheus_server import prometheus_server, write_target
 from tests.local_server import self_signed_cert
-from tests.unit.test_handlers import FakeKube, reconcile_step
-from tests.unit.test_rollout import Run, make_spec, ready
+from tests.unit.handler_fakes import FakeKube, reconcile_step
+from tests.unit.rollout_driver import Run, make_spec, ready
 
 from specgate import prometheus
 from specgate.api import MetricsSource, Phase
-from specgate.observation import Window
 from specgate.prometheus import MetricsUnavailable, PrometheusClient, Selector
 from specgate.rollout import Reason
 from specgate_lab.calibrate import complete
@@ -79,11 +78,6 @@ def secured(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Secured]:
         complete(engine, "tiny", "one request, so that every series exists", max_tokens=8)
         write_target(targets, "p0", engine, TARGET_LABELS)
         yield Secured(url, cert, credentials)
-
-
-def last_minute() -> Window:
-    now = datetime.now(UTC)
-    return Window(now - timedelta(minutes=1), now)
 
 
 def test_with_the_ca_and_the_credentials_the_operator_reads_the_track(

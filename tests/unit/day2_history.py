@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 import pytest
 from tests.floor import Floor
 from tests.unit.fake_cluster import BROKEN_IMAGE, FakeCluster, Pod
-from tests.unit.test_rollout import T0, metrics, spec_body
+from tests.unit.rollout_driver import T0, metrics, spec_body
 
 from specgate import api, handlers, kube, render
 from specgate.api import Phase

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 from tests.conftest import load_sample
-from tests.unit.test_rollout import T0, Run, make_spec, metrics, ready
+from tests.unit.rollout_driver import T0, Run, make_spec, metrics, ready
 
 from specgate import api, bench_driver, benchmark, render
 from specgate.api import BenchmarkRun, BenchmarkStatus, Phase

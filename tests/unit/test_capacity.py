@@ -41,10 +41,10 @@ def test_no_spare_gpu_swaps_one_pod_at_a_time() -> None:
     budget = Budget(4, max_surge=0, max_unavailable=1)
     moves = []
     b, c = 0, 4
-    while (b, c) != (4, 0):
+    for _ in range(4):  # a fixed count: a regression that swaps slower fails here instead of hanging
         b, c = step_toward(budget, Side(b, b), Side(c, c), (4, 0))
         moves.append((b, c))
-    assert moves[0] == (1, 3) and all(nb + nc == 4 for nb, nc in moves)
+    assert moves == [(1, 3), (2, 2), (3, 1), (4, 0)]
 
 
 def test_shrinking_side_waits_for_the_growing_sides_ready_pods() -> None:
@@ -59,6 +59,12 @@ def test_unready_pods_of_the_shrinking_side_go_at_once() -> None:
     budget = Budget(4, max_surge=1, max_unavailable=0)
     assert step_toward(budget, Side(0, 0), Side(4, 0), (4, 0)) == (4, 0)
     assert step_toward(budget, Side(0, 0), Side(4, 2), (4, 0)) == (3, 2)
+
+
+def test_targets_above_the_surge_budget_are_reached_not_cut_to_it() -> None:
+    """maxSurge bounds the way to the targets, not the targets: asked for 2 pods on each side with
+    replicas 2 and no surge, both sides grow to 2 (cut to the budget, the baseline would get none)."""
+    assert step_toward(Budget(2, max_surge=0, max_unavailable=1), Side(0, 0), Side(0, 0), (2, 2)) == (2, 2)
 
 
 def test_scaling_up_and_down_in_place() -> None:

@@ -8,7 +8,7 @@ from dataclasses import replace
 from datetime import timedelta
 
 import pytest
-from tests.unit.test_rollout import Run, metrics, ready
+from tests.unit.rollout_driver import Run, metrics, ready
 
 from specgate import api, rollout
 from specgate.cli import render_timeline

@@ -11,7 +11,8 @@ from typing import Any
 
 import kopf
 import pytest
-from tests.unit.test_rollout import (
+from tests.unit.handler_fakes import OWNER, FakeKube, reconcile_step
+from tests.unit.rollout_driver import (
     NEAR_GATE,
     T0,
     Run,
@@ -28,58 +29,11 @@ from specgate.api import Phase
 from specgate.gates import AcceptanceWindow
 from specgate.observation import TrackMetrics, TrackState, Window
 from specgate.prometheus import MetricsUnavailable, Selector
-from specgate.render import Manifest, Owner, Track
-from specgate.rollout import Decision, Reason
+from specgate.render import Manifest, Track
+from specgate.rollout import Reason
 
-OWNER = Owner(name="llama", namespace="ml", uid="u-1")
 PROMETHEUS = "http://prometheus.monitoring:9090"
 JOBS = frozenset({"llama-bench-baseline-1", "llama-bench-canary-1"})  # the rollout of generation 1
-
-
-@dataclass
-class FakeKube:
-    """The functions handlers.py calls on specgate.kube: reads answer from `tracks` (by Deployment
-    name) and `taken`; writes are recorded in `calls`."""
-
-    tracks: dict[str, TrackState] = field(default_factory=dict)
-    taken: list[str] = field(default_factory=list)
-    pod_monitor_crd: bool = True
-    calls: list[tuple[Any, ...]] = field(default_factory=list)
-
-    def install(self, monkeypatch: pytest.MonkeyPatch) -> FakeKube:
-        for name in (
-            "track_state",
-            "foreign_children",
-            "serves_pod_monitors",
-            "apply",
-            "scale_deployment",
-            "delete_benchmark_jobs",
-        ):
-            monkeypatch.setattr(kube, name, getattr(self, name))
-        return self
-
-    def track_state(
-        self, children: kube.Children, namespace: str, name: str, selector: dict[str, str]
-    ) -> TrackState:
-        return self.tracks.get(name, TrackState())
-
-    def foreign_children(self, manifests: list[Manifest], owner_uid: str) -> list[str]:
-        return list(self.taken)
-
-    def serves_pod_monitors(self) -> bool:
-        return self.pod_monitor_crd
-
-    def apply(self, manifest: Manifest, children: kube.Children | None = None) -> None:
-        replicas = manifest["spec"].get("replicas")
-        self.calls.append(("apply", manifest["kind"], manifest["metadata"]["name"], replicas))
-
-    def scale_deployment(
-        self, namespace: str, name: str, replicas: int, children: kube.Children | None = None
-    ) -> None:
-        self.calls.append(("scale", name, replicas))
-
-    def delete_benchmark_jobs(self, owner: Owner, keep: set[str]) -> None:
-        self.calls.append(("delete jobs but", frozenset(keep)))
 
 
 @dataclass
@@ -117,13 +71,6 @@ class FakePrometheus:
         if isinstance(self.history, Exception):
             raise self.history
         return self.history, 60.0
-
-
-def reconcile_step(run: Run, after: float) -> Decision:
-    """handlers.step on the run's spec and status, `after` seconds after its last step."""
-    raw = run.spec.model_dump(by_alias=True, mode="json")
-    later = run.now + timedelta(seconds=after)
-    return handlers.step(raw, run.status, OWNER, run.generation, later, {}, kube.Children())
 
 
 def rolling_back() -> Run:

@@ -4,7 +4,7 @@ entered its phase, and none of them left behind once the object is deleted."""
 from __future__ import annotations
 
 from prometheus_client import REGISTRY
-from tests.unit.test_rollout import Run
+from tests.unit.rollout_driver import Run
 
 from specgate import api, conditions, metrics
 from specgate.api import Phase

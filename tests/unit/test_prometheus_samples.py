@@ -12,7 +12,7 @@ import pytest
 
 from specgate import api, gates, prometheus
 from specgate.gates import AcceptanceWindow
-from specgate.observation import Window
+from specgate.observation import TrackMetrics, Window
 from specgate.prometheus import ACCEPTED, DRAFT_TOKENS, DRAFTS, Selector, Series
 from specgate.vllm_metrics import INTER_TOKEN_LATENCY, TIME_PER_OUTPUT_TOKEN
 
@@ -156,13 +156,28 @@ def served(pod: str, scrapes: range, requests_per_second: float, running: float)
     }
 
 
-def load(*pods: dict[str, Series], start: float) -> gates.Load:
+def track(*pods: dict[str, Series], start: float) -> TrackMetrics:
+    """The track's figures over the window from T0 + start, its pods' series merged by family."""
     merged: dict[str, list[Series]] = {}
     for pod in pods:
         for name, series in pod.items():
             merged.setdefault(name.split("#")[0], []).append(series)
     window = Window(T0 + timedelta(seconds=start), T0 + timedelta(minutes=10))
-    return prometheus._track_metrics(merged, window, 15.0, ()).load
+    return prometheus._track_metrics(merged, window, 15.0, ())
+
+
+def load(*pods: dict[str, Series], start: float) -> gates.Load:
+    return track(*pods, start=start).load
+
+
+def test_a_tracks_request_rate_and_concurrency_sum_its_pods() -> None:
+    """Two pods serving 2 and 1 requests a second, running 4 and 2 at a time: the track serves 3 a
+    second with 6 running; a track whose pods finished no request has no request rate (not 0)."""
+    scrapes = range(0, 600, 15)
+    figures = track(served("a:8000", scrapes, 2.0, 4.0), served("b:8000", scrapes, 1.0, 2.0), start=150.0)
+    assert (figures.requests_per_second, figures.concurrency) == (pytest.approx(3.0), pytest.approx(6.0))
+    idle = track({prometheus.RUNNING: gauge({"instance": "a:8000"}, scrapes, 0.0)}, start=150.0)
+    assert (idle.requests_per_second, idle.concurrency) == (None, 0.0)
 
 
 def test_a_pod_gone_before_the_window_is_not_a_pod_of_it() -> None:
@@ -184,6 +199,37 @@ def test_a_pod_drained_early_in_the_window_weighs_by_the_seconds_it_was_scraped(
     assert figures.pods == 2
     assert figures.requests_per_second_per_pod == pytest.approx(870 / 465, abs=1e-3)
     assert figures.running_per_pod == pytest.approx(4.0 * 30 / 33, abs=1e-3)
+
+
+def gauge(labels: dict[str, str], scrapes: range, value: float) -> Series:
+    return Series(labels, tuple((T0.timestamp() + t, value) for t in scrapes))
+
+
+def test_a_pod_counts_once_for_all_its_engines_and_before_its_first_finished_request() -> None:
+    """Pod a runs two engines (a running gauge each: 2 and 4); pod b has finished no request yet, so
+    it has no success series, only its gauge (3). Two pods, a's 2 requests a second over a's
+    scraped seconds, and 3 running on average over every gauge's samples."""
+    stamps = range(0, 600, 15)
+    two_engines = served("a:8000", stamps, requests_per_second=2.0, running=2.0)
+    two_engines[f"{prometheus.RUNNING}#1"] = gauge({"instance": "a:8000", "engine": "1"}, stamps, 4.0)
+    starting = {prometheus.RUNNING: gauge({"instance": "b:8000"}, stamps, 3.0)}
+    assert load(two_engines, starting, start=150.0) == gates.Load(2, 2.0, 3.0)
+
+
+def test_accepted_tokens_per_position_sum_the_pods_in_the_positions_order() -> None:
+    """Position labels sort as numbers (10 after 2), and a position sums every pod's series: two
+    pods, 4 increases each of 5, 3 and 1 accepted tokens at positions 0, 2 and 10."""
+    per_scrape = {"10": 1.0, "2": 3.0, "0": 5.0}
+    series = [
+        Series(
+            {"instance": pod, "position": position}, tuple((T0.timestamp() + 15 * i, n * i) for i in range(5))
+        )
+        for pod in ("a:8000", "b:8000")
+        for position, n in per_scrape.items()
+    ]
+    families = {prometheus.ACCEPTED_PER_POS: series}
+    _, per_position = prometheus.acceptance_windows(families, T0.timestamp(), 15.0, ())
+    assert per_position == (40.0, 24.0, 8.0)
 
 
 # --- the ITL histogram's older name and custom target labels ---

@@ -22,18 +22,19 @@ from typing import Any
 import pytest
 import yaml
 from tests.conftest import ROOT
+from tests.docs_text import (
+    DOCS,
+    DOCS_DIR,
+    FIELD_GUIDE,
+    README,
+    RUNBOOKS,
+    doc_id,
+    fenced_blocks,
+    operator_metrics,
+    vllm_samples,
+)
 
 from specgate import api, cli, crd
-
-README = ROOT / "README.md"
-RUNBOOKS = ROOT / "runbooks"
-DOCS_DIR = ROOT / "docs"
-FIELD_GUIDE = DOCS_DIR / "guides" / "speculativedeployment.md"
-DOCS = [README, *sorted(DOCS_DIR.rglob("*.md")), *sorted(RUNBOOKS.glob("*.md"))]
-
-
-def doc_id(path: Path) -> str:
-    return str(path.relative_to(ROOT))
 
 
 def all_text() -> str:
@@ -48,10 +49,6 @@ def code_spans(text: str) -> list[str]:
     fenced = re.findall(r"^```[^\n]*\n(.*?)^```", text, flags=re.S | re.M)
     prose = re.sub(r"^```[^\n]*\n.*?^```", "", text, flags=re.S | re.M)
     return fenced + re.findall(r"`([^`\n]+)`", prose)
-
-
-def fenced_blocks(text: str, language: str) -> list[str]:
-    return re.findall(rf"^```{language}\n(.*?)^```", text, flags=re.S | re.M)
 
 
 # --- make targets ---
@@ -409,35 +406,8 @@ def test_the_kubectl_get_sample_has_the_crd_columns() -> None:
 # --- metric names ---
 
 
-def operator_metrics(samples: bool = True) -> set[str]:
-    """The metrics the operator registers with prometheus_client, as Prometheus names them
-    (a counter's _total, an Info's _info), with a histogram's _bucket, _sum and _count when samples."""
-    import prometheus_client
-
-    from specgate import metrics, prometheus  # noqa: F401  (importing registers them)
-
-    names: set[str] = set()
-    for collector in list(prometheus_client.REGISTRY._collector_to_names):
-        for family in collector.describe() if hasattr(collector, "describe") else []:
-            if family.name.startswith("specgate_"):
-                histogram = ("", "_bucket", "_sum", "_count") if samples else ("",)
-                suffixes = {"info": ("_info",), "counter": ("_total",), "histogram": histogram}
-                names |= {family.name + suffix for suffix in suffixes.get(family.type, ("",))}
-    return names
-
-
 # Target labels the PodMonitor (and the lab) put on vLLM series, and the lab's package: not metrics.
 NOT_METRICS = re.compile(r"^specgate_(dev_|lab\b)")  # specgate_dev_track, the specgate_lab package
-
-
-def vllm_samples() -> set[str]:
-    """Every sample name vLLM's families can have: counters end in _total, histograms have
-    _bucket, _sum and _count."""
-    from specgate import vllm_metrics
-
-    families = {v for k, v in vars(vllm_metrics).items() if k.isupper() and isinstance(v, str)}
-    suffixes = ("", "_total", "_bucket", "_sum", "_count", "_created")
-    return {family + suffix for family in families for suffix in suffixes}
 
 
 def metric_names(text: str, prefix: str) -> set[str]:

@@ -9,12 +9,13 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from tests.unit.test_handlers import OWNER, FakeKube
-from tests.unit.test_rollout import Run, edit, make_spec, metrics, ready
+from tests.unit.handler_fakes import OWNER, FakeKube
+from tests.unit.rollout_driver import Run, edit, make_spec, metrics, ready
 
 from specgate import api, cli, handlers, kube, rollout
 from specgate.api import Phase
 from specgate.observation import TrackState
+from specgate.render import Track
 from specgate.rollout import Reason
 
 ABORT = "2026-11-24T10:00:00Z"
@@ -100,10 +101,22 @@ def test_a_pause_annotation_does_not_hold_the_guards_rollback() -> None:
 
 
 def test_an_abort_after_promotion_rolls_back_like_the_guard() -> None:
+    """As the guard's rollback does: the baseline grows by maxSurge while every promoted pod serves
+    on its gated template, the canary shrinks only as the baseline's pods are Ready, and the
+    message says how to run the rollout again."""
     run = Run()
     run.to_promoted()
-    run.step(abort=ABORT, baseline=ready(0), canary=ready(2))
-    assert (run.phase, run.status.reason) == (Phase.ROLLING_BACK, Reason.ABORTED)
+    steps = [((0, 2), (1, 2)), ((1, 2), (2, 1)), ((2, 1), (2, 0))]  # (ready baseline, canary) -> asked
+    for (baseline, canary), asked in steps:
+        d = run.step(abort=ABORT, baseline=ready(baseline), canary=ready(canary))
+        assert (d.baseline_replicas, d.canary_replicas) == asked
+        assert d.keep_template == frozenset({Track.CANARY})
+    assert (run.phase, run.status.reason) == (Phase.ROLLED_BACK, Reason.ABORTED)
+    assert [(h.phase, h.reason) for h in run.status.history[-2:]] == [
+        (Phase.ROLLING_BACK, Reason.ABORTED),
+        (Phase.ROLLED_BACK, Reason.ABORTED),
+    ]
+    assert ABORT in (run.status.message or "") and "kubectl specgate retry" in (run.status.message or "")
 
 
 def test_an_abort_of_a_new_baseline_after_a_promotion_says_the_promoted_pods_still_serve() -> None:

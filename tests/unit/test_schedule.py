@@ -7,7 +7,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from tests.unit.test_rollout import T0
+from tests.unit.rollout_driver import T0
 
 from specgate import api, render, schedule
 from specgate.api import Measurement, ScheduleSource, SpeculativeDeploymentStatus

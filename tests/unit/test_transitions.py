@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from tests.unit.test_rollout import Run, edit, make_spec, metrics, ready
+from tests.unit.rollout_driver import Run, edit, make_spec, metrics, ready
 
 from specgate import api, rollout
 from specgate.api import Phase

@@ -1,0 +1,127 @@
+"""make mutate: mutmut over the core (capacity, gates, rollout, render and prometheus.py's windowing)
+against tests/unit, then the kill rate per module and every surviving mutant.
+
+mutmut names a mutant after its file's path and strips only a leading `src/`, while the code imports
+`specgate` from `operator/`: so it runs in a copy of the checkout's files (build/mutate/) where
+operator/ is src/. Its configuration is pyproject.toml's [tool.mutmut]; its results stay in
+build/mutate/mutants/, so a second run checks only what changed. `--report` prints the last run's
+figures; `-- NAME...` runs only the mutants matching those mutmut names (fnmatch).
+Equivalent mutants (no test can tell them apart) are listed in EQUIVALENT with the reason.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+STAGE = ROOT / "build" / "mutate"
+MUTANTS = STAGE / "mutants" / "src" / "specgate"
+MODULES = ("capacity", "gates", "rollout", "render", "prometheus")
+# prometheus.py is mutated only where it turns samples into windows, not where it does HTTP.
+WINDOWING = (
+    "Series.increases", "Series.values", "Series.mean", "_spans", "_total", "_inside", "scrape_spacing",
+    "observed_interval", "acceptance_windows", "histogram", "_mean", "_rate", "_load",
+)  # fmt: skip
+# mutmut's exit codes: 1 and 3 a test failed (killed), 36 and the SIGXCPU ones a timeout (killed:
+# the mutant made the code loop), 0 survived, 5 and 33 survived as no unit test runs the code;
+# anything else (not checked, skipped, a crash) was not judged.
+KILLED = {1, 3, 36, 24, -24, 152, 255}
+SURVIVED = {0, 5, 33}
+# mutant name -> why no test can kill it (mutmut numbers a function's mutants anew when it changes).
+EQUIVALENT: dict[str, str] = {
+    "specgate.capacity.x__shrink__mutmut_1": "`target > replicas`: at target == replicas the rest "
+    "of _shrink returns min(replicas, max(replicas, ...)) = replicas too",
+    "specgate.capacity.x_step_toward__mutmut_39": "`want_c >= canary.replicas`: at equality _grow "
+    "returns min(want_c, max(want_c, room)) = want_c, which _shrink returned already",
+    "specgate.capacity.x_step_toward__mutmut_50": "`want_b >= baseline.replicas`: as mutant 39, for "
+    "the baseline",
+    **{
+        name: "zip's strict=None or left out is its default, not strict, as strict=False"
+        for name in (
+            "specgate.prometheus.xǁSeriesǁincreases__mutmut_6",
+            "specgate.prometheus.xǁSeriesǁincreases__mutmut_9",
+            "specgate.prometheus.x_observed_interval__mutmut_5",
+            "specgate.prometheus.x_observed_interval__mutmut_8",
+        )
+    },
+}
+
+
+def function_of(mutant: str) -> str:
+    """`specgate.prometheus.xǁSeriesǁmean__mutmut_3` -> `Series.mean`."""
+    name = mutant.rsplit("__mutmut_", 1)[0].rsplit(".", 1)[1]
+    return name.removeprefix("x_").removeprefix("xǁ").replace("ǁ", ".")
+
+
+def patterns() -> list[str]:
+    """mutmut's mutant-name filters for the code under test."""
+    core = [f"specgate.{module}.*" for module in MODULES if module != "prometheus"]
+    windowing = [
+        f"specgate.prometheus.x{'ǁ' + name.replace('.', 'ǁ') if '.' in name else '_' + name}__mutmut_*"
+        for name in WINDOWING
+    ]
+    return core + windowing
+
+
+def results(module: str) -> dict[str, int | None]:
+    meta = MUTANTS / f"{module}.py.meta"
+    codes: dict[str, int | None] = json.loads(meta.read_text())["exit_code_by_key"] if meta.exists() else {}
+    if module == "prometheus":
+        codes = {name: code for name, code in codes.items() if function_of(name) in WINDOWING}
+    return codes
+
+
+def report() -> int:
+    """Print each module's kill rate and its survivors; the number of survivors not marked equivalent."""
+    unexplained = 0
+    for module in MODULES:
+        codes = results(module)
+        judged = {name: code for name, code in codes.items() if code in KILLED | SURVIVED}
+        if not judged:
+            print(f"{module}: not run")
+            continue
+        killed = sum(code in KILLED for code in judged.values())
+        survivors = sorted(name for name, code in judged.items() if code in SURVIVED)
+        equivalent = [name for name in survivors if name in EQUIVALENT]
+        rate = (killed + len(equivalent)) / len(judged)
+        others = Counter(code for code in codes.values() if code not in KILLED | SURVIVED)
+        print(f"{module}: {rate:.1%} killed or equivalent ({killed} killed, {len(equivalent)} equivalent, "
+              f"{len(survivors) - len(equivalent)} survived of {len(judged)}; not judged: {dict(others)})")  # fmt: skip
+        for name in survivors:
+            print(
+                f"  {'equivalent' if name in EQUIVALENT else 'SURVIVED'}: {name}  {EQUIVALENT.get(name, '')}"
+            )
+        unexplained += len(survivors) - len(equivalent)
+    print("show one: mutmut show NAME")
+    return unexplained
+
+
+def stage() -> None:
+    """The checkout's tracked files as they are now into STAGE, operator/ as src/."""
+    listed = subprocess.run(["git", "ls-files", "-z"], cwd=ROOT, check=True, capture_output=True, text=True)
+    for name in filter(None, listed.stdout.split("\0")):
+        source = ROOT / name
+        if source.is_file():
+            target = STAGE / ("src" + name.removeprefix("operator") if name.startswith("operator/") else name)
+            target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target)
+
+
+def main() -> int:
+    args = sys.argv[1:]
+    if args != ["--report"]:
+        stage()
+        mutmut = Path(sys.executable).with_name("mutmut")
+        subprocess.run(
+            [str(mutmut), "run", *(args[1:] if args[:1] == ["--"] else patterns())], cwd=STAGE, check=False
+        )
+    return 1 if report() else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

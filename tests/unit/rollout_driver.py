@@ -1,0 +1,165 @@
+"""Drives rollout.decide() through time with scripted observations: the unit tests' spec, track
+metrics and readiness, and a Run that keeps status between steps. Shared by the rollout, handler,
+guard and request tests (a helper module, not a test module, so that no test is collected twice)."""
+
+from __future__ import annotations
+
+import math
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from specgate import api, rollout
+from specgate.api import Phase
+from specgate.gates import AcceptanceWindow, Histogram, Load
+from specgate.observation import Observation, TrackMetrics, TrackState
+from specgate.rollout import Decision
+
+T0 = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+ITL_BOUNDS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, math.inf)
+
+
+def spec_body(**rollout_fields: Any) -> dict[str, Any]:
+    """The unit tests' spec: short stages, small minimum samples; `rollout_fields` override."""
+    return {
+        "model": {"name": "m"},
+        "image": "vllm",
+        "replicas": 2,
+        "speculative": {"method": "draft_model", "draftModel": "d", "numSpeculativeTokens": 4},
+        "rollout": {
+            "warmup": "30s",
+            "analysisWindow": "60s",
+            "maxAnalysisDuration": "10m",
+            "progressDeadline": "5m",
+            "metricsUnavailableBudget": "2m",
+            "gates": {"minDrafts": 100, "minLatencySamples": 50},
+            **rollout_fields,
+        },
+    }
+
+
+def make_spec(**rollout_fields: Any) -> api.SpeculativeDeploymentSpec:
+    return api.parse_spec(spec_body(**rollout_fields))
+
+
+def itl(typical_seconds: float, count: float = 100_000) -> Histogram:
+    """A histogram whose mass sits in the bucket of typical_seconds (1 % spills one bucket higher)."""
+    i = next(i for i, b in enumerate(ITL_BOUNDS) if typical_seconds <= b)
+    cumulative = [0.0 if j < i else (0.985 * count if j == i else count) for j in range(len(ITL_BOUNDS))]
+    return Histogram(bounds=ITL_BOUNDS, counts=tuple(cumulative))
+
+
+def metrics(
+    alpha: float | None = None,
+    latency: float = 0.04,
+    windows: int = 20,
+    per_token: float = 0.03,
+    load: float = 2.0,
+) -> TrackMetrics:
+    acceptance: tuple[AcceptanceWindow, ...] = ()
+    per_position: tuple[float, ...] = ()
+    if alpha is not None:
+        acceptance = tuple(AcceptanceWindow(50, 200, 200 * alpha) for _ in range(windows))
+        per_position = tuple(50 * windows * alpha ** (i + 1) for i in range(4))
+    return TrackMetrics(
+        acceptance=acceptance,
+        accepted_per_position=per_position,
+        itl=itl(latency),
+        per_token=itl(per_token),
+        p99_ttft_ms=120.0,
+        per_token_latency_ms=30.0,
+        output_tokens_per_second=250.0,
+        requests_per_second=load,
+        concurrency=4.0,
+        load=Load(pods=1, requests_per_second_per_pod=load, running_per_pod=4.0 * load / 2),
+    )
+
+
+def ready(n: int) -> TrackState:
+    return TrackState(exists=True, replicas=n, ready_replicas=n)
+
+
+class Run:
+    """Feeds decide() one observation at a time, keeping status and the children it asked for."""
+
+    def __init__(self, spec: api.SpeculativeDeploymentSpec | None = None) -> None:
+        self.spec = spec or make_spec()
+        self.status = api.SpeculativeDeploymentStatus()
+        self.now = T0
+        self.generation = 1
+        self.last: Decision | None = None
+
+    def step(self, after: float = 10, **obs: Any) -> Decision:
+        self.now += timedelta(seconds=after)
+        observation = Observation(generation=self.generation, **obs)
+        decision = rollout.decide(self.spec, self.status, observation, self.now)
+        self.status, self.last = decision.status, decision
+        return decision
+
+    @property
+    def phase(self) -> Phase:
+        return self.status.phase
+
+    def expect(self, phase: Phase) -> None:
+        """Assert the phase (a method, so that mypy does not narrow run.phase across steps)."""
+        assert self.phase == phase, self.status.message
+
+    def to_canary(self) -> None:
+        self.step(baseline=ready(2))
+        self.step(baseline=ready(2))  # Ready seen: warm-up starts
+        self.step(after=95, baseline=ready(2), baseline_metrics=metrics())
+        assert self.phase == Phase.CANARY, self.status.message
+
+    def to_analyzing(self) -> None:
+        self.to_canary()
+        self.step(baseline=ready(1), canary=ready(1))
+        assert self.phase == Phase.ANALYZING
+        self.now += timedelta(seconds=30)  # warm-up of the canary
+
+    def to_promoted(self) -> None:
+        self.to_analyzing()
+        self.step(
+            after=70,
+            baseline=ready(1),
+            canary=ready(1),
+            baseline_metrics=metrics(),
+            canary_metrics=metrics(0.8),
+        )
+        assert self.phase == Phase.PROMOTING, self.status.message
+        self.step(baseline=ready(1), canary=ready(2))
+        self.expect(Phase.PROMOTED)
+
+
+def edit(run: Run, **rollout_fields: Any) -> None:
+    """What the API server does on any spec edit: a new spec and generation + 1."""
+    raw = run.spec.model_dump(by_alias=True, mode="json")
+    for key, value in rollout_fields.items():
+        target = raw if key in ("replicas", "speculative") else raw["rollout"]
+        target[key] = value
+    run.spec = api.parse_spec(raw)
+    run.generation += 1
+
+
+# A rollout that replaces a promoted config (issue 37): shared by the rollout and handler tests.
+
+
+def steady_history(hours: float = 4.0, alpha: float = 0.7) -> tuple[AcceptanceWindow, ...]:
+    """What Prometheus returns for a promoted config whose mix did not move: 60 s blocks, one alpha."""
+    return tuple(
+        AcceptanceWindow(0.0, 4000.0, 4000.0 * alpha, end=60.0 * (i + 1)) for i in range(int(hours * 60))
+    )
+
+
+def to_rerollout(run: Run) -> datetime:
+    """Promoted, serving for 5 h, then a new config: the new rollout's Analyzing phase, with its
+    start as the incumbent's end (returned)."""
+    run.to_promoted()
+    run.step(after=5 * 3600, canary=ready(2), canary_metrics=metrics(0.8))
+    edit(run, speculative={"method": "draft_model", "draftModel": "d", "numSpeculativeTokens": 2})
+    run.step(baseline=TrackState(exists=True), canary=ready(2))
+    began = run.now
+    run.step(baseline=ready(2), canary=TrackState(exists=True))
+    run.to_analyzing()
+    return began
+
+
+NEAR_GATE = metrics(0.62, windows=12)  # three minutes at 0.62: a Pass on a steady mix, not under 0.09
