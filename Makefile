@@ -36,8 +36,9 @@ fmt: venv ## format the code
 	$(VENV)/bin/ruff format operator lab tests bench
 
 .PHONY: api-docs
-api-docs: venv ## regenerate docs/reference/api.md from the CRD's schema (a unit test fails when it drifts)
+api-docs: venv ## regenerate docs/reference/api.md (the CRD) and helm-values.md (the chart); a unit test fails on drift
 	$(VENV)/bin/python hack/api_reference.py > docs/reference/api.md
+	$(VENV)/bin/python -m hack.values_reference > docs/reference/helm-values.md
 
 .PHONY: crd
 crd: venv ## regenerate the checked-in CRD (and the chart's copies) from the pydantic models
