@@ -55,6 +55,14 @@ def rows(node: Node, path: str, required: set[str]) -> Iterator[tuple[str, str, 
         yield from rows(target, here + suffix, set(target.get("required", [])))
 
 
+def table(node: Node, path: str) -> str:
+    """The markdown table rows of a schema node's fields, named below `path`."""
+    found = rows(node, path, set(node.get("required", [])))
+    return "".join(
+        f"| `{here}` | {kind} | {description} | {facts} |\n" for here, kind, description, facts in found
+    )
+
+
 def render() -> str:
     version = crd.crd()["spec"]["versions"][0]
     schema: Node = version["schema"]["openAPIV3Schema"]
@@ -62,8 +70,7 @@ def render() -> str:
     for top in ("spec", "status"):
         node = schema["properties"][top]
         out.append(f"\n## {top}\n\n| field | type | description | notes |\n|---|---|---|---|\n")
-        for path, kind, description, facts in rows(node, top, set(node.get("required", []))):
-            out.append(f"| `{path}` | {kind} | {description} | {facts} |\n")
+        out.append(table(node, top))
     return "".join(out)
 
 

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from hack.api_reference import Node, rows
+from hack.api_reference import Node, table
 
 CHART = Path(__file__).resolve().parent.parent / "charts" / "specgate"
 KEY = re.compile(r"^(\s*)([A-Za-z]\w*):[^#]*(?:#\s*(.*))?$")  # key: value  # an inline note
@@ -76,9 +76,7 @@ def render() -> str:
     text = (CHART / "values.yaml").read_text()
     schema = json.loads((CHART / "values.schema.json").read_text())
     node = annotated(schema, yaml.safe_load(text), comments(text))
-    lines = [f"| `{path}` | {kind} | {description} | {facts} |\n" for path, kind, description, facts in
-             rows(node, "", set(node.get("required", [])))]  # fmt: skip
-    return HEADER + "".join(lines)
+    return HEADER + table(node, "")
 
 
 if __name__ == "__main__":
