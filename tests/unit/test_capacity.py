@@ -103,6 +103,45 @@ def test_one_step_from_any_observed_state_keeps_the_floor_or_the_ready_pods_ther
         assert b + c <= replicas + surge
 
 
+def test_ready_pods_a_pending_lowering_would_remove_are_kept_when_the_floor_rises() -> None:
+    """Found by `make fuzz` (seed 859): Promoting has set the baseline 1 -> 0, its Deployment has not
+    acted yet (its Ready pod still serves), and an HPA raises replicas 3 -> 6 (floor 5) beside 3 Ready
+    canary pods. The pending lowering would take 4 Ready pods to 3: the baseline goes back to 1, and
+    the canary grows only within the pods the budget leaves."""
+    assert step_toward(Budget(6, max_surge=0, max_unavailable=1), Side(0, 1), Side(3, 3), (0, 6)) == (1, 5)
+
+
+@given(
+    replicas=st.integers(1, 8),
+    surge=st.integers(0, 2),
+    unavailable=st.integers(0, 2),
+    baseline=st.tuples(st.integers(0, 8), st.integers(0, 8)),
+    canary=st.tuples(st.integers(0, 8), st.integers(0, 8)),
+    target_canary=st.integers(0, 8),
+)
+def test_one_step_keeps_the_floor_even_where_ready_pods_exceed_the_replicas(
+    replicas: int,
+    surge: int,
+    unavailable: int,
+    baseline: tuple[int, int],
+    canary: tuple[int, int],
+    target_canary: int,
+) -> None:
+    """Ready pods above a track's replicas are a lowering its Deployment has not acted on yet: the step
+    keeps the floor (or every Ready pod there is) all the same, counting a track at n replicas as
+    min(n, ready) Ready pods."""
+    base, can = Side(*baseline), Side(*canary)
+    b, c = step_toward(
+        Budget(replicas, surge, unavailable),
+        base,
+        can,
+        (replicas - min(target_canary, replicas), min(target_canary, replicas)),
+    )
+    assert min(b, base.ready) + min(c, can.ready) >= min(
+        max(replicas - unavailable, 0), base.ready + can.ready
+    )
+
+
 def test_a_track_mid_roll_counts_only_the_pods_its_deployment_keeps() -> None:
     assert guaranteed(Side(3, 3), rolling=True, max_unavailable=1).kept(3) == 2
     assert guaranteed(Side(3, 1), rolling=True, max_unavailable=1).kept(3) == 1  # fewer Ready already
