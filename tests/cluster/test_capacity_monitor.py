@@ -11,7 +11,7 @@ import pytest
 from kubernetes import client
 from tests.cluster.capacity import CapacityMonitor, Timeline, sd_floor
 from tests.cluster.operator_process import create_sd, wait_for
-from tests.cluster.test_local_cluster import gpu_deployment
+from tests.cluster.workloads import gpu_deployment
 from tests.conftest import tiny
 
 from specgate import api

@@ -12,19 +12,15 @@ from typing import Any
 import pytest
 import yaml
 from kubernetes import client
-from tests.cluster.conftest import CACHE
+from tests.cluster.chart import CHART, HELM, KUBECONFORM, schema_location, strict
 from tests.cluster.operator_process import Operator, run, wait_for
 from tests.cluster.rollouts import run_rollout, sim_rollout
-from tests.conftest import ROOT
 
 from specgate import cli
 from specgate_lab.crds import crd_path, install_crd, peering_crds_path
 
 pytestmark = pytest.mark.cluster
 
-CHART = ROOT / "charts" / "specgate"
-HELM = str(CACHE / "bin" / "helm")
-KUBECONFORM = str(CACHE / "bin" / "kubeconform")
 RELEASE_NS = "specgate-system"
 DASHBOARD = CHART / "dashboards" / "specgate.json"
 RBAC_DENIED = re.compile(r'forbidden: User "[^"]+" cannot')  # how the API server words an RBAC denial
@@ -78,27 +74,6 @@ def test_the_crd_template_is_the_generated_crd_with_helms_labels() -> None:
     assert crd("--set", "crds.install=false") == []
 
 
-def strict(schema: Any) -> Any:
-    """An OpenAPI schema as a JSON schema for kubeconform -strict, which only refuses what a schema
-    refuses: an object that lists its properties takes no others (the API server drops or refuses
-    them) unless it says x-kubernetes-preserve-unknown-fields. The walk follows the schema's
-    structure, so a field named like a keyword ("items", "properties") stays a field."""
-    if not isinstance(schema, dict):
-        return schema
-    out = dict(schema)
-    if "properties" in out:
-        out["properties"] = {name: strict(sub) for name, sub in out["properties"].items()}
-        if not out.get("x-kubernetes-preserve-unknown-fields"):
-            out.setdefault("additionalProperties", False)
-    for key in ("items", "additionalProperties", "not"):
-        if isinstance(out.get(key), dict):
-            out[key] = strict(out[key])
-    for key in ("allOf", "anyOf", "oneOf"):
-        if key in out:
-            out[key] = [strict(sub) for sub in out[key]]
-    return out
-
-
 def cluster_schemas(kubectl: str, kubeconfig: str, out: Path, kinds: set[tuple[str, str]]) -> Path:
     """kubeconform schemas for the given (apiVersion, kind) from the local cluster's OpenAPI."""
     swagger = json.loads(run(kubectl, "--kubeconfig", kubeconfig, "get", "--raw", "/openapi/v2"))
@@ -113,11 +88,6 @@ def cluster_schemas(kubectl: str, kubeconfig: str, out: Path, kinds: set[tuple[s
             standalone = {"$ref": f"#/definitions/{name}", "definitions": definitions}
             (out / f"{gvk['kind'].lower()}{suffix}.json").write_text(json.dumps(standalone))
     return out
-
-
-def schema_location(schemas: Path) -> str:
-    """kubeconform's -schema-location for a directory of <kind><suffix>.json schemas."""
-    return f"{schemas}/{{{{ .ResourceKind }}}}{{{{ .KindSuffix }}}}.json"
 
 
 def test_rendered_manifests_validate_against_the_cluster_openapi(

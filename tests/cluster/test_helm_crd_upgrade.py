@@ -14,8 +14,8 @@ from typing import Any
 import pytest
 import yaml
 from kubernetes import client
+from tests.cluster.chart import CHART, HELM
 from tests.cluster.operator_process import wait_for
-from tests.cluster.test_helm_chart import CHART, HELM
 from tests.conftest import load_sample
 
 from specgate_lab.crds import CRD_FILE, install_crd

@@ -11,9 +11,9 @@ from typing import Any
 
 import pytest
 import yaml
+from tests.cluster.chart import CHART, HELM, KUBECONFORM, schema_location, strict
 from tests.cluster.conftest import CACHE
 from tests.cluster.operator_process import run
-from tests.cluster.test_helm_chart import CHART, HELM, KUBECONFORM, schema_location, strict
 
 from specgate import render
 
