@@ -558,7 +558,8 @@ class RolloutSpec(Model):
         1,
         ge=1,
         description="Replicas of the canary (strategy canary): fewer than replicas, so that the baseline "
-        "serves beside it (at replicas 1, 1 canary pod beside the baseline's on a spare GPU).",
+        "serves beside it. At replicas 1 the canary pod needs a spare GPU (maxSurge 1); with maxSurge 0 "
+        "the baseline's pod gives way to it, as maxUnavailable 1 allows, and nothing serves between.",
     )
     max_surge: int = Field(
         1,
