@@ -81,6 +81,7 @@ class Sample:
     protected: int  # see protected_after
     came: tuple[str, ...]  # "pod (track)" that began serving since the previous sample
     gone: tuple[str, ...]  # "pod (track, why)" that stopped serving since the previous sample
+    forgiven: int = 0  # pods a test's faults took that no newly serving pod has made up for yet
 
     @property
     def ready(self) -> int:
@@ -108,14 +109,16 @@ class Timeline:
         before: Mapping[str, str] = last.serving if last else {}
         if last is not None and before == serving and last.floor == floor:
             return
-        protected = protected_after(last.protected if last else 0, len(serving), floor)
         came = tuple(f"{p} ({track})" for p, track in serving.items() if p not in before)
         gone = tuple(f"{p} ({track}, {why(p)})" for p, track in before.items() if p not in serving)
-        self.samples.append(Sample(at, dict(serving), floor, protected, came, gone))
+        forgiven = max(last.forgiven - len(came), 0) if last else 0
+        protected = protected_after(last.protected if last else 0, len(serving), floor, forgiven)
+        self.samples.append(Sample(at, dict(serving), floor, protected, came, gone, forgiven))
 
     def lose(self, at: float, pod: str) -> None:
         """A test's fault (a kill, a deletion) takes `pod`: no rollout could have kept it, so the pods
-        protected go down by one with it, as a replicas change lowers them (protected_after)."""
+        protected go down by one with it, and stay down until a newly serving pod makes up for it
+        (protected_after)."""
         if not self.samples:
             return
         last = self.samples[-1]
@@ -123,7 +126,8 @@ class Timeline:
         gone = tuple(
             f"{pod} ({track}, a fault the test made)" for name, track in last.serving.items() if name == pod
         )
-        self.samples.append(Sample(at, serving, last.floor, max(last.protected - len(gone), 0), (), gone))
+        protected = max(last.protected - len(gone), 0)
+        self.samples.append(Sample(at, serving, last.floor, protected, (), gone, last.forgiven + len(gone)))
 
     @property
     def reached(self) -> bool:

@@ -11,7 +11,7 @@ kubelet. Invariants checked every tick (DESIGN.md, section 2):
 - Ready serving pods never below `replicas - maxUnavailable` once reached. The floor is the
   rollout's own: of the current valid spec; a replicas change lowers it at once and raises it only
   as Ready pods reach it (scaling itself is allowed), and a fault (a crash, a failed probe, a
-  deleted pod) lowers it by the pod it took.
+  deleted pod) lowers it by the pod it took until a newly Ready pod makes up for it (tests/floor.py).
 - Never more Ready pods on canary templates that no gate passed than the canary's share
   (canaryReplicas, plus maxSurge while the canary Deployment itself rolls).
 - A rollback resumed after a failed spec ends with the reason it began with.
