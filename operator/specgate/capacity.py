@@ -45,10 +45,14 @@ def step_toward(budget: Budget, baseline: Side, canary: Side, targets: tuple[int
     """The replica counts to apply now, on the way from the observed sides to (baseline, canary)."""
     want_b, want_c = targets
     # The second shrink counts only the Ready pods the first one keeps, so together they hold the floor.
-    b = _shrink(budget, baseline, want_b, other_ready=canary.kept(canary.replicas))
+    canary_ready = canary.kept(canary.replicas)
+    b = max(
+        _shrink(budget, baseline, want_b, canary_ready),
+        _baseline_kept_above_its_replicas(budget, baseline, canary_ready),
+    )
     c = _shrink(budget, canary, want_c, other_ready=baseline.kept(b))
     most_pods = max(budget.replicas + budget.max_surge, want_b + want_c)
-    c = max(c, _grow(canary.replicas, want_c, room=most_pods - b)) if want_c > canary.replicas else c
+    c = _grow(canary.replicas, want_c, room=most_pods - b) if want_c > canary.replicas else c
     b = max(b, _grow(baseline.replicas, want_b, room=most_pods - c)) if want_b > baseline.replicas else b
     return b, c
 
@@ -79,17 +83,23 @@ def _shrink(budget: Budget, side: Side, target: int, other_ready: int) -> int:
     A rolling track keeps maxUnavailable more replicas than those, for its roll may take that many;
     if even its current replicas cannot promise them, it is not lowered at all: pods its roll only
     may remove are still serving, and lowering its replicas would remove them for certain."""
-    # Ready pods above its replicas are a lowering its Deployment has not acted on yet: those the
-    # floor has come to need since (an HPA scale-up, a lost pod) are kept by raising it back.
-    needed = min(side.ready, max(budget.min_ready - other_ready, 0))
     if target >= side.replicas:
-        return max(side.replicas, needed)
+        return side.replicas
+    needed = min(side.ready, max(budget.min_ready - other_ready, 0))
     if needed == 0:
         return target
     spare_ready = side.ready - needed if side.rolling else side.replicas  # proportional scaling's toll
-    return max(
-        needed, min(side.replicas, max(target, needed + side.unavailable, side.replicas - spare_ready))
-    )
+    return min(side.replicas, max(target, needed + side.unavailable, side.replicas - spare_ready))
+
+
+def _baseline_kept_above_its_replicas(budget: Budget, baseline: Side, other_ready: int) -> int:
+    """Ready pods above the baseline's replicas (a lowering its Deployment has not acted on yet, or
+    its roll's surge) would go: those the floor has come to need since (an HPA scale-up, a lost pod)
+    are kept by raising its replicas back. The baseline's only: raising the canary's could serve an
+    ungated config above its share."""
+    if baseline.ready <= baseline.replicas:
+        return 0
+    return min(baseline.ready, max(budget.min_ready - other_ready, 0))
 
 
 def _grow(current: int, target: int, room: int) -> int:
