@@ -238,13 +238,15 @@ OLD_ITL = TIME_PER_OUTPUT_TOKEN  # vLLM before 0.10.2 (removed by 0.13)
 NEW_ITL = INTER_TOKEN_LATENCY
 
 
-def itl_series(name: str, per_scrape: tuple[float, float], minutes: float = 2) -> dict[str, list[Series]]:
+def itl_series(
+    name: str, per_scrape: tuple[float, float], minutes: float = 2, instance: str = "a:8000"
+) -> dict[str, list[Series]]:
     """One pod's ITL histogram scraped every 15 s from T0: per scrape, per_scrape[0] samples at most
     25 ms and per_scrape[1] between 25 and 50 ms, 1.2 s of ITL in all (40 samples, 30 ms mean)."""
     fast, slow = per_scrape
     stamps = [T0.timestamp() + 15 * i for i in range(int(minutes * 4) + 1)]
     cumulative = {"0.025": fast, "0.05": fast + slow, "+Inf": fast + slow}
-    pod = {"instance": "a:8000"}
+    pod = {"instance": instance}
     return {
         f"{name}_bucket": [
             Series({**pod, "le": le}, tuple((t, per * i) for i, t in enumerate(stamps)))
@@ -269,6 +271,23 @@ def test_the_newer_itl_name_wins_when_both_are_exported() -> None:
     families = {**itl_series(OLD_ITL, (10, 30)), **itl_series(NEW_ITL, (30, 10))}
     metrics = prometheus._track_metrics(families, Window(T0, T0 + timedelta(minutes=2)), 15.0, ())
     assert metrics.itl is not None and metrics.itl.counts == (240.0, 320.0, 320.0)
+
+
+def test_a_tracks_histogram_sums_the_buckets_of_its_pods() -> None:
+    """Two pods' ITL buckets at the same bounds add up (each pod's alone: (80, 320, 320) and
+    (240, 320, 320)), as `sum by (le)` would; kills the mutant that overwrote one pod's counts."""
+    one, other = itl_series(NEW_ITL, (10, 30)), itl_series(NEW_ITL, (30, 10), instance="b:8000")
+    families = {name: one[name] + other[name] for name in one}
+    metrics = prometheus._track_metrics(families, Window(T0, T0 + timedelta(minutes=2)), 15.0, ())
+    assert metrics.itl is not None and metrics.itl.counts == (320.0, 640.0, 640.0)
+
+
+def test_a_counter_that_did_not_move_adds_nothing() -> None:
+    """Equal consecutive scrapes are no increase, not a reset (which would count the whole value
+    again): 5, 5, 7 is an increase of 2."""
+    stamps = [T0.timestamp() + 15 * i for i in range(3)]
+    series = Series({"instance": "a:8000"}, tuple(zip(stamps, (5.0, 5.0, 7.0), strict=True)))
+    assert [i.value for i in series.increases(stamps[0], ())] == [0.0, 2.0]
 
 
 CUSTOM_LABELS = {"namespaceLabel": "kubernetes_namespace", "deploymentLabel": "app", "trackLabel": "role"}
