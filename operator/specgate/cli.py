@@ -39,7 +39,8 @@ def _run(args: argparse.Namespace) -> int:
 
     import specgate.handlers  # noqa: F401  (registers the handlers with kopf)
 
-    kopf.configure(verbose=args.verbose)
+    # Each object's lines start with [namespace/name], as `kopf run` prints them.
+    kopf.configure(verbose=args.verbose, log_prefix=True)
     kopf.run(
         clusterwide=not args.namespace,
         namespaces=args.namespace or [],
