@@ -73,14 +73,18 @@ def test_scaling_up_and_down_in_place() -> None:
     assert step_toward(Budget(2, 1, 0), Side(0, 0), Side(4, 4), (0, 2)) == (0, 2)
 
 
-@given(
-    replicas=st.integers(1, 8),
-    surge=st.integers(0, 2),
-    unavailable=st.integers(0, 2),
-    baseline=st.tuples(st.integers(0, 8), st.integers(0, 8)),
-    canary=st.tuples(st.integers(0, 8), st.integers(0, 8)),
-    target_canary=st.integers(0, 8),
-)
+# Any budget, any observed (replicas, Ready) per track, any canary target.
+OBSERVED_STATES = {
+    "replicas": st.integers(1, 8),
+    "surge": st.integers(0, 2),
+    "unavailable": st.integers(0, 2),
+    "baseline": st.tuples(st.integers(0, 8), st.integers(0, 8)),
+    "canary": st.tuples(st.integers(0, 8), st.integers(0, 8)),
+    "target_canary": st.integers(0, 8),
+}
+
+
+@given(**OBSERVED_STATES)
 def test_one_step_from_any_observed_state_keeps_the_floor_or_the_ready_pods_there_are(
     replicas: int,
     surge: int,
@@ -111,14 +115,7 @@ def test_ready_pods_a_pending_lowering_would_remove_are_kept_when_the_floor_rise
     assert step_toward(Budget(6, max_surge=0, max_unavailable=1), Side(0, 1), Side(3, 3), (0, 6)) == (1, 5)
 
 
-@given(
-    replicas=st.integers(1, 8),
-    surge=st.integers(0, 2),
-    unavailable=st.integers(0, 2),
-    baseline=st.tuples(st.integers(0, 8), st.integers(0, 8)),
-    canary=st.tuples(st.integers(0, 8), st.integers(0, 8)),
-    target_canary=st.integers(0, 8),
-)
+@given(**OBSERVED_STATES)
 def test_one_step_keeps_the_floor_even_where_the_baselines_ready_pods_exceed_its_replicas(
     replicas: int,
     surge: int,

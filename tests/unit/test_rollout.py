@@ -1065,7 +1065,9 @@ def test_a_first_rollout_keeps_the_fallback_drift() -> None:
     assert "drift: spec mixDrift (fallback" in (run.status.message or "")
 
 
-def test_an_unreadable_or_short_incumbent_history_falls_back_and_says_why() -> None:
+def rerollout_near_the_gate(**incumbent: Any) -> Run:
+    """A re-rollout's first minute of analysis of a near-gate canary, with the incumbent's history
+    (or its error) as given."""
     run = Run()
     to_rerollout(run)
     run.step(
@@ -1074,24 +1076,20 @@ def test_an_unreadable_or_short_incumbent_history_falls_back_and_says_why() -> N
         canary=ready(1),
         baseline_metrics=metrics(),
         canary_metrics=NEAR_GATE,
-        incumbent_error="Prometheus query failed: timeout",
+        **incumbent,
     )
+    return run
+
+
+def test_an_unreadable_or_short_incumbent_history_falls_back_and_says_why() -> None:
+    run = rerollout_near_the_gate(incumbent_error="Prometheus query failed: timeout")
     drift = run.status.mix_drift
     assert drift is not None and drift.standard_deviation == 0.09
     assert (
         drift.source
         == "spec mixDrift (fallback: the promoted config's history: Prometheus query failed: timeout)"
     )
-    short = Run()
-    to_rerollout(short)
-    short.step(
-        after=60,
-        baseline=ready(1),
-        canary=ready(1),
-        baseline_metrics=metrics(),
-        canary_metrics=NEAR_GATE,
-        incumbent_acceptance=steady_history(hours=0.5),
-    )
+    short = rerollout_near_the_gate(incumbent_acceptance=steady_history(hours=0.5))
     assert short.status.mix_drift is not None and short.status.mix_drift.standard_deviation == 0.09
     assert short.status.verdict == "InsufficientData"
 
