@@ -106,8 +106,17 @@ def test_a_gpu_pod_template_is_promoted_while_another_writer_and_an_hpa_change_t
     assert run.phases == ["Baseline", "Canary", "Analyzing", "Promoting", "Promoted"], status["history"]
     assert status["canary"]["alpha"] == pytest.approx(0.8, abs=0.06)
     # After promotion the guard's own (younger, wider) interval stands in status: it need not clear
-    # the gate on its own; the promotion itself was GatesPassed (checked below).
-    assert status["canary"]["alphaLower"] <= status["canary"]["alpha"] <= status["canary"]["alphaUpper"]
+    # the gate on its own; the promotion itself was GatesPassed (checked below). How soon after
+    # promotion the test reads status is the machine's pace: the guard's first windows may not hold
+    # minDrafts and MIN_WINDOWS yet, and then status has alpha but no interval.
+    canary = status["canary"]
+    if "alphaLower" in canary:
+        assert canary["alphaLower"] <= canary["alpha"] <= canary["alphaUpper"]
+    else:
+        young = canary["drafts"] < api.parse_spec(run.obj["spec"]).rollout.gates.min_drafts
+        assert "alphaUpper" not in canary and (
+            young or status.get("guard", {}).get("windows", 0) < gates.MIN_WINDOWS
+        ), status
     assert status["baseline"]["p99ItlMs"] > 0 and status["canary"]["p99ItlMs"] > 0
     assert len(status["canary"]["acceptancePerPosition"]) == 3
     apps = client.AppsV1Api(lab["api_client"])
