@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
+from tests.cluster.capacity import CapacityMonitor
 from tests.cluster.conftest import Rollouts, side_by_side
 from tests.cluster.operator_process import (
     RECONCILE_LINE,
@@ -282,10 +283,17 @@ def test_deleting_mid_analysis_removes_every_child(lab: dict[str, Any]) -> None:
     operator = lab_operator(lab["kubeconfig"], namespace, lab["prometheus_url"], lab["log_dir"], "--verbose")
     late_reconciles: list[str] = []
     # Deleting the object asks for nothing to serve: run_rollout's capacity floor is 0 from its
-    # deletionTimestamp on (capacity.sd_floor), and the full replicas until then.
+    # deletionTimestamp on (capacity.sd_floor), and the full replicas until then. The witness never
+    # serves, so only the object's own floor is required to have been reached.
+    monitor = CapacityMonitor(api_client, namespace, require_reached=False)
     run = run_rollout(
-        body=sim_rollout("gone", GOOD, **SHORT), until=delete_once_analyzing, operator=operator, **lab
+        body=sim_rollout("gone", GOOD, **SHORT),
+        until=delete_once_analyzing,
+        operator=operator,
+        monitor=monitor,
+        **lab,
     )
+    assert monitor.timelines["gone"].reached, "the object's floor was never reached"
     assert leftovers == {"deployments": [], "replicasets": [], "pods": [], "services": []}
     assert RECONCILE_LINE.search(run.operator_log), "the operator log shows no reconcile at all"
     assert late_reconciles == [], "the operator still reconciled (and queried Prometheus) after deletion"
