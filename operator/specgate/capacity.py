@@ -85,7 +85,7 @@ def _shrink(budget: Budget, side: Side, target: int, other_ready: int) -> int:
     may remove are still serving, and lowering its replicas would remove them for certain."""
     if target >= side.replicas:
         return side.replicas
-    needed = min(side.ready, max(budget.min_ready - other_ready, 0))
+    needed = _needed(budget, side, other_ready)
     if needed == 0:
         return target
     spare_ready = side.ready - needed if side.rolling else side.replicas  # proportional scaling's toll
@@ -97,9 +97,12 @@ def _baseline_kept_above_its_replicas(budget: Budget, baseline: Side, other_read
     its roll's surge) would go: those the floor has come to need since (an HPA scale-up, a lost pod)
     are kept by raising its replicas back. The baseline's only: raising the canary's could serve an
     ungated config above its share."""
-    if baseline.ready <= baseline.replicas:
-        return 0
-    return min(baseline.ready, max(budget.min_ready - other_ready, 0))
+    return _needed(budget, baseline, other_ready) if baseline.ready > baseline.replicas else 0
+
+
+def _needed(budget: Budget, side: Side, other_ready: int) -> int:
+    """The side's Ready pods the floor needs beside the other side's `other_ready`."""
+    return min(side.ready, max(budget.min_ready - other_ready, 0))
 
 
 def _grow(current: int, target: int, room: int) -> int:
