@@ -84,11 +84,33 @@ LLAMA_SHAPES: dict[float, Network] = {
     8.03: Network(8.03, kv_bytes(32, 8, 128)),
     70.6: Network(70.6, kv_bytes(80, 8, 128)),
 }
-# Draft heads: one decoder layer of an 8B target (218M) plus its input fusion and LM head:
-# EAGLE-3 3 x 4096 -> 4096 fc (50M) and a 32000-token draft vocabulary (131M); EAGLE(-1)
-# 2 x 4096 -> 4096 fc (34M) and the target's own 128256-token LM head (525M).
-EAGLE3_HEAD = Network(0.40, kv_bytes(1, 8, 128))
-EAGLE_HEAD = Network(0.78, kv_bytes(1, 8, 128))
+# Their depth and width (the same config.json files), and the vocabulary they share.
+LLAMA_LAYERS_AND_WIDTH: dict[float, tuple[int, int]] = {
+    1.24: (16, 2048),
+    3.21: (28, 3072),
+    8.03: (32, 4096),
+    70.6: (80, 8192),
+}
+LLAMA_VOCABULARY = 128256
+# An EAGLE head is one decoder layer of the target, an input fusion of that many hidden states and an
+# LM head: EAGLE-3 fuses three and has its own 32000-token draft vocabulary, EAGLE(-1) fuses two and
+# uses the target's vocabulary.
+HEAD_FUSION_AND_VOCABULARY = {"eagle3": (3, 32000), "eagle": (2, LLAMA_VOCABULARY)}
+
+
+def eagle_head(params_b: float, method: str) -> Network:
+    """The draft head of a Llama-shaped target of this size: 0.40B (EAGLE-3) or 0.78B (EAGLE) for an
+    8B target, 1.32B (EAGLE-3) for a 70B one. Of another size, the nearest shape's depth with the
+    width grown as the square root of the parameters."""
+    nearest = min(LLAMA_LAYERS_AND_WIDTH, key=lambda size: abs(math.log(size / params_b)))
+    layers, width = LLAMA_LAYERS_AND_WIDTH[nearest]
+    hidden = width * (params_b / nearest) ** 0.5
+    layer_b = (params_b - 2 * LLAMA_VOCABULARY * hidden / 1e9) / layers  # embeddings in, LM head out
+    fusion, vocabulary = HEAD_FUSION_AND_VOCABULARY[method]
+    return Network(layer_b + (fusion * hidden**2 + vocabulary * hidden) / 1e9, kv_bytes(1, 8, 128))
+
+
+EAGLE3_HEAD = eagle_head(8.03, "eagle3")
 
 
 def network_for(params_b: float, bytes_per_param: float = 2.0) -> Network:
@@ -272,12 +294,9 @@ class CostModel:
             raise ValueError(f"unknown draft {draft!r}; known: {', '.join(DRAFTS)}")
         chip = ACCELERATORS[accelerator]
         target = network_for(params_b, bytes_per_param)
-        scale = params_b / 8.03  # a head is one decoder layer of the target: it grows with the width
-        heads = {"eagle3": EAGLE3_HEAD, "eagle": EAGLE_HEAD}
         draft_pass: Pass | None = None
-        if draft in heads:
-            head = heads[draft]
-            draft_pass = Pass.physics(Network(head.params_b * scale, head.kv_bytes_per_token), chip)
+        if draft in HEAD_FUSION_AND_VOCABULARY:
+            draft_pass = Pass.physics(eagle_head(params_b, draft), chip)
         elif draft == "draft_model":
             draft_pass = Pass.physics(network_for(draft_params_b), chip)
         return cls(target=Pass.physics(target, chip), draft=draft_pass, context=context)
