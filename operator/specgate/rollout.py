@@ -1136,7 +1136,9 @@ def _latency_results(step: _Step, metrics: TrackMetrics) -> list[gates.GateResul
     """The per-token and step-stall gates: the canary against the baseline measured beside it now
     (canary strategy) or stored (sequential, guard), only at comparable load."""
     g = step.spec.rollout.gates
-    beside = step.obs.baseline_metrics
+    # A baseline with no pod serving is not beside the canary (swapped out for it, or sequential):
+    # the last scrapes of its removed pods, in the range's reach before the window, measured nothing.
+    beside = step.obs.baseline_metrics if step.obs.baseline.serving > 0 else None
     stored = step.status.baseline
     baseline_load = beside.load if beside is not None else measurements.stored_load(stored)
     different = (

@@ -30,7 +30,7 @@ from tests.unit.rollout_driver import (
 from specgate import api, gates, measurements, render, rollout
 from specgate.api import Phase
 from specgate.cli import render_timeline
-from specgate.gates import AcceptanceWindow, Histogram
+from specgate.gates import AcceptanceWindow, Histogram, Load
 from specgate.observation import Observation, TrackMetrics, TrackState
 from specgate.rollout import Decision, Reason
 
@@ -132,6 +132,28 @@ def test_sequential_strategy_swaps_the_replicas_as_the_candidate_becomes_ready()
     assert (d.baseline_replicas, d.canary_replicas) == (1, 2)
     d = run.step(baseline=ready(1), canary=ready(2))
     assert (run.phase, d.baseline_replicas, d.canary_replicas) == (Phase.ANALYZING, 0, 2)
+
+
+def test_a_swapped_out_baseline_is_compared_as_stored_not_by_its_last_scrapes() -> None:
+    """With the baseline at 0 pods (sequential, or swapped out for the canary without a spare GPU),
+    its removed pods' last scrapes can fall in the range the query reaches before the window: series
+    with no observation in it. make demo stalled on that until maxAnalysisDuration ("0 P99
+    per-token latency samples on the smaller track"); the stored baseline is the comparison."""
+    run = Run(make_spec(strategy="sequential"))
+    run.to_canary()
+    run.step(baseline=ready(2), canary=ready(1))
+    run.step(baseline=ready(1), canary=ready(2))
+    run.expect(Phase.ANALYZING)
+    nothing = Histogram(ITL_BOUNDS, (0.0,) * len(ITL_BOUNDS))
+    last_scrapes = TrackMetrics(itl=nothing, per_token=nothing, load=Load(0, None, None))
+    gone = TrackState(exists=True)
+    run.step(
+        after=30, baseline=gone, canary=ready(2), baseline_metrics=last_scrapes, canary_metrics=metrics(0.8)
+    )
+    run.step(
+        after=70, baseline=gone, canary=ready(2), baseline_metrics=last_scrapes, canary_metrics=metrics(0.8)
+    )
+    run.expect(Phase.PROMOTING)
 
 
 def test_crashing_canary_rolls_back_at_once() -> None:
