@@ -1196,6 +1196,22 @@ class Recommendation(StatusModel):
     message: str = Field("", description="How it was derived.")
 
 
+class StepCost(StatusModel):
+    """A canary's mean step time over the baseline's, at the draft length it ran."""
+
+    k: int = Field(description="Draft length K the canary ran.")
+    step_ratio: float = Field(description="The canary's mean step time (ITL) over the baseline's.")
+    concurrency: int = Field(description="Running requests when measured: the steps' batch.")
+    acceptance_per_position: list[float] = Field(
+        default_factory=list,
+        description="Accepted tokens per draft at each position, as that canary measured.",
+    )
+    config: str = Field(
+        description="Target, image, method and draft measured; only costs of the same are fitted."
+    )
+    measured_at: str = Field(description="When it was last measured (RFC 3339).")
+
+
 class ScheduleSource(StrEnum):
     CANARY_MEASUREMENT = "CanaryMeasurement"
     GATE_ALPHA = "GateAlpha"
@@ -1390,6 +1406,12 @@ class SpeculativeDeploymentStatus(StatusModel):
     )
     verdict: str | None = Field(None, description="Pass, Fail, InsufficientData or MetricsUnavailable.")
     recommendation: Recommendation | None = Field(None, description="Draft-length recommendation.")
+    step_costs: list[StepCost] = Field(
+        default_factory=list,
+        description="Step costs canaries of this object measured, the latest per draft length K; the "
+        "recommendation fits the engine's extra cost to those of the current config (one K cannot tell "
+        "a speculative step's fixed extra from a draft pass's; two or more can). Kept across rollouts.",
+    )
     k_schedule: KSchedule | None = Field(
         None,
         description="Draft length per batch size derived for numSpeculativeTokensPerBatchSizePolicy Auto.",

@@ -4,10 +4,11 @@ stored figures read back for the latency gates when it is not measured beside th
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from datetime import datetime
 
 from specgate import gates, planning
-from specgate.api import Measurement, Recommendation, iso
+from specgate.api import Measurement, Recommendation, SpeculativeDeploymentSpec, StepCost, iso
 from specgate.gates import Histogram, Load
 from specgate.observation import TrackMetrics
 
@@ -75,7 +76,7 @@ def canary_measurement(metrics: TrackMetrics, acceptance: gates.GateResult, now:
     judged = gates.judged_windows(metrics.acceptance)
     drafts = sum(w.drafts for w in judged)
     accepted = sum(w.accepted_tokens for w in judged)
-    per_position = [round(a / drafts, 4) for a in metrics.accepted_per_position] if drafts else []
+    per_position = _per_position(metrics)
     return measurement(metrics, now).model_copy(
         update={
             "alpha": None if acceptance.estimate is None else round(acceptance.estimate, 4),
@@ -92,20 +93,52 @@ def canary_measurement(metrics: TrackMetrics, acceptance: gates.GateResult, now:
     )
 
 
-def recommendation(
-    metrics: TrackMetrics, baseline_mean_itl_ms: float | None, k: int
-) -> Recommendation | None:
-    """The draft length with the best expected speedup, from the canary's per-position acceptance;
-    costed by the measured step times (the canary's mean ITL at draft length k over the baseline's)
-    where both are known, else by the default GPU cost model."""
-    drafts = sum(w.drafts for w in gates.judged_windows(metrics.acceptance))
-    concurrency = max(round(metrics.concurrency or 1), 1)
+def cost_config(spec: SpeculativeDeploymentSpec) -> str:
+    """What a step cost depends on apart from K: the target, the engine (image) and the draft."""
+    s = spec.speculative
+    return f"{spec.model.name} {spec.image} {s.method.value} {s.draft_model or '-'}"
+
+
+def step_cost(
+    spec: SpeculativeDeploymentSpec, metrics: TrackMetrics, baseline_mean_itl_ms: float | None, now: datetime
+) -> StepCost | None:
+    """The canary's step cost at its draft length, where its and the baseline's mean steps are
+    known; None for a canary running a K schedule (its steps mix draft lengths)."""
+    k = spec.speculative.num_speculative_tokens
+    if not (metrics.mean_itl_ms and baseline_mean_itl_ms) or k <= 0:
+        return None
+    if spec.speculative.num_speculative_tokens_per_batch_size:
+        return None
+    return StepCost(
+        k=k,
+        step_ratio=round(metrics.mean_itl_ms / baseline_mean_itl_ms, 4),
+        concurrency=_batch(metrics),
+        acceptance_per_position=_per_position(metrics),
+        config=cost_config(spec),
+        measured_at=iso(now),
+    )
+
+
+def with_cost(costs: Sequence[StepCost], config: str, cost: StepCost | None) -> list[StepCost]:
+    """The step costs of `config` (another target, engine or draft costs differently; the list stays
+    as short as the draft lengths tried), `cost` replacing its K's: the latest measurement stands."""
+    kept = [c for c in costs if c.config == config and (cost is None or c.k != cost.k)]
+    return sorted([*kept, *([cost] if cost else [])], key=lambda c: c.k)
+
+
+def recommendation(metrics: TrackMetrics, costs: Sequence[StepCost]) -> Recommendation | None:
+    """The draft length with the best expected speedup: from the per-position acceptance of the
+    longest draft measured (this canary's, or an earlier one's kept with its step cost), costed by
+    the step costs measured for this config (api.StepCost) where there are any, else by the default
+    GPU cost model."""
+    prefix = max([_per_position(metrics), *(c.acceptance_per_position for c in costs)], key=len)
     cost, costed = None, "default GPU step costs"
-    if metrics.mean_itl_ms and baseline_mean_itl_ms:
-        step_ratio = metrics.mean_itl_ms / baseline_mean_itl_ms
-        cost = planning.CostModel.measured(step_ratio, k, concurrency)
-        costed = f"a step at K={k} measured {step_ratio:.2f}x a plain one"
-    advice = planning.recommend_k(metrics.accepted_per_position, drafts, cost, concurrency=concurrency)
+    if costs:
+        steps = [planning.MeasuredStep(c.k, c.step_ratio, c.concurrency) for c in costs]
+        cost = planning.CostModel.measured(steps)
+        ratios = ", ".join(f"K={c.k} {c.step_ratio:.2f}x" for c in costs)
+        costed = f"steps measured {ratios} a plain one"
+    advice = planning.recommend_k(prefix, 1.0, cost, concurrency=_batch(metrics))
     if advice is None:
         return None
     return Recommendation(
@@ -113,3 +146,13 @@ def recommendation(
         expected_speedup=advice.expected_speedup,
         message=f"{advice.message}; {costed}",
     )
+
+
+def _per_position(metrics: TrackMetrics) -> list[float]:
+    """Accepted tokens per draft at each position, over the judged windows' drafts."""
+    drafts = sum(w.drafts for w in gates.judged_windows(metrics.acceptance))
+    return [round(a / drafts, 4) for a in metrics.accepted_per_position] if drafts else []
+
+
+def _batch(metrics: TrackMetrics) -> int:
+    return max(round(metrics.concurrency or 1), 1)

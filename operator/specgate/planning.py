@@ -77,19 +77,17 @@ def kv_bytes(layers: int, kv_heads: int, head_dim: int, dtype_bytes: int = 2) ->
     return 2.0 * layers * kv_heads * head_dim * dtype_bytes
 
 
-# Llama shapes (config.json of Llama-3.2-1B/3B, Llama-3.1-8B, Llama-3.3-70B), by size.
-LLAMA_SHAPES: dict[float, Network] = {
-    1.24: Network(1.24, kv_bytes(16, 8, 64)),
-    3.21: Network(3.21, kv_bytes(28, 8, 128)),
-    8.03: Network(8.03, kv_bytes(32, 8, 128)),
-    70.6: Network(70.6, kv_bytes(80, 8, 128)),
+# Llama shapes (config.json of Llama-3.2-1B/3B, Llama-3.1-8B, Llama-3.3-70B), by size: layers,
+# hidden width, KV heads, head dimension; and the vocabulary they share.
+LLAMA_CONFIGS: dict[float, tuple[int, int, int, int]] = {
+    1.24: (16, 2048, 8, 64),
+    3.21: (28, 3072, 8, 128),
+    8.03: (32, 4096, 8, 128),
+    70.6: (80, 8192, 8, 128),
 }
-# Their depth and width (the same config.json files), and the vocabulary they share.
-LLAMA_LAYERS_AND_WIDTH: dict[float, tuple[int, int]] = {
-    1.24: (16, 2048),
-    3.21: (28, 3072),
-    8.03: (32, 4096),
-    70.6: (80, 8192),
+LLAMA_SHAPES: dict[float, Network] = {
+    size: Network(size, kv_bytes(layers, kv_heads, head_dim))
+    for size, (layers, _, kv_heads, head_dim) in LLAMA_CONFIGS.items()
 }
 LLAMA_VOCABULARY = 128256
 # An EAGLE head is one decoder layer of the target, an input fusion of that many hidden states and an
@@ -102,8 +100,8 @@ def eagle_head(params_b: float, method: str) -> Network:
     """The draft head of a Llama-shaped target of this size: 0.40B (EAGLE-3) or 0.78B (EAGLE) for an
     8B target, 1.32B (EAGLE-3) for a 70B one. Of another size, the nearest shape's depth with the
     width grown as the square root of the parameters."""
-    nearest = min(LLAMA_LAYERS_AND_WIDTH, key=lambda size: abs(math.log(size / params_b)))
-    layers, width = LLAMA_LAYERS_AND_WIDTH[nearest]
+    nearest = min(LLAMA_CONFIGS, key=lambda size: abs(math.log(size / params_b)))
+    layers, width, _, _ = LLAMA_CONFIGS[nearest]
     hidden = width * (params_b / nearest) ** 0.5
     layer_b = (params_b - 2 * LLAMA_VOCABULARY * hidden / 1e9) / layers  # embeddings in, LM head out
     fusion, vocabulary = HEAD_FUSION_AND_VOCABULARY[method]
@@ -308,16 +306,47 @@ class CostModel:
         return replace(base, draft_pass_ms=overhead * base.step(1, 0))
 
     @classmethod
-    def measured(cls, step_ratio: float, k: int, batch: int, base: CostModel | None = None) -> CostModel:
-        """The model whose step at draft length k costs `step_ratio` times a plain step at this batch,
-        as the canary's and the baseline's mean step times (ITL) measured it: the engine's overhead,
-        refitted as an extra per draft pass, absorbs whatever the physics does not explain (never
-        below zero), so other K are extrapolated from this one run along the physics' own shape."""
+    def measured(cls, steps: Sequence[MeasuredStep], base: CostModel | None = None) -> CostModel:
+        """The model whose steps cost what canaries measured: each MeasuredStep a canary's mean step
+        at its draft length over the baseline's at its batch. The engine's extra over the physics
+        is a fixed part a speculative step (E) plus a part a draft pass (D), both at least zero,
+        fitted by least squares on (ratio x plain - physics) = E + k D. One draft length cannot
+        tell E from D: all of it goes on D (the cautious reading: longer drafts cost more), so
+        other K are extrapolated from one run along the physics' own shape; two or more K fit both."""
         physics = replace(base or cls(), spec_engine_ms=0.0, draft_pass_ms=0.0)
-        if k <= 0:
+        points = [
+            (m.k, m.step_ratio * physics.step(m.batch, 0) - physics.step(m.batch, m.k))
+            for m in steps
+            if m.k > 0
+        ]
+        if not points:
             return physics
-        extra = (step_ratio * physics.step(batch, 0) - physics.step(batch, k)) / k
-        return replace(physics, draft_pass_ms=max(extra, 0.0))
+        if len({k for k, _ in points}) == 1:
+            fixed, per_pass = 0.0, sum(extra / k for k, extra in points) / len(points)
+        else:
+            fixed, per_pass = _fixed_and_per_pass(points)
+        return replace(physics, spec_engine_ms=max(fixed, 0.0), draft_pass_ms=max(per_pass, 0.0))
+
+
+@dataclass(frozen=True)
+class MeasuredStep:
+    """A canary's mean step time at draft length k over the baseline's, at `batch` running requests."""
+
+    k: int
+    step_ratio: float
+    batch: int
+
+
+def _fixed_and_per_pass(points: Sequence[tuple[int, float]]) -> tuple[float, float]:
+    """(E, D) >= 0 minimising the squared error of E + k D against the measured extras."""
+    coef = _least_squares([[1.0, float(k)] for k, _ in points], [extra for _, extra in points])
+    if coef is not None and coef[0] >= 0 and coef[1] >= 0:
+        return coef[0], coef[1]
+    per_pass = sum(k * extra for k, extra in points) / sum(k * k for k, _ in points)  # E = 0
+    fixed = sum(extra for _, extra in points) / len(points)  # D = 0
+    on_pass = sum((extra - per_pass * k) ** 2 for k, extra in points)
+    on_fixed = sum((extra - fixed) ** 2 for _, extra in points)
+    return (0.0, max(per_pass, 0.0)) if on_pass <= on_fixed else (max(fixed, 0.0), 0.0)
 
 
 def expected_accepted(conditional: Sequence[float]) -> float:

@@ -726,16 +726,19 @@ def _traffic_gates(step: _Step) -> tuple[_Step, GateResults | None]:
         return step, None
     step, drift = _mix_drift(step)
     acceptance = _acceptance_gate(step.spec, metrics, drift)
-    step = step.update(
-        canary=measurements.canary_measurement(metrics, acceptance, step.now),
-        recommendation=measurements.recommendation(
-            metrics,
-            step.status.baseline.mean_itl_ms if step.status.baseline else None,
-            step.spec.speculative.num_speculative_tokens,
-        ),
-    )
+    step = step.update(canary=measurements.canary_measurement(metrics, acceptance, step.now))
+    step = _recommend(step, metrics)
     latency = [(Reason.LATENCY_REGRESSION, result) for result in _latency_results(step, metrics)]
     return step, [(Reason.ACCEPTANCE_BELOW_GATE, acceptance), *latency]
+
+
+def _recommend(step: _Step, metrics: TrackMetrics) -> _Step:
+    """This canary's step cost kept beside earlier rollouts' (other K of the same config), and the
+    draft length they advise."""
+    baseline, config = step.status.baseline, measurements.cost_config(step.spec)
+    cost = measurements.step_cost(step.spec, metrics, baseline.mean_itl_ms if baseline else None, step.now)
+    costs = measurements.with_cost(step.status.step_costs, config, cost)
+    return step.update(step_costs=costs, recommendation=measurements.recommendation(metrics, costs))
 
 
 def _benchmark_gates(step: _Step) -> tuple[_Step, GateResults | None]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 
 import pytest
@@ -76,11 +77,42 @@ def test_a_measured_step_ratio_gives_back_the_engines_costs(batch: int) -> None:
     ratio, and the fitted model prices every other K as that engine does."""
     engine = planning.CostModel(spec_engine_ms=0.0, draft_pass_ms=9.0)
     ratio = engine.step(batch, 4) / engine.step(batch, 0)
-    fitted = planning.CostModel.measured(ratio, 4, batch)
+    fitted = planning.CostModel.measured([planning.MeasuredStep(4, ratio, batch)])
     for k in range(1, 9):
         assert fitted.step(batch, k) / fitted.step(batch, 0) == pytest.approx(
             engine.step(batch, k) / engine.step(batch, 0)
         )
+
+
+def test_two_draft_lengths_tell_a_steps_fixed_extra_from_a_draft_passes() -> None:
+    """An engine whose speculative step has a large fixed extra (12 ms) and a small one per draft pass
+    (1.5 ms), as the CPU lab's: one run at K=4 reads all of it as per pass and prices K=1 at less
+    than half its cost; runs at K=1 (batch 1) and K=4 (batch 8) give the engine back at every K
+    and batch."""
+    engine = planning.CostModel(spec_engine_ms=12.0, draft_pass_ms=1.5)
+
+    def measured(k: int, batch: int) -> planning.MeasuredStep:
+        return planning.MeasuredStep(k, engine.step(batch, k) / engine.step(batch, 0), batch)
+
+    one_run = planning.CostModel.measured([measured(4, 8)])
+    assert one_run.step(8, 1) - one_run.step(8, 0) < 0.5 * (engine.step(8, 1) - engine.step(8, 0))
+    fitted = planning.CostModel.measured([measured(1, 1), measured(4, 8)])
+    assert (fitted.spec_engine_ms, fitted.draft_pass_ms) == pytest.approx((12.0, 1.5))
+    for batch, k in itertools.product((1, 8, 32), range(1, 9)):
+        assert fitted.step(batch, k) == pytest.approx(engine.step(batch, k))
+
+
+def test_extras_that_fall_with_k_are_not_fitted_below_zero() -> None:
+    """Noise can make a longer draft's step look cheaper than a shorter one's: neither part of the
+    fit goes below zero, and the one that explains the points better is kept."""
+    base = planning.CostModel(spec_engine_ms=0.0)
+    plain = base.step(1, 0)
+    steps = [
+        planning.MeasuredStep(1, (base.step(1, 1) + 10.0) / plain, 1),
+        planning.MeasuredStep(3, (base.step(1, 3) + 9.0) / plain, 1),
+    ]
+    fitted = planning.CostModel.measured(steps)
+    assert fitted.draft_pass_ms == 0.0 and fitted.spec_engine_ms == pytest.approx(9.5)
 
 
 def test_an_expensive_step_turns_the_advice_to_the_shortest_draft() -> None:
@@ -89,7 +121,8 @@ def test_an_expensive_step_turns_the_advice_to_the_shortest_draft() -> None:
     is K=1."""
     counts, drafts = [80, 64, 51, 41], 100
     assert planning.recommend_k(counts, drafts, concurrency=4).k == 4  # type: ignore[union-attr]
-    advice = planning.recommend_k(counts, drafts, planning.CostModel.measured(6.0, 4, 4), concurrency=4)
+    expensive = planning.CostModel.measured([planning.MeasuredStep(4, 6.0, 4)])
+    advice = planning.recommend_k(counts, drafts, expensive, concurrency=4)
     assert advice is not None and advice.k == 1 and advice.expected_speedup < 1
 
 

@@ -1129,3 +1129,45 @@ def test_a_rollout_after_a_rollback_has_no_incumbent() -> None:
     edit(run, speculative={"method": "draft_model", "draftModel": "d", "numSpeculativeTokens": 2})
     run.step(baseline=ready(2), canary=TrackState(exists=True))
     assert (run.phase, run.status.incumbent_since, run.status.mix_drift) == (Phase.BASELINE, None, None)
+
+
+def test_each_canary_keeps_its_step_cost_and_a_new_draft_length_adds_its_own() -> None:
+    """A canary's mean step over the baseline's goes into status.stepCosts with its K; the rollout of
+    another K of the same target and draft keeps it beside its own, and the advice is costed by both
+    (one K cannot tell a step's fixed extra from a draft pass's); another draft starts again."""
+    run = Run()
+    baseline, canary = replace(metrics(), mean_itl_ms=10.0), replace(metrics(0.8), mean_itl_ms=25.0)
+
+    def rollout_with(step_ms: float) -> None:
+        run.step(baseline=ready(2))
+        run.step(baseline=ready(2))
+        run.step(after=95, baseline=ready(2), baseline_metrics=baseline)
+        run.expect(Phase.CANARY)
+        run.step(baseline=ready(1), canary=ready(1))
+        run.now += timedelta(seconds=30)
+        measured = replace(canary, mean_itl_ms=step_ms)
+        run.step(
+            after=70, baseline=ready(1), canary=ready(1), baseline_metrics=baseline, canary_metrics=measured
+        )
+        run.expect(Phase.PROMOTING)
+
+    rollout_with(25.0)
+    costs = run.status.step_costs
+    assert [(c.k, c.step_ratio, c.concurrency) for c in costs] == [(4, 2.5, 4)]
+    assert costs[0].config == "m vllm draft_model d"
+    assert costs[0].acceptance_per_position == pytest.approx([0.8, 0.64, 0.512, 0.4096])
+    one_k = run.status.recommendation
+    assert one_k is not None and "steps measured K=4 2.50x a plain one" in one_k.message
+
+    edit(run, speculative={"method": "draft_model", "draftModel": "d", "numSpeculativeTokens": 1})
+    rollout_with(20.0)
+    assert [(c.k, c.step_ratio) for c in run.status.step_costs] == [(1, 2.0), (4, 2.5)]
+    both = run.status.recommendation
+    assert both is not None and "steps measured K=1 2.00x, K=4 2.50x a plain one" in both.message
+    # Most of a step's extra is fixed (2.0x at K=1, 2.5x at K=4): longer drafts are cheap, and the
+    # K=4 canary's acceptance, kept with its cost, is what prices them.
+    assert both.num_speculative_tokens > one_k.num_speculative_tokens
+
+    edit(run, speculative={"method": "draft_model", "draftModel": "other", "numSpeculativeTokens": 4})
+    rollout_with(25.0)
+    assert [(c.k, c.config) for c in run.status.step_costs] == [(4, "m vllm draft_model other")]
