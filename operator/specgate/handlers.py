@@ -194,7 +194,10 @@ def observe(
     leave_out = _benchmark_spans(spec, observation, now)
     try:
         baseline = canary = None
-        if status.phase in (Phase.BASELINE, Phase.ANALYZING):
+        # While Analyzing, a baseline with no pod serving is compared as stored (rollout._latency_results).
+        if status.phase == Phase.BASELINE or (
+            status.phase == Phase.ANALYZING and observation.baseline.serving > 0
+        ):
             baseline = prom.track_metrics(_selector(spec, owner, Track.BASELINE), window, interval, leave_out)
         if status.phase in (Phase.ANALYZING, Phase.PROMOTED):
             canary = prom.track_metrics(_selector(spec, owner, Track.CANARY), window, interval, leave_out)

@@ -128,6 +128,17 @@ def test_an_analysis_reads_both_tracks_over_the_analysis_window(monkeypatch: pyt
     ]
 
 
+def test_an_analysis_without_a_serving_baseline_reads_the_canary_alone(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A baseline with no Ready pod (swapped out for the canary) is compared as stored: its series
+    are not queried (the fake has no answer for them and would raise)."""
+    FakeKube({"llama-baseline": ready(0), "llama-canary": ready(1)}).install(monkeypatch)
+    prometheus = FakePrometheus({"canary": metrics(0.8)}).install(monkeypatch)
+    reconcile_step(analyzing(), after=70)
+    assert [q[1].rsplit("=", 1)[-1] for q in prometheus.queries] == ['"canary"']
+
+
 def test_prometheus_down_is_metrics_unavailable_not_a_crash(monkeypatch: pytest.MonkeyPatch) -> None:
     FakeKube({"llama-baseline": ready(1), "llama-canary": ready(1)}).install(monkeypatch)
     down = MetricsUnavailable("Prometheus query failed: connection refused")
