@@ -51,6 +51,13 @@ from specgate.render import LABEL_BENCHMARK, LABEL_DEPLOYMENT, LABEL_ENGINE, LAB
 from specgate_lab.engines import benchmark_command, engine_command
 
 ENGINE_ANNOTATION = "specgate.dev/lab-engine"
+# "true": the engine's processes are pinned to one CPU (the one fewest pinned engines use), as a
+# Guaranteed pod is to cores of its own by a node's static CPU manager; other processes may still run
+# there, and the kernel balances them onto the other cores. A vLLM engine is two busy processes (its
+# engine core spins on the queue to its worker while the worker computes a step): floating over two
+# cores beside other work, either can take the worker's core; on one core the spinner yields to its
+# own worker.
+PIN_CPU_ANNOTATION = "specgate.dev/lab-pin-cpu"
 TARGET_LABELS = {
     LABEL_DEPLOYMENT: "specgate_dev_deployment",
     LABEL_TRACK: "specgate_dev_track",
@@ -88,6 +95,7 @@ class Engine:
     log_path: Path
     scrape_interval: str = DEFAULT_SCRAPE_INTERVAL  # a SCRAPE_INTERVALS entry: the target's directory
     requested_interval: str | None = None  # the owner's scrapeInterval as last seen
+    cpu: int | None = None  # the one CPU its processes are pinned to (PIN_CPU_ANNOTATION)
     process: subprocess.Popen[bytes] | None = None
     ready: bool = False
     restarts: int = 0
@@ -134,12 +142,16 @@ class Engine:
             )
         self.exited_at = None
         self.prioritize(starting=True)  # the engine's own processes fork later and inherit it
+        if self.cpu is not None:  # ... as they inherit this: vLLM imports for seconds before it spawns
+            with contextlib.suppress(OSError):
+                os.sched_setaffinity(self.process.pid, {self.cpu})
         log.info(
-            "started %s/%s on :%d (pid %d): %s",
+            "started %s/%s on :%d (pid %d%s): %s",
             self.namespace,
             self.pod,
             self.port,
             self.process.pid,
+            "" if self.cpu is None else f", CPU {self.cpu}",
             self.argv,
         )
 
@@ -375,11 +387,17 @@ class Bridge:
             argv=argv,
             env=env,
             log_path=self.state_dir / "engines" / f"{pod.metadata.namespace}_{pod.metadata.name}.log",
+            cpu=self._free_cpu() if annotations.get(PIN_CPU_ANNOTATION) == "true" else None,
         )
         engine.start()
         self.engines[engine.uid] = engine
         self._serve_logs(engine, container.name)
         return engine
+
+    def _free_cpu(self) -> int:
+        """The CPU the fewest engines with a CPU of their own use (the lowest of equals)."""
+        used = [e.cpu for e in self.engines.values() if e.cpu is not None]
+        return min(sorted(os.sched_getaffinity(0)), key=used.count)
 
     def _serve_logs(self, engine: Engine, container: str) -> None:
         """A kwok Logs object naming the engine's CRI logs, owned by the pod (gone with it)."""
@@ -589,7 +607,15 @@ def make_app(bridge: Bridge) -> web.Application:
 
     async def state(_: web.Request) -> web.Response:
         return web.json_response(
-            {f"{e.namespace}/{e.pod}": {"port": e.port, "ready": e.ready} for e in bridge.engines.values()}
+            {
+                f"{e.namespace}/{e.pod}": {
+                    "port": e.port,
+                    "ready": e.ready,
+                    "pid": e.process.pid if e.process else None,
+                    "cpu": e.cpu,
+                }
+                for e in bridge.engines.values()
+            }
         )
 
     async def proxy(request: web.Request) -> web.StreamResponse:

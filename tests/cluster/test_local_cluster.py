@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import os
 import urllib.parse
 import urllib.request
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,6 +16,7 @@ from tests.cluster.operator_process import wait_for
 from tests.cluster.workloads import gpu_deployment
 
 from specgate.vllm_metrics import NUM_REQUESTS_RUNNING
+from specgate_lab.bridge import PIN_CPU_ANNOTATION
 
 pytestmark = pytest.mark.cluster
 
@@ -108,14 +111,36 @@ def test_bridge_engine_is_scraped_with_pod_labels_and_removed_with_the_pod(
     wait_for(lambda: prom_query(prometheus_url, f"{NUM_REQUESTS_RUNNING}{new_selector}"), 60, "new series")
 
 
+def test_engines_asking_for_a_pinned_cpu_run_on_the_cpu_fewest_pinned_engines_use(
+    api_client: client.ApiClient, namespace: str, bridge_url: str
+) -> None:
+    """The lab annotation specgate.dev/lab-pin-cpu (the demo's samples): each engine's process is
+    pinned to one CPU, a different one for each of two such engines where the bridge has two."""
+    apps = client.AppsV1Api(api_client)
+    pinned = gpu_deployment(
+        "pinned", 1, {"specgate.dev/engine": "vllm"}, replicas=2, annotations={PIN_CPU_ANNOTATION: "true"}
+    )
+    apps.create_namespaced_deployment(namespace, pinned)
+
+    def engines() -> list[dict[str, Any]]:
+        with urllib.request.urlopen(f"{bridge_url}/state") as resp:
+            state: dict[str, dict[str, Any]] = json.load(resp)
+        mine = [e for key, e in state.items() if key.startswith(f"{namespace}/pinned-")]
+        return mine if len(mine) == 2 and all(e["ready"] for e in mine) else []
+
+    started = wait_for(engines, 120, "two Ready engines")
+    for engine in started:
+        allowed = Path(f"/proc/{engine['pid']}/status").read_text().split("Cpus_allowed_list:")[1].split()[0]
+        assert allowed == str(engine["cpu"])
+    assert len({e["cpu"] for e in started}) == min(2, len(os.sched_getaffinity(0)))
+
+
 def test_service_router_spreads_traffic_over_ready_pods(
     api_client: client.ApiClient, namespace: str, bridge_url: str
 ) -> None:
     apps, core = client.AppsV1Api(api_client), client.CoreV1Api(api_client)
-    deployment = gpu_deployment(
-        "routed", 1, {"specgate.dev/engine": "vllm"}, ["specgate/tiny-llama", "--served-model-name", "tiny"]
-    )
-    deployment.spec.replicas = 2
+    args = ["specgate/tiny-llama", "--served-model-name", "tiny"]
+    deployment = gpu_deployment("routed", 1, {"specgate.dev/engine": "vllm"}, args, replicas=2)
     apps.create_namespaced_deployment(namespace, deployment)
     core.create_namespaced_service(
         namespace,

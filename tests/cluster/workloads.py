@@ -8,7 +8,13 @@ KWOK_TOLERATION = client.V1Toleration(key="kwok.x-k8s.io/node", operator="Exists
 
 
 def gpu_deployment(
-    name: str, gpus: int, labels: dict[str, str] | None = None, args: list[str] | None = None
+    name: str,
+    gpus: int,
+    labels: dict[str, str] | None = None,
+    args: list[str] | None = None,
+    *,
+    replicas: int = 1,
+    annotations: dict[str, str] | None = None,
 ) -> client.V1Deployment:
     pod_labels = {"app": name, **(labels or {})}
     container = client.V1Container(
@@ -21,10 +27,10 @@ def gpu_deployment(
     return client.V1Deployment(
         metadata=client.V1ObjectMeta(name=name),
         spec=client.V1DeploymentSpec(
-            replicas=1,
+            replicas=replicas,
             selector=client.V1LabelSelector(match_labels={"app": name}),
             template=client.V1PodTemplateSpec(
-                metadata=client.V1ObjectMeta(labels=pod_labels),
+                metadata=client.V1ObjectMeta(labels=pod_labels, annotations=annotations),
                 spec=client.V1PodSpec(containers=[container], tolerations=[KWOK_TOLERATION]),
             ),
         ),
