@@ -2,9 +2,13 @@
 
 from __future__ import annotations
 
+import itertools
+import json
+
 import pytest
 from tests.conftest import load_sample
 
+from specgate_lab.bridge import PIN_CPU_ANNOTATION
 from specgate_lab.demo import SCENARIOS, Load, caveat_lines, demo_load_lines, result_line
 from specgate_lab.demo_sizing import Calibration, TooSlow, calibrate, size
 from specgate_lab.loadgen import Completion
@@ -43,6 +47,19 @@ def test_the_demo_sample_keeps_both_latency_gates_so_no_speedup_caveat() -> None
         lines = caveat_lines(load_sample(sample)["spec"], STATUS)
         assert len(lines) == 1 and "minLatencySamples 50, default 100" in lines[0], lines
         assert "maxP99" not in lines[0]
+
+
+def test_the_heavy_samples_pin_their_engines_and_resolve_stalls_up_to_300_ms() -> None:
+    """What made `make demo` hold beside a CPU hog (docs/benchmarks.md): each engine pinned to one
+    CPU, and stall buckets 10 ms apart up to 300 ms (a 1.38x canary stall in 200-250 ms against a
+    baseline's in 160-180 ms could not be told from 1.5x)."""
+    for sample in ("heavy-cpu.yaml", "heavy-cpu-low-alpha.yaml"):
+        spec = load_sample(sample)["spec"]
+        assert spec["podAnnotations"][PIN_CPU_ANNOTATION] == "true"
+        args = spec["vllmArgs"]
+        bounds = json.loads(args[args.index("--custom-histogram-buckets") + 1])["inter_token_latency"]
+        above_200 = [b for b in bounds if 0.2 <= b <= 0.3]
+        assert max(round(b - a, 3) for a, b in itertools.pairwise(above_200)) == 0.01
 
 
 def test_every_scenario_names_a_sample_that_exists() -> None:
