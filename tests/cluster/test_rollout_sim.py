@@ -24,6 +24,7 @@ from tests.integration.prometheus_server import prometheus_server
 from specgate import api, gates
 from specgate.render import LABEL_DEPLOYMENT, LABEL_TRACK
 from specgate_lab.calibrate import answers_ok
+from specgate_lab.crds import install_crd, peering_crds_path
 
 pytestmark = pytest.mark.cluster
 
@@ -189,6 +190,9 @@ def test_the_runbooks_commands_and_the_dashboards_queries_run_on_a_rolled_back_o
     AcceptanceBelowGate page's alpha query gives the simulator's alpha (0.3); every query of the
     Grafana dashboard evaluates, and its vLLM panels have data."""
     lab, run = rollouts["lowalpha"].result()
+    # The runbooks assume the chart's install, which brings kopf's peering CRDs (the lab's operator
+    # runs as a process): installed here, not left to a test that happened to run before.
+    install_crd(lab["api_client"], peering_crds_path())
     # The runbooks' example unix time stands for the rollback's (runbooks/README.md, "Queries
     # after a rollback"): the queries are evaluated then, as a reader told so would.
     rolled_back = str(int(history_time(run.status, "RollingBack").timestamp()))
