@@ -169,13 +169,11 @@ def measure(
         return {c: load(url, c, sizes) for c in sizes.concurrency}
 
 
-def advised_k(runs: dict[int, Run], baseline: Run | None, concurrency: int, k_max: int) -> tuple[int, int]:
+def advised_k(runs: dict[int, Run], baseline: Run, concurrency: int, k_max: int) -> tuple[int, int]:
     """The operator's advice (measurements.recommendation) after the k_max canary, and after a
     second rollout at the K it advised: that canary's step cost kept beside the first's, as
-    status.stepCosts keeps them. Without a baseline: the default GPU costs, one rollout."""
+    status.stepCosts keeps them."""
     canary = runs[k_max]
-    if baseline is None:
-        return (_advice(_metrics(canary, k_max, concurrency), []),) * 2
     costs = measurements.with_cost([], CONFIG, _cost(canary, baseline, k_max, concurrency))
     first = _advice(_metrics(canary, k_max, concurrency), costs)
     if first == k_max:
@@ -234,7 +232,7 @@ def main() -> None:
             at_c = {k: runs[k][c] for k in runs}
             first, second = advised_k(at_c, baseline[c], c, sizes.k_max)
             advised[c] = second
-            default = advised_k(at_c, None, c, sizes.k_max)[0]
+            default = _advice(_metrics(at_c[sizes.k_max], sizes.k_max, c), [])  # no step times
             ratios = {
                 name: speed[k] / speed[best]
                 for name, k in (("measured", first), ("second", second), ("default", default))

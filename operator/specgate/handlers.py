@@ -194,9 +194,8 @@ def observe(
     leave_out = _benchmark_spans(spec, observation, now)
     try:
         baseline = canary = None
-        # While Analyzing, a baseline with no pod serving is compared as stored (rollout._latency_results).
         if status.phase == Phase.BASELINE or (
-            status.phase == Phase.ANALYZING and observation.baseline.serving > 0
+            status.phase == Phase.ANALYZING and rollout.baseline_beside_canary(observation)
         ):
             baseline = prom.track_metrics(_selector(spec, owner, Track.BASELINE), window, interval, leave_out)
         if status.phase in (Phase.ANALYZING, Phase.PROMOTED):

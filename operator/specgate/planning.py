@@ -321,11 +321,8 @@ class CostModel:
         ]
         if not points:
             return physics
-        if len({k for k, _ in points}) == 1:
-            fixed, per_pass = 0.0, sum(extra / k for k, extra in points) / len(points)
-        else:
-            fixed, per_pass = _fixed_and_per_pass(points)
-        return replace(physics, spec_engine_ms=max(fixed, 0.0), draft_pass_ms=max(per_pass, 0.0))
+        fixed, per_pass = _fixed_and_per_pass(points)
+        return replace(physics, spec_engine_ms=fixed, draft_pass_ms=per_pass)
 
 
 @dataclass(frozen=True)
@@ -338,7 +335,9 @@ class MeasuredStep:
 
 
 def _fixed_and_per_pass(points: Sequence[tuple[int, float]]) -> tuple[float, float]:
-    """(E, D) >= 0 minimising the squared error of E + k D against the measured extras."""
+    """(E, D) >= 0 minimising the squared error of E + k D against the measured extras. Where both
+    cannot be fitted (one K, or one part would go below zero), the better of D alone and E alone,
+    D on a tie: one K is read as all per pass."""
     coef = _least_squares([[1.0, float(k)] for k, _ in points], [extra for _, extra in points])
     if coef is not None and coef[0] >= 0 and coef[1] >= 0:
         return coef[0], coef[1]

@@ -1139,9 +1139,7 @@ def _latency_results(step: _Step, metrics: TrackMetrics) -> list[gates.GateResul
     """The per-token and step-stall gates: the canary against the baseline measured beside it now
     (canary strategy) or stored (sequential, guard), only at comparable load."""
     g = step.spec.rollout.gates
-    # A baseline with no pod serving is not beside the canary (swapped out for it, or sequential):
-    # the last scrapes of its removed pods, in the range's reach before the window, measured nothing.
-    beside = step.obs.baseline_metrics if step.obs.baseline.serving > 0 else None
+    beside = step.obs.baseline_metrics if baseline_beside_canary(step.obs) else None
     stored = step.status.baseline
     baseline_load = beside.load if beside is not None else measurements.stored_load(stored)
     different = (
@@ -1175,6 +1173,13 @@ def _latency_results(step: _Step, metrics: TrackMetrics) -> list[gates.GateResul
                 )
             )
     return results
+
+
+def baseline_beside_canary(obs: Observation) -> bool:
+    """Whether the baseline serves beside the canary, to be measured now. One with no pod serving
+    (swapped out for it, or sequential) is compared as stored: the last scrapes of its removed pods,
+    in the range's reach before the window, measured nothing."""
+    return obs.baseline.serving > 0
 
 
 def _insufficient(message: str) -> gates.GateResult:
