@@ -576,7 +576,11 @@ class RolloutSpec(Model):
     warmup: Duration = duration("60s", "Wait after a track is Ready before measuring it.")
     analysis_window: Duration = duration("5m", "Measurement window of the baseline and of each canary look.")
     max_analysis_duration: Duration = duration(
-        "30m", "Longest canary analysis before an inconclusive result takes onInconclusive."
+        "60m",
+        "Longest canary analysis. A canary whose acceptance test has its data but no verdict by then is "
+        "decided by its estimate's side of the gate; one without its data, or with a latency gate "
+        "still undecided, takes onInconclusive. 60m: on traffic whose mix drifts over minutes, a "
+        "30-minute mean still misses the next hours' alpha by 0.05 about 15 % of the time.",
     )
     progress_deadline: Duration = duration(
         "15m", "Longest wait for a track to become Ready before it counts as unhealthy."
@@ -1153,6 +1157,18 @@ class Measurement(StatusModel):
         default_factory=list, description="Unconditional acceptance rate of draft position 0..K-1."
     )
     drafts: float | None = Field(None, description="Drafts observed.")
+    acceptance_log_lr: float | None = Field(
+        None,
+        description="Canary: the acceptance test's log likelihood ratio of alpha at minAcceptanceRate + "
+        "indifference against minAcceptanceRate - indifference; it passes at +acceptanceBound and fails "
+        "at -acceptanceBound.",
+    )
+    acceptance_bound: float | None = Field(None, description="Canary: log((1 - errorRate) / errorRate).")
+    analysis_deadline: str | None = Field(
+        None,
+        description="Canary: when maxAnalysisDuration ends (RFC 3339): an acceptance test still between "
+        "its bounds there is decided by the estimate's side of the gate.",
+    )
     itl_samples: float | None = Field(None, description="Inter-token latency observations.")
     itl_bucket_bounds: list[float] = Field(
         default_factory=list,
@@ -1181,6 +1197,19 @@ class Measurement(StatusModel):
         if self.alpha is not None:
             line += f" alpha={self.alpha:.3f} [{self.alpha_lower}, {self.alpha_upper}]"
         return line
+
+    def closeness(self) -> str | None:
+        """How near the acceptance test is to a verdict, for `specgate status`; None before it ran."""
+        if self.acceptance_log_lr is None or self.acceptance_bound is None:
+            return None
+        llr, bound = self.acceptance_log_lr, self.acceptance_bound
+        toward = "Pass" if llr >= 0 else "Fail"
+        share = min(abs(llr) / bound, 1.0) if bound > 0 else 1.0
+        deadline = f"; by its side of the gate at {self.analysis_deadline}" if self.analysis_deadline else ""
+        return (
+            f"acceptance log-LR {llr:+.2f}: {share:.0%} of the way to {toward} "
+            f"(Pass at +{bound:.2f}, Fail at -{bound:.2f}){deadline}"
+        )
 
 
 class HistoryEntry(StatusModel):
@@ -1348,6 +1377,12 @@ class MixDriftStatus(StatusModel):
     standard_deviation: float = Field(description="Of the mix's swings, in alpha.")
     timescale_seconds: float = Field(description="Their correlation time.")
     source: str = Field(description="Measured from the promoted config's history, or the fallback and why.")
+    design_effect: float | None = Field(
+        None,
+        description="Measured with a drift of 0: the history's spread per draft token over that of "
+        "independent tokens, which the acceptance test then takes as known (no allowance for a spread "
+        "that looks small by chance).",
+    )
 
 
 class SpeculativeDeploymentStatus(StatusModel):

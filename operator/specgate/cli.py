@@ -196,6 +196,9 @@ def render_timeline(name: str, status: SpeculativeDeploymentStatus) -> str:
         if m
     ]
     lines += _benchmark_lines(status.benchmark)
+    closeness = status.canary.closeness() if status.canary and status.phase == api.Phase.ANALYZING else None
+    if closeness:
+        lines.append(f"  test     {closeness}")
     if status.guard:
         g = status.guard
         lines.append(
@@ -204,7 +207,10 @@ def render_timeline(name: str, status: SpeculativeDeploymentStatus) -> str:
         )
     if status.mix_drift:
         d = status.mix_drift
-        lines.append(f"  drift    sd {d.standard_deviation:g} over {d.timescale_seconds:g}s: {d.source}")
+        effect = "" if d.design_effect is None else f", design effect {d.design_effect:g}"
+        lines.append(
+            f"  drift    sd {d.standard_deviation:g} over {d.timescale_seconds:g}s{effect}: {d.source}"
+        )
     if status.verdict:
         lines.append(f"  verdict  {status.verdict}: {status.message}")
     if status.recommendation:

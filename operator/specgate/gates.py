@@ -138,6 +138,8 @@ class GateResult:
     upper: float | None
     samples: float
     message: str
+    statistic: float | None = None  # the acceptance test's log-LR, where it ran
+    bound: float | None = None  # it passes at +bound and fails at -bound
 
 
 @dataclass(frozen=True)
@@ -192,10 +194,21 @@ def variance_upper_bound(variance: float, dof: int, exceeded: float) -> float:
     return variance * k / max(quantile, 1e-9)
 
 
-def residual_variance(windows: Sequence[AcceptanceWindow], error_rate: float) -> float:
+def residual_variance(
+    windows: Sequence[AcceptanceWindow], error_rate: float, design_effect: float | None = None
+) -> float:
     """s^2: the residuals' variance per draft token (the residual sum over N tokens has variance
-    s^2 * N), taken conservatively as the module docstring says. `windows` must hold draft tokens."""
-    return _per_token_variance(windows, error_rate, lambda r: (long_run_variance(r), len(r) - 1))
+    s^2 * N), taken conservatively as the module docstring says; with a traffic's measured design
+    effect, the larger of that effect's spread and the windows' own without the chi-square allowance
+    (a canary whose requests spread more than the history's still shows it in its windows).
+    `windows` must hold draft tokens."""
+    if design_effect is None:
+        return _per_token_variance(windows, error_rate, lambda r: (long_run_variance(r), len(r) - 1))
+    n = sum(w.draft_tokens for w in windows)
+    p = sum(w.accepted_tokens for w in windows) / n
+    residuals = [w.accepted_tokens - p * w.draft_tokens for w in windows]
+    own = long_run_variance(residuals) * len(windows) / n
+    return max(design_effect * p * (1 - p), own, _binomial(n, p * n))
 
 
 def _per_token_variance(
@@ -212,8 +225,12 @@ def _per_token_variance(
     residuals = [w.accepted_tokens - alpha * w.draft_tokens for w in windows]
     variance, dof = long_run(residuals)
     spread = variance_upper_bound(variance, dof, error_rate * SPREAD_ERROR_SHARE)
-    binomial = (a + 1) / (n + 2) * (n - a + 1) / (n + 2)  # p * (1 - p), no cancellation at p ~ 1
-    return max(spread * m / n, binomial)
+    return max(spread * m / n, _binomial(n, a))
+
+
+def _binomial(n: float, a: float) -> float:
+    """p (1 - p) of a tokens accepted of n, with pseudo-counts: no cancellation at p ~ 1."""
+    return (a + 1) / (n + 2) * (n - a + 1) / (n + 2)
 
 
 def spread_with_horizon(residuals: Sequence[float]) -> tuple[float, int]:
@@ -236,7 +253,10 @@ def spread_with_horizon(residuals: Sequence[float]) -> tuple[float, int]:
 
 
 def acceptance_interval(
-    windows: Sequence[AcceptanceWindow], error_rate: float, drift_variance: float = 0.0
+    windows: Sequence[AcceptanceWindow],
+    error_rate: float,
+    drift_variance: float = 0.0,
+    design_effect: float | None = None,
 ) -> tuple[float, float, float] | None:
     """(alpha, lower, upper) at level 1 - error_rate over all looks while the spread holds (the mix's
     drift included); None without draft tokens."""
@@ -246,7 +266,7 @@ def acceptance_interval(
         return None
     alpha = a / n
     m = len(windows)
-    sd = n * math.sqrt(mean_variance(windows, error_rate, drift_variance) / m)  # of one window's residual
+    sd = n * math.sqrt(mean_variance(windows, error_rate, drift_variance, design_effect) / m)  # one window's
     radius = confidence_radius(sd, m, error_rate) / n
     return alpha, max(alpha - radius, 0.0), min(alpha + radius, 1.0)
 
@@ -271,11 +291,13 @@ def mix_drift_variance(drift_sd: float, timescale_seconds: float, span_seconds: 
 @dataclass(frozen=True)
 class MixDrift:
     """The traffic mix's drift the acceptance gate allows for (Ornstein-Uhlenbeck: sd in alpha,
-    correlation time), and where it comes from, for status and messages."""
+    correlation time), and where it comes from, for status and messages; with it, where a history
+    measured it, that traffic's design effect (`history_design_effect`)."""
 
     sd: float
     timescale_seconds: float
     source: str
+    design_effect: float | None = None
 
 
 # Drift is measured on blocks of at least this long: long enough that a request (median 6 s, p99
@@ -287,6 +309,9 @@ DRIFT_MAX_LAG_SECONDS = 1800.0  # the covariances fitted: out to a maxAnalysisDu
 # Timescales tried by the fit; one above an eighth of the history is not told apart from a level.
 DRIFT_TIMESCALES = tuple(30.0 * 1.1**i for i in range(80))
 MIN_DRIFT_HISTORY_SECONDS = 3600.0  # below an hour the covariances hold too few swings to fit
+DRIFT_SIGNIFICANCE = 2.5  # standard errors a fitted drift variance must clear to count (one-sided)
+MIN_DRIFT_SD = 0.001  # a tenth of a point of alpha is no drift for any gate (and no rounding error either)
+MIN_DESIGN_WINDOWS = 120  # a design effect from fewer windows is as uncertain as the canary's own
 
 
 def measure_mix_drift(
@@ -302,7 +327,14 @@ def measure_mix_drift(
     The covariances are taken around the history's own mean, which the drift moves too: each is
     low by that mean's variance, sd^2 times mix_drift_variance's share over the history (a few
     percent at tau = 3 min in 4 h, a third of the slowest swings'), so the shape fitted has it
-    subtracted. Least squares over those lags, tau on a grid, sd^2 in closed form."""
+    subtracted. Least squares over those lags, tau on a grid, sd^2 in closed form.
+
+    On a steady mix the covariances are sampling noise, and the fit finds some timescale they
+    happen to suit: at a short one the drift barely reaches two blocks, so a little noise reads as
+    a large sd (0.21 in one 4 h steady history of bench/decisions.py), which would make a rollout on
+    that traffic wait as if it drifted. So a variance fitted within DRIFT_SIGNIFICANCE standard
+    errors of zero (the covariances' own noise, block variance / sqrt(pairs), carried through the
+    fit) is measured as no drift: sd 0."""
     blocks = _drift_blocks(windows, window_seconds)
     block_seconds = max(window_seconds, window_seconds * round(DRIFT_BLOCK_SECONDS / window_seconds))
     history_seconds = len(blocks) * block_seconds
@@ -313,19 +345,25 @@ def measure_mix_drift(
     centred = [None if b is None else b - mean for b in blocks]
     lags = range(DRIFT_MIN_LAG_BLOCKS, min(int(DRIFT_MAX_LAG_SECONDS // block_seconds), len(blocks) // 4) + 1)
     covariances = [_lag_covariance(centred, k) for k in lags]
-    fits = []  # (squared error, variance, tau)
+    block_variance = _lag_covariance(centred, 0)
+    fits = []  # (squared error, variance, tau, the variance's standard error under no drift)
     for tau in (t for t in DRIFT_TIMESCALES if t <= history_seconds / 8):
         r = math.exp(-block_seconds / tau)
         averaged = (tau / block_seconds * (1 - r)) ** 2
         of_mean = mix_drift_variance(1.0, tau, history_seconds)
         shape = [averaged * r ** (k - 1) - of_mean for k in lags]
-        variance = sum(c * f for c, f in zip(covariances, shape, strict=True)) / sum(f * f for f in shape)
+        squares = sum(f * f for f in shape)
+        variance = sum(c * f for c, f in zip(covariances, shape, strict=True)) / squares
         error = sum((c - variance * f) ** 2 for c, f in zip(covariances, shape, strict=True))
-        fits.append((error, variance, tau))
+        noise = block_variance * math.sqrt(
+            sum(f * f / (len(blocks) - k) for f, k in zip(shape, lags, strict=True))
+        )
+        fits.append((error, variance, tau, noise / squares))
     if not fits:
         return None
-    _, variance, tau = min(fits)
-    return math.sqrt(max(variance, 0.0)), tau
+    _, variance, tau, standard_error = min(fits)
+    drifts = variance > DRIFT_SIGNIFICANCE * standard_error and variance >= MIN_DRIFT_SD**2
+    return (math.sqrt(variance) if drifts else 0.0), tau
 
 
 def _drift_blocks(windows: Sequence[AcceptanceWindow], window_seconds: float) -> list[float | None]:
@@ -353,6 +391,27 @@ def _lag_covariance(centred: Sequence[float | None], lag: int) -> float:
     return sum(products) / len(products) if products else 0.0
 
 
+def history_design_effect(windows: Sequence[AcceptanceWindow]) -> float | None:
+    """The windows' spread per draft token over the binomial p (1 - p) of independent tokens, on a
+    history whose mix does not drift; None without MIN_DESIGN_WINDOWS windows.
+
+    The traffic's requests (their lengths, how much their prompts differ, how long they outlive a
+    window) set most of this ratio, the config that serves them little of it (560-700 between alpha
+    0.45 and 0.65 in bench/traffic.py's model), so hours of the promoted config's windows tell the
+    next canary's spread far better than its own first windows can: with it the test needs no
+    chi-square allowance for a spread that looks small by chance, and where the canary's own
+    windows spread more, residual_variance takes theirs."""
+    usable = judged_windows(windows)
+    if len(usable) < MIN_DESIGN_WINDOWS:
+        return None
+    n = sum(w.draft_tokens for w in usable)
+    p = sum(w.accepted_tokens for w in usable) / n
+    if not 0 < p < 1:
+        return None
+    residuals = [w.accepted_tokens - p * w.draft_tokens for w in usable]
+    return max(long_run_variance(residuals) * len(usable) / n / (p * (1 - p)), 1.0)
+
+
 def span_seconds(windows: Sequence[AcceptanceWindow], window_seconds: float) -> float:
     """Seconds from the start of the first window to the end of the last."""
     if windows and windows[0].end is not None and windows[-1].end is not None:
@@ -360,11 +419,16 @@ def span_seconds(windows: Sequence[AcceptanceWindow], window_seconds: float) -> 
     return len(windows) * window_seconds
 
 
-def mean_variance(windows: Sequence[AcceptanceWindow], error_rate: float, drift_variance: float) -> float:
+def mean_variance(
+    windows: Sequence[AcceptanceWindow],
+    error_rate: float,
+    drift_variance: float,
+    design_effect: float | None = None,
+) -> float:
     """Variance of the estimate of alpha (sum a / sum n) over `windows` (with draft tokens): the
     windows' own spread (s^2 / N) plus what the mix's slow drift adds."""
     n = sum(w.draft_tokens for w in windows)
-    return residual_variance(windows, error_rate) / n + drift_variance
+    return residual_variance(windows, error_rate, design_effect) / n + drift_variance
 
 
 def sprt_log_lr(
@@ -373,13 +437,15 @@ def sprt_log_lr(
     indifference: float,
     error_rate: float,
     drift_variance: float = 0.0,
+    design_effect: float | None = None,
 ) -> float:
     """log LR of alpha = gate + indifference against alpha = gate - indifference (module docstring),
     the estimate's variance widened by the mix's drift; `windows` must hold draft tokens."""
     n = sum(w.draft_tokens for w in windows)
     a = sum(w.accepted_tokens for w in windows)
     # 2 delta (A/N - gate) / (s^2/N + drift), multiplied through by N: s^2 never underflows to 0
-    return 2 * indifference * (a - gate * n) / (residual_variance(windows, error_rate) + n * drift_variance)
+    spread = residual_variance(windows, error_rate, design_effect)
+    return 2 * indifference * (a - gate * n) / (spread + n * drift_variance)
 
 
 def judged_windows(windows: Sequence[AcceptanceWindow]) -> list[AcceptanceWindow]:
@@ -396,6 +462,7 @@ def acceptance_gate(
     indifference: float = 0.05,
     mix_drift: float = 0.0,
     mix_drift_seconds: float = 180.0,
+    design_effect: float | None = None,
     window_seconds: float = MIN_ACCEPTANCE_WINDOW_SECONDS,
 ) -> GateResult:
     """Pass, Fail or InsufficientData for alpha >= min_rate over every window seen so far: an SPRT of
@@ -408,7 +475,7 @@ def acceptance_gate(
     note = f" ({dropped} windows with NaN or negative increases dropped)" if dropped else ""
     drafts = sum(w.drafts for w in usable)
     drift = mix_drift_variance(mix_drift, mix_drift_seconds, span_seconds(windows, window_seconds))
-    interval = acceptance_interval(usable, error_rate, drift)
+    interval = acceptance_interval(usable, error_rate, drift, design_effect)
     if interval is None or drafts < min_drafts or len(usable) < MIN_WINDOWS:
         return GateResult(
             Verdict.INSUFFICIENT_DATA,
@@ -419,23 +486,18 @@ def acceptance_gate(
             f"{drafts:.0f} drafts in {len(usable)} windows, need {min_drafts} drafts and {MIN_WINDOWS} windows{note}",
         )
     alpha, lower, upper = interval
-    llr = sprt_log_lr(usable, min_rate, indifference, error_rate, drift)
+    llr = sprt_log_lr(usable, min_rate, indifference, error_rate, drift, design_effect)
     fail_at, pass_at = wald_bounds(error_rate)
     figures = f"alpha {alpha:.3f} [{lower:.3f}, {upper:.3f}] over {drafts:.0f} drafts: SPRT log-LR {llr:.1f}"
     drifting = f"; mix drift sd {mix_drift:g} over {mix_drift_seconds:g}s" if mix_drift > 0 else ""
     zone = f"(gate {min_rate:g} +/- {indifference:g}{drifting}){note}"
     if llr >= pass_at:
-        return GateResult(Verdict.PASS, alpha, lower, upper, drafts, f"{figures} >= {pass_at:.1f} {zone}")
-    if llr <= fail_at:
-        return GateResult(Verdict.FAIL, alpha, lower, upper, drafts, f"{figures} <= {fail_at:.1f} {zone}")
-    return GateResult(
-        Verdict.INSUFFICIENT_DATA,
-        alpha,
-        lower,
-        upper,
-        drafts,
-        f"{figures} within ({fail_at:.1f}, {pass_at:.1f}) {zone}",
-    )
+        verdict, where = Verdict.PASS, f">= {pass_at:.1f}"
+    elif llr <= fail_at:
+        verdict, where = Verdict.FAIL, f"<= {fail_at:.1f}"
+    else:
+        verdict, where = Verdict.INSUFFICIENT_DATA, f"within ({fail_at:.1f}, {pass_at:.1f})"
+    return GateResult(verdict, alpha, lower, upper, drafts, f"{figures} {where} {zone}", llr, pass_at)
 
 
 def decide_at_deadline(result: GateResult, min_rate: float, indifference: float) -> GateResult:
@@ -475,9 +537,11 @@ def spec_acceptance_gate(
         indifference=limits.indifference,
         mix_drift=drift.sd,
         mix_drift_seconds=drift.timescale_seconds,
+        design_effect=drift.design_effect,
         window_seconds=window_seconds,
     )
-    return replace(result, message=f"{result.message}; drift: {drift.source}") if drift.sd > 0 else result
+    measured = drift.sd > 0 or drift.design_effect is not None
+    return replace(result, message=f"{result.message}; drift: {drift.source}") if measured else result
 
 
 NO_DRIFT = MixDrift(0.0, 180.0, "none: a benchmark replays a fixed dataset")
@@ -499,7 +563,13 @@ def drift_from_history(
     if measured is None:
         return fallback_drift(limits, f"{whose} history of {hours:.1f} h is too short or too sparse")
     sd, tau = measured
-    return MixDrift(sd, tau, f"measured over {hours:.1f} h of {whose} alpha ({window_seconds:g}s windows)")
+    # Where the mix drifts, the drift's share of the windows' spread rests on its fitted timescale
+    # and swamps the sampling spread at high traffic: the design effect is taken on steady mixes only.
+    effect = history_design_effect(history) if sd == 0 else None
+    spread = "" if effect is None else f", design effect {effect:.0f}"
+    return MixDrift(
+        sd, tau, f"measured over {hours:.1f} h of {whose} alpha ({window_seconds:g}s windows{spread})", effect
+    )
 
 
 # --- guard ---

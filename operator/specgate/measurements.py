@@ -85,6 +85,8 @@ def canary_measurement(metrics: TrackMetrics, acceptance: gates.GateResult, now:
             "mean_acceptance_length": round(1 + accepted / drafts, 4) if drafts else None,
             "acceptance_per_position": per_position,
             "drafts": drafts,
+            "acceptance_log_lr": None if acceptance.statistic is None else round(acceptance.statistic, 3),
+            "acceptance_bound": None if acceptance.bound is None else round(acceptance.bound, 3),
             "itl_bucket_bounds": [],
             "itl_bucket_counts": [],
             "per_token_bucket_bounds": [],

@@ -726,7 +726,9 @@ def _traffic_gates(step: _Step) -> tuple[_Step, GateResults | None]:
         return step, None
     step, drift = _mix_drift(step)
     acceptance = _acceptance_gate(step.spec, metrics, drift)
-    step = step.update(canary=measurements.canary_measurement(metrics, acceptance, step.now))
+    canary = measurements.canary_measurement(metrics, acceptance, step.now)
+    deadline = step.now - step.elapsed() + _seconds(step.spec.rollout.max_analysis_duration)
+    step = step.update(canary=canary.model_copy(update={"analysis_deadline": iso(deadline)}))
     step = _recommend(step, metrics)
     latency = [(Reason.LATENCY_REGRESSION, result) for result in _latency_results(step, metrics)]
     return step, [(Reason.ACCEPTANCE_BELOW_GATE, acceptance), *latency]
@@ -906,6 +908,7 @@ def _mix_drift(step: _Step) -> tuple[_Step, gates.MixDrift]:
         standard_deviation=round(drift.sd, 4),
         timescale_seconds=round(drift.timescale_seconds, 1),
         source=drift.source,
+        design_effect=None if drift.design_effect is None else round(drift.design_effect, 1),
     )
     return step.update(mix_drift=kept), _as_drift(kept)  # as every later look reads it back
 
@@ -919,7 +922,7 @@ def _stored_drift(status: SpeculativeDeploymentStatus) -> gates.MixDrift | None:
 
 
 def _as_drift(kept: MixDriftStatus) -> gates.MixDrift:
-    return gates.MixDrift(kept.standard_deviation, kept.timescale_seconds, kept.source)
+    return gates.MixDrift(kept.standard_deviation, kept.timescale_seconds, kept.source, kept.design_effect)
 
 
 def incumbent_window(spec: SpeculativeDeploymentSpec, status: SpeculativeDeploymentStatus) -> Window | None:

@@ -76,7 +76,7 @@ def test_every_other_default_is_written_out() -> None:
             "maxUnavailable": 0,
             "warmup": "60s",
             "analysisWindow": "5m",
-            "maxAnalysisDuration": "30m",
+            "maxAnalysisDuration": "60m",
             "progressDeadline": "15m",
             "metricsUnavailableBudget": "5m",
             "onMetricsUnavailable": "RollBack",

@@ -25,8 +25,10 @@ from specgate.gates import (
     confidence_radius,
     drift_from_history,
     fallback_drift,
+    history_design_effect,
     histogram_quantile,
     latency_gate,
+    long_run_variance,
     measure_mix_drift,
     mix_drift_variance,
     residual_variance,
@@ -486,6 +488,72 @@ def test_a_steady_mix_measures_almost_no_drift() -> None:
     rng = np.random.default_rng(8)
     sds = [m[0] for _ in range(10) if (m := measure_mix_drift(ou_history(rng, 0.0, 180.0), 15.0))]
     assert len(sds) == 10 and float(np.median(sds)) <= 0.01 and max(sds) < 0.05
+
+
+def test_a_steady_mix_measures_exactly_no_drift_where_the_fit_is_noise() -> None:
+    """A variance fitted within DRIFT_SIGNIFICANCE standard errors of 0 is no drift: most steady
+    histories measure sd 0 exactly (so the rollout takes their design effect), while a drift of
+    0.09 is always found (test_the_drift_measured_in_four_hours_is_the_ou_paths)."""
+    rng = np.random.default_rng(8)
+    sds = [m[0] for _ in range(10) if (m := measure_mix_drift(ou_history(rng, 0.0, 180.0), 15.0))]
+    assert sum(sd == 0 for sd in sds) >= 8
+    drifting = [measure_mix_drift(ou_history(rng, 0.09, 180.0), 15.0) for _ in range(5)]
+    assert all(m is not None and m[0] > 0.05 for m in drifting)
+
+
+def clustered_windows(
+    rng: np.random.Generator, count: int, *, requests: int, tokens: int, mean: float, concentration: float
+) -> list[AcceptanceWindow]:
+    """Windows of `requests` requests of `tokens` draft tokens each, a request's tokens accepted
+    independently at its own q ~ Beta(c mean, c (1 - mean)): tokens of one request correlate, so the
+    spread per token is 1 + (tokens - 1) / (c + 1) times the binomial (Var q = mean (1 - mean) / (c + 1))."""
+    q = rng.beta(concentration * mean, concentration * (1 - mean), (count, requests))
+    accepted = rng.binomial(tokens, q).sum(axis=1)
+    return [AcceptanceWindow(requests * tokens / 4, requests * tokens, float(a)) for a in accepted]
+
+
+def test_the_design_effect_is_the_spread_of_clustered_tokens() -> None:
+    """history_design_effect against the closed form for requests whose tokens share a q: 1 + 49 / 3
+    = 17.3 for 50 tokens at c = 2 (within 15 %: 960 windows estimate a variance to about 5 %, the
+    Newey-West weights take a little); independent tokens give 1; under MIN_DESIGN_WINDOWS, None."""
+    rng = np.random.default_rng(21)
+    clustered = clustered_windows(rng, 960, requests=20, tokens=50, mean=0.6, concentration=2.0)
+    assert history_design_effect(clustered) == pytest.approx(1 + 49 / 3, rel=0.15)
+    independent = [AcceptanceWindow(250, 1000, float(a)) for a in rng.binomial(1000, 0.6, 960)]
+    assert history_design_effect(independent) == pytest.approx(1.0, abs=0.15)
+    assert history_design_effect(clustered[:100]) is None
+
+
+def test_a_measured_design_effect_spares_the_chi_square_allowance_but_not_a_larger_own_spread() -> None:
+    """With the history's design effect the spread is that effect's (no chi-square bound on a few
+    windows), so a clear canary decides in fewer windows; a canary whose own windows spread more
+    than the history said is judged on its own spread."""
+    rng = np.random.default_rng(22)
+    canary = clustered_windows(rng, 12, requests=20, tokens=50, mean=0.66, concentration=2.0)
+    effect = 1 + 49 / 3
+    p = sum(w.accepted_tokens for w in canary) / sum(w.draft_tokens for w in canary)
+    assert residual_variance(canary, 0.05, effect) >= effect * p * (1 - p)
+    assert residual_variance(canary, 0.05, effect) < residual_variance(canary, 0.05)
+    understated = residual_variance(canary, 0.05, 1.0)
+    residuals = [w.accepted_tokens - p * w.draft_tokens for w in canary]
+    own = long_run_variance(residuals) * len(canary) / sum(w.draft_tokens for w in canary)
+    assert understated == pytest.approx(own)
+    known = sprt_log_lr(canary, 0.55, 0.05, 0.05, design_effect=effect)
+    assert known > sprt_log_lr(canary, 0.55, 0.05, 0.05)
+
+
+def test_only_a_steady_history_gives_its_design_effect() -> None:
+    """drift_from_history measures the design effect where the mix does not drift (the source says
+    so) and leaves it out where it drifts: there the drift's share of the windows' spread would
+    rest on its fitted timescale."""
+    rng = np.random.default_rng(23)
+    limits = api.Gates()
+    steady = drift_from_history(
+        clustered_windows(rng, 960, requests=20, tokens=50, mean=0.6, concentration=2.0), 15.0, limits, "its"
+    )
+    assert steady.sd == 0 and steady.design_effect == pytest.approx(1 + 49 / 3, rel=0.15)
+    assert steady.source.endswith(f"(15s windows, design effect {steady.design_effect:.0f})")
+    assert drift_from_history(ou_history(rng, 0.09, 180.0), 15.0, limits, "its").design_effect is None
 
 
 def test_a_short_or_sparse_history_measures_nothing() -> None:

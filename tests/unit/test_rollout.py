@@ -1063,7 +1063,8 @@ def test_a_rerollout_measures_the_drift_on_the_promoted_configs_history() -> Non
     )
     drift = run.status.mix_drift
     assert drift is not None and drift.standard_deviation == 0.0
-    assert drift.source == "measured over 4.0 h of the promoted config's alpha (60s windows)"
+    assert drift.source == "measured over 4.0 h of the promoted config's alpha (60s windows, design effect 1)"
+    assert drift.design_effect == 1.0  # a history that never moved: tokens as good as independent
     assert run.status.verdict == "Pass"
     assert rollout.incumbent_window(run.spec, run.status) is None  # read once
     run.step(
