@@ -92,13 +92,13 @@ LOW_TRAFFIC = 3  # requests per window
 HISTORY_WINDOWS = int(api.parse_duration(GATES.mix_drift_history) // WINDOW_SECONDS)
 HISTORIES = 20  # incumbent histories per (requests, mix), taken in turn by the re-rollout trials
 INCUMBENT_ALPHA = GATE + 0.10  # the promoted config the re-rollout replaces (the drift is the mix's)
-BATCH = 500
-MAX_TRIALS = 4_000
+BATCH = 300
+MAX_TRIALS = 1_200
 CI_WIDTH = 0.02
 CHECKED_LOOKS = 60  # per cell and rollout: looks recomputed by gates.acceptance_gate itself
 FIXED_BOUNDS = ((DELTA, 0.05), (0.10, 0.01))  # (distance from the gate, wrong rate): the rule's bounds
 CALIBRATION_WINDOWS = 480  # 2 h: a fixed window longer than maxAnalysisDuration is found on these
-CALIBRATION_TRIALS = 400
+CALIBRATION_TRIALS = 300
 SHORT_SECONDS = 120.0  # a fixed window under this is a short cell: its stopping time is bound, not its ratio
 ARGO_COUNT, ARGO_FAILURE_LIMIT, ARGO_WINDOWS_PER_MEASUREMENT = 5, 1, 4  # 1m of 15-s windows
 

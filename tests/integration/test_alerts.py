@@ -70,8 +70,8 @@ DEGRADED_TEXT = annotations(
     "degraded.md",
 )
 STUCK_TEXT = annotations(
-    "ns/waiting has been in Baseline for 1h 1m 0s",
-    "Longer than any phase lasts within its deadlines (3600s, metrics.prometheusRule.phaseStuckSeconds); "
+    "ns/waiting has been in Baseline for 2h 1m 0s",
+    "Longer than any phase lasts within its deadlines (7200s, metrics.prometheusRule.phaseStuckSeconds); "
     "kubectl describe sd -n ns waiting says what it waits for.",
     "phase-stuck.md",
 )
@@ -142,15 +142,15 @@ CASES: dict[str, list[dict[str, Any]]] = {
         *quiet("SpecgateDegraded", 10, 16),
         fires("SpecgateDegraded", 20, {"severity": "warning", "namespace": "ns", "name": "crashing"}, DEGRADED_TEXT),
     ]}],
-    # In Baseline since time 0 fires past 1h; one that moved on to Canary at minute 30, and one
+    # In Baseline since time 0 fires past 2h; one that moved on to Canary at minute 30, and one
     # Promoted (a phase that lasts) since time 0, do not.
     "SpecgatePhaseStuck": [{"input_series": [
-        phase("waiting", "Baseline", "1x70"), since("waiting", "0x70"),
-        phase("moved", "Baseline", "1x30 0x40"), phase("moved", "Canary", "0x30 1x40"), since("moved", "0x30 1800x40"),
-        phase("done", "Promoted", "1x70"), since("done", "0x70"),
+        phase("waiting", "Baseline", "1x130"), since("waiting", "0x130"),
+        phase("moved", "Baseline", "1x30 0x100"), phase("moved", "Canary", "0x30 1x100"), since("moved", "0x30 1800x100"),
+        phase("done", "Promoted", "1x130"), since("done", "0x130"),
     ], "alert_rule_test": [
-        *quiet("SpecgatePhaseStuck", 59),
-        fires("SpecgatePhaseStuck", 61, {"severity": "warning", "namespace": "ns", "name": "waiting", "phase": "Baseline"}, STUCK_TEXT),
+        *quiet("SpecgatePhaseStuck", 119),
+        fires("SpecgatePhaseStuck", 121, {"severity": "warning", "namespace": "ns", "name": "waiting", "phase": "Baseline"}, STUCK_TEXT),
     ]}],
     # Two peered replicas: one down is not an outage; both down for 5 minutes is. Then the targets
     # gone from Prometheus altogether (the Deployment deleted, the ServiceMonitor's selector wrong).

@@ -267,6 +267,33 @@ def test_a_canary_inside_the_zone_is_decided_at_the_deadline_by_its_side_of_the_
     )
 
 
+def test_status_shows_how_far_the_acceptance_test_is_from_a_verdict_and_when_the_deadline_decides() -> None:
+    """status.canary keeps the SPRT's log-LR and its bound, and when maxAnalysisDuration ends (10m
+    after the analysis began); specgate status reads them as a share of the way to a verdict."""
+    run = Run(make_spec(gates={"minDrafts": 100, "minLatencySamples": 50, "mixDrift": 0}))
+    run.to_analyzing()
+    began = run.now
+    run.step(
+        after=90,
+        baseline=ready(1),
+        canary=ready(1),
+        baseline_metrics=metrics(),
+        canary_metrics=near_the_gate((90, 134)),
+    )
+    canary = run.status.canary
+    assert canary is not None and canary.acceptance_log_lr is not None
+    bound = math.log(0.95 / 0.05)
+    assert canary.acceptance_bound == pytest.approx(bound, abs=1e-3) and abs(canary.acceptance_log_lr) < bound
+    assert canary.analysis_deadline == api.iso(began + timedelta(minutes=10))
+    toward = "Pass" if canary.acceptance_log_lr >= 0 else "Fail"
+    share = abs(canary.acceptance_log_lr) / canary.acceptance_bound
+    line = next(x for x in render_timeline("x", run.status).splitlines() if x.startswith("  test "))
+    assert line == (
+        f"  test     acceptance log-LR {canary.acceptance_log_lr:+.2f}: {share:.0%} of the way to {toward} "
+        f"(Pass at +{bound:.2f}, Fail at -{bound:.2f}); by its side of the gate at {canary.analysis_deadline}"
+    )
+
+
 def test_a_latency_gate_without_its_data_leaves_a_decided_acceptance_inconclusive() -> None:
     """Only acceptance is decided by its side at the deadline: a per-token histogram with 10 samples
     (minLatencySamples 50) still has no verdict, and the canary is not promoted on alpha alone."""

@@ -16,7 +16,7 @@ def test_values_comments_defaults_and_limits_reach_the_page() -> None:
     page = values_reference.render()
     assert "| `watchNamespaces` | []string | Namespaces to watch; empty watches the whole cluster" in page
     assert "| `metrics.prometheusRule.phaseStuckSeconds` | integer | SpecgatePhaseStuck fires when" in page
-    assert "default `3600`" in page
+    assert "default `7200`" in page
     assert '| `logLevel` | string | info or debug | default `"info"`; one of `info`, `debug` |' in page
     assert '| `image.repository` | string |  | required; default `"specgate"` |' in page
 
