@@ -10,8 +10,8 @@ alpha of the traffic the canary would serve for the next hours.
 Each trial's windows are judged twice, as the two kinds of rollout would judge them:
 - first: a first rollout, with the spec's mixDrift fallback (gates.fallback_drift);
 - re: a re-rollout, with the drift measured (gates.drift_from_history, the operator's function) on
-  4 h (mixDriftHistory) of an incumbent config's alpha from the same traffic model; each trial
-  takes one of HISTORIES such histories in turn.
+  4 h (mixDriftHistory) of an incumbent config's alpha from the same traffic model, in the 60 s
+  blocks the operator's range query reads; each trial takes one of HISTORIES such histories in turn.
 
 - specgate: gates.acceptance_gate with the CRD's defaults over the windows since the analysis
   began, looked at once per window. As rollout._analyzing stops: a Fail at once, a Pass only from
@@ -74,6 +74,7 @@ from specgate.gates import (
     sprt_log_lr,
     wald_bounds,
 )
+from specgate.prometheus import history_step
 from traffic import DRIFT_SD, for_alpha, windows
 
 GATES = api.Gates()
@@ -291,15 +292,24 @@ class Cell:
 
 def incumbent_drifts(requests: int, drift: float, rng: np.random.Generator) -> list[MixDrift]:
     """The drift a re-rollout measures: gates.drift_from_history on HISTORIES histories of
-    mixDriftHistory each, of a promoted config at INCUMBENT_ALPHA in the same traffic."""
+    mixDriftHistory each, of a promoted config at INCUMBENT_ALPHA in the same traffic, in the blocks
+    of prometheus.history_step that the operator's range query returns (60 s at a 15 s scrape)."""
     traffic = for_alpha(INCUMBENT_ALPHA, requests, window_seconds=WINDOW_SECONDS, drift_sd=drift)
+    per_block = round(history_step(WINDOW_SECONDS) / WINDOW_SECONDS)
     stream = windows(traffic, HISTORIES * HISTORY_WINDOWS, rng)
-    histories = np.split(stream, HISTORIES)
+    blocks = stream.reshape(-1, per_block, 3).sum(axis=1)
+    block_seconds = per_block * WINDOW_SECONDS
     return [
         drift_from_history(
-            [AcceptanceWindow(*map(float, row)) for row in history], WINDOW_SECONDS, GATES, "the incumbent's"
+            [
+                AcceptanceWindow(0.0, n, a, end=(i + 1) * block_seconds)
+                for i, (_, n, a) in enumerate(history.tolist())
+            ],
+            block_seconds,
+            GATES,
+            "the incumbent's",
         )
-        for history in histories
+        for history in np.split(blocks, HISTORIES)
     ]
 
 

@@ -207,10 +207,7 @@ def render_timeline(name: str, status: SpeculativeDeploymentStatus) -> str:
         )
     if status.mix_drift:
         d = status.mix_drift
-        effect = "" if d.design_effect is None else f", design effect {d.design_effect:g}"
-        lines.append(
-            f"  drift    sd {d.standard_deviation:g} over {d.timescale_seconds:g}s{effect}: {d.source}"
-        )
+        lines.append(f"  drift    sd {d.standard_deviation:g} over {d.timescale_seconds:g}s: {d.source}")
     if status.verdict:
         lines.append(f"  verdict  {status.verdict}: {status.message}")
     if status.recommendation:
