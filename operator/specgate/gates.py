@@ -31,7 +31,7 @@ Where hours of the same traffic are at hand (a re-rollout over a steady mix), th
 re-estimated from the canary's first windows but taken from that history's design effect
 (history_design_effect: spread per token over p (1 - p)), with no chi-square bound; the canary's own
 spread counts where larger. In bench/decisions.py that halves the time to a verdict at 20 windows,
-for wrong verdicts at the zone's edges of up to 7.5 % at 3 requests a window (3.6 % from 20 up).
+for wrong verdicts at the zone's edges of up to 5.5 % at 3 requests a window (3.4 % from 20 up).
 
 The traffic's mix drifts: the share of easy and hard prompts moves alpha by several points over
 minutes. A swing slower than the windows seen so far moves them all together, so no spread
@@ -311,10 +311,12 @@ class MixDrift:
 DRIFT_BLOCK_SECONDS = 60.0
 DRIFT_MIN_LAG_BLOCKS = 2
 DRIFT_MAX_LAG_SECONDS = 1800.0  # the covariances fitted: out to a maxAnalysisDuration
-# Timescales tried by the fit; one above an eighth of the history is not told apart from a level.
-DRIFT_TIMESCALES = tuple(30.0 * 1.1**i for i in range(80))
+# Timescales tried by the fit, from a block up: a shorter swing barely reaches two blocks, where a
+# long request spanning blocks looks the same; one above an eighth of the history is not told
+# apart from a level.
+DRIFT_TIMESCALES = tuple(DRIFT_BLOCK_SECONDS * 1.1**i for i in range(73))
 MIN_DRIFT_HISTORY_SECONDS = 3600.0  # below an hour the covariances hold too few swings to fit
-DRIFT_SIGNIFICANCE = 2.5  # standard errors a fitted drift variance must clear to count (one-sided)
+DRIFT_SIGNIFICANCE = 3.0  # standard errors a fitted drift variance must clear to count (one-sided)
 MIN_DRIFT_SD = 0.001  # a tenth of a point of alpha is no drift for any gate (and no rounding error either)
 MIN_DESIGN_WINDOWS = 120  # a design effect from fewer windows is as uncertain as the canary's own
 
@@ -334,12 +336,13 @@ def measure_mix_drift(
     percent at tau = 3 min in 4 h, a third of the slowest swings'), so the shape fitted has it
     subtracted. Least squares over those lags, tau on a grid, sd^2 in closed form.
 
-    On a steady mix the covariances are sampling noise, and the fit finds some timescale they
-    happen to suit: at a short one the drift barely reaches two blocks, so a little noise reads as
-    a large sd (0.21 in one 4 h steady history of bench/decisions.py), which would make a rollout on
-    that traffic wait as if it drifted. So a variance fitted within DRIFT_SIGNIFICANCE standard
-    errors of zero (the covariances' own noise, block variance / sqrt(pairs), carried through the
-    fit) is measured as no drift: sd 0."""
+    On a steady mix the covariances are sampling noise (and long requests spanning blocks), and the
+    fit finds some timescale they happen to suit: at a short one the drift barely reaches two
+    blocks, so a little noise reads as a large sd (0.21 in one 4 h steady history of
+    bench/decisions.py), which would make a rollout on that traffic wait as if it drifted. So no
+    timescale under a block is tried, and a variance fitted within DRIFT_SIGNIFICANCE standard
+    errors of zero (the covariances' own noise, from the spread of the products behind each: a
+    block one long request dominates makes heavy tails; carried through the fit) is no drift: sd 0."""
     blocks = _drift_blocks(windows, window_seconds)
     block_seconds = max(window_seconds, window_seconds * round(DRIFT_BLOCK_SECONDS / window_seconds))
     history_seconds = len(blocks) * block_seconds
@@ -349,8 +352,9 @@ def measure_mix_drift(
     mean = sum(seen) / len(seen)
     centred = [None if b is None else b - mean for b in blocks]
     lags = range(DRIFT_MIN_LAG_BLOCKS, min(int(DRIFT_MAX_LAG_SECONDS // block_seconds), len(blocks) // 4) + 1)
-    covariances = [_lag_covariance(centred, k) for k in lags]
-    block_variance = _lag_covariance(centred, 0)
+    if not lags:
+        return None
+    covariances, noises = zip(*(_lag_covariance(centred, k) for k in lags), strict=True)
     fits = []  # (squared error, variance, tau, the variance's standard error under no drift)
     for tau in (t for t in DRIFT_TIMESCALES if t <= history_seconds / 8):
         r = math.exp(-block_seconds / tau)
@@ -360,9 +364,7 @@ def measure_mix_drift(
         squares = sum(f * f for f in shape)
         variance = sum(c * f for c, f in zip(covariances, shape, strict=True)) / squares
         error = sum((c - variance * f) ** 2 for c, f in zip(covariances, shape, strict=True))
-        noise = block_variance * math.sqrt(
-            sum(f * f / (len(blocks) - k) for f, k in zip(shape, lags, strict=True))
-        )
+        noise = math.sqrt(sum(f * f * v for f, v in zip(shape, noises, strict=True)))
         fits.append((error, variance, tau, noise / squares))
     if not fits:
         return None
@@ -388,12 +390,16 @@ def _drift_blocks(windows: Sequence[AcceptanceWindow], window_seconds: float) ->
     return [accepted[j] / tokens[j] if tokens[j] > 0 else None for j in range(max(tokens) + 1)]
 
 
-def _lag_covariance(centred: Sequence[float | None], lag: int) -> float:
-    """The mean product of blocks `lag` apart where both have an alpha (0 with no such pair)."""
+def _lag_covariance(centred: Sequence[float | None], lag: int) -> tuple[float, float]:
+    """The mean product of blocks `lag` apart where both have an alpha, and that mean's variance
+    were the blocks independent, from the products' own spread: a block a single long request
+    dominates makes heavy tails, which c0^2 / pairs would miss. (0, 0) with no such pair."""
     products = [
         x * y for x, y in zip(centred, centred[lag:], strict=False) if x is not None and y is not None
     ]
-    return sum(products) / len(products) if products else 0.0
+    if not products:
+        return 0.0, 0.0
+    return sum(products) / len(products), sum(p * p for p in products) / len(products) ** 2
 
 
 def history_design_effect(windows: Sequence[AcceptanceWindow]) -> float | None:
