@@ -154,6 +154,32 @@ def test_low_alpha_rolls_back_below_the_gate(rollouts: Rollouts) -> None:
     assert waited.returncode == 1 and waited.stdout.startswith("lowalpha: RolledBack"), waited
 
 
+def decide_a_near_gate_canary_at_the_deadline(lab: dict[str, Any]) -> Rollout:
+    """Alpha 0.58, inside the indifference zone (0.55 +/- 0.05): with a first rollout's drift
+    allowance (mixDrift 0.09 over 3 min) the sequential test cannot tell it within
+    maxAnalysisDuration (4m here), so the deadline decides it by the estimate's side of the gate."""
+    return run_rollout(body=sim_rollout("neargate", {"SPECGATE_SIM_ALPHA": "0.58"}), **lab)
+
+
+def test_a_near_gate_canary_is_decided_at_the_deadline_by_its_side_of_the_gate(rollouts: Rollouts) -> None:
+    """Issue 37: not rolled back as Inconclusive. Which side the estimate lands on is the run's (the
+    simulator's requests each have their own acceptance); the verdict must follow it, and come no
+    sooner than maxAnalysisDuration after the analysis began."""
+    _, run = rollouts["neargate"].result()
+    status = run.status
+    decided = next(h for h in status["history"] if h["phase"] in ("Promoting", "RollingBack"))
+    assert "decided at maxAnalysisDuration by the estimate's side of the gate" in decided["message"], decided
+    estimate = re.search(r"alpha (\d\.\d+) \[", decided["message"])
+    assert estimate is not None, decided["message"]
+    expected = (
+        ("Promoting", "GatesPassed") if float(estimate[1]) >= 0.55 else ("RollingBack", "AcceptanceBelowGate")
+    )
+    assert (decided["phase"], decided["reason"]) == expected, decided["message"]
+    deadline = api.parse_duration(run.obj["spec"]["rollout"]["maxAnalysisDuration"])
+    analysed = history_time(status, decided["phase"]) - history_time(status, "Analyzing")
+    assert analysed.total_seconds() >= deadline
+
+
 # Runbook commands the lab cannot run, and why.
 RUNBOOK_EXAMPLE_TIME = "1764150000"  # what the runbooks' `@` queries show for the rollback's time
 LAB_LACKS = {
@@ -427,6 +453,7 @@ rollouts = side_by_side(
         "drift": drift_after_promotion,
         "good": promote_under_another_writer_and_an_hpa,
         "lowalpha": roll_back_below_the_gate,
+        "neargate": decide_a_near_gate_canary_at_the_deadline,
         "slow": roll_back_a_heavy_draft,
         "outage": stop_prometheus_mid_analysis,
     }
