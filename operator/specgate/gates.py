@@ -209,11 +209,17 @@ def residual_variance(
     `windows` must hold draft tokens."""
     if design_effect is None:
         return _per_token_variance(windows, error_rate, lambda r: (long_run_variance(r), len(r) - 1))
+    n, p, own = _plug_in_spread(windows)
+    return max(design_effect * p * (1 - p), own, _binomial(n, p * n))
+
+
+def _plug_in_spread(windows: Sequence[AcceptanceWindow]) -> tuple[float, float, float]:
+    """(draft tokens, alpha, the residuals' long-run variance per draft token) of `windows` (with
+    draft tokens), as estimated, without an allowance for a spread that looks small by chance."""
     n = sum(w.draft_tokens for w in windows)
     p = sum(w.accepted_tokens for w in windows) / n
     residuals = [w.accepted_tokens - p * w.draft_tokens for w in windows]
-    own = long_run_variance(residuals) * len(windows) / n
-    return max(design_effect * p * (1 - p), own, _binomial(n, p * n))
+    return n, p, long_run_variance(residuals) * len(windows) / n
 
 
 def _per_token_variance(
@@ -415,12 +421,8 @@ def history_design_effect(windows: Sequence[AcceptanceWindow]) -> float | None:
     usable = judged_windows(windows)
     if len(usable) < MIN_DESIGN_WINDOWS:
         return None
-    n = sum(w.draft_tokens for w in usable)
-    p = sum(w.accepted_tokens for w in usable) / n
-    if not 0 < p < 1:
-        return None
-    residuals = [w.accepted_tokens - p * w.draft_tokens for w in usable]
-    return max(long_run_variance(residuals) * len(usable) / n / (p * (1 - p)), 1.0)
+    _, p, spread = _plug_in_spread(usable)
+    return max(spread / (p * (1 - p)), 1.0) if 0 < p < 1 else None
 
 
 def span_seconds(windows: Sequence[AcceptanceWindow], window_seconds: float) -> float:
