@@ -315,7 +315,9 @@ class Gates(Model):
     mix_drift: float = Field(
         0.09,
         ge=0,
-        lt=0.5,
+        # le, not lt: the API server compares a whole-number value (0, as YAML writes it) with an
+        # exclusive maximum truncated to a whole number, and would refuse 0 as "not less than 0".
+        le=0.5,
         description="How far the traffic mix moves alpha over minutes (standard deviation, in alpha; "
         "0.09: the prompts' mix swings alpha 0.55 to about 0.46 or 0.64 and back). A swing slower "
         "than the analysis so far moves every window together, so the windows' spread cannot show "
@@ -368,18 +370,25 @@ class Guard(Model):
     enabled: bool = Field(True, description="Keep measuring alpha after promotion and roll back on drift.")
     window: Duration = duration(
         "30m",
-        "How far back the guard looks after promotion (at least 1m is used): its change detector runs "
-        "over the acceptance windows of this span and estimates their spread from them, so it must be "
-        "long beside the traffic's slow swings.",
+        "How far back the guard's latency check looks after promotion (at least 1m is used): the "
+        "promoted canary's P99 latencies over this span against the stored baseline's.",
+    )
+    history: Duration = duration(
+        "12h",
+        "How far back the guard's alpha check looks after promotion: its change detector runs over "
+        "the promoted config's alpha in blocks of a minute (4 scrapes, at least 15s) over this span, "
+        "and takes the spread of their noise from its older two thirds, so it must be long beside the "
+        "traffic mix's swings (hours, to hold the false-alarm budget; at least 10m, and at most "
+        "10,000 blocks are read: a Prometheus range query returns at most 11,000 points).",
     )
     false_alarms_per_month: float = Field(
         0.1,
         gt=0,
         description="The guard's budget of false alarms: how often, per 30 days, it may roll back a "
-        "canary whose alpha holds at minAcceptanceRate + indifference, on traffic whose mix does not "
-        "drift (a mix that moves alpha over minutes trips it far more often: README). A drop to minAcceptanceRate - "
-        "indifference is caught sooner the larger this is (the CUSUM threshold is log of the windows "
-        "between false alarms).",
+        "canary whose alpha holds at minAcceptanceRate + indifference, whether the traffic mix drifts "
+        "or not (its threshold is calibrated on a traffic model: README). A drop to minAcceptanceRate - "
+        "indifference or below is caught sooner the larger this is (the CUSUM threshold grows with "
+        "the log of the blocks between false alarms).",
     )
     on_metrics_unavailable: GuardAction = Field(
         GuardAction.WARN,
@@ -949,6 +958,14 @@ RULES: tuple[Rule, ...] = (
         or r.traffic.router != Router.GATEWAY_API
         or r.strategy == Strategy.CANARY,
     ),
+    Rule(
+        Guard,
+        "!has(self.history) || duration(self.history) >= duration('10m')",
+        "history must be at least 10m, e.g. 12h (hours of the promoted config's alpha hold the "
+        "guard's false-alarm budget)",
+        "history",
+        lambda g: parse_duration(g.history) >= 600,
+    ),
 )
 
 
@@ -1343,12 +1360,18 @@ class GuardStatus(StatusModel):
 
     statistic: float = Field(
         description="CUSUM of the log likelihood ratio of alpha at minAcceptanceRate - indifference "
-        "against minAcceptanceRate + indifference over the guard's windows: 0 while alpha holds."
+        "against minAcceptanceRate + indifference over the guard's history's blocks: 0 while alpha holds."
     )
     threshold: float = Field(description="The guard rolls back when the statistic reaches this.")
-    alpha: float | None = Field(None, description="Alpha over the guard's windows.")
-    windows: int = Field(0, description="Acceptance windows the statistic ran over (quiet ones included).")
-    window_seconds: float | None = Field(None, description="Length of each acceptance window.")
+    alpha: float | None = Field(None, description="Alpha over the guard's history.")
+    windows: int = Field(0, description="Blocks the statistic ran over (quiet ones included).")
+    window_seconds: float | None = Field(None, description="Length of each block.")
+    spread: float | None = Field(
+        None, description="The blocks' noise per draft token (long-run variance) the CUSUM is scaled by."
+    )
+    spread_source: str | None = Field(
+        None, description="Measured over the history's older blocks, or the rollout's drift until an hour is."
+    )
     checked_at: str | None = Field(None, description="When the guard last looked (RFC 3339).")
 
 

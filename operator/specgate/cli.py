@@ -203,7 +203,8 @@ def render_timeline(name: str, status: SpeculativeDeploymentStatus) -> str:
         g = status.guard
         lines.append(
             f"  guard    CUSUM {g.statistic:.1f} of {g.threshold:.1f} (trips there) over {g.windows} "
-            f"windows of {_num(g.window_seconds)}s, alpha={_num(g.alpha)}, at {g.checked_at}"
+            f"blocks of {_num(g.window_seconds)}s, alpha={_num(g.alpha)}, at {g.checked_at}"
+            + (f"; spread {_num(g.spread)} per token, {g.spread_source}" if g.spread_source else "")
         )
     if status.mix_drift:
         d = status.mix_drift

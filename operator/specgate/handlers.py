@@ -21,7 +21,7 @@ import kopf
 from specgate import api, kube, memory, metrics, render, rollout, schedule
 from specgate.api import Phase, SpeculativeDeploymentSpec, SpeculativeDeploymentStatus
 from specgate.observation import Observation, Window
-from specgate.prometheus import MetricsUnavailable, PrometheusClient, Selector
+from specgate.prometheus import MetricsUnavailable, PrometheusClient, Selector, guard_step
 from specgate.render import Manifest, Owner, Track
 
 INTERVAL_SECONDS = float(os.environ.get("SPECGATE_INTERVAL_SECONDS", "10"))
@@ -200,10 +200,29 @@ def observe(
             baseline = prom.track_metrics(_selector(spec, owner, Track.BASELINE), window, interval, leave_out)
         if status.phase in (Phase.ANALYZING, Phase.PROMOTED):
             canary = prom.track_metrics(_selector(spec, owner, Track.CANARY), window, interval, leave_out)
+        observation = _observe_guard_history(spec, status, owner, observation, prom, now)
     except MetricsUnavailable as exc:
         return replace(observation, metrics_error=str(exc))
     observation = replace(observation, baseline_metrics=baseline, canary_metrics=canary)
     return _observe_incumbent(spec, status, owner, observation, prom, interval)
+
+
+def _observe_guard_history(
+    spec: SpeculativeDeploymentSpec,
+    status: SpeculativeDeploymentStatus,
+    owner: Owner,
+    observation: Observation,
+    prom: PrometheusClient,
+    now: datetime,
+) -> Observation:
+    """After promotion, the promoted canary's alpha over guard.history, in the guard's blocks."""
+    interval = rollout.scrape_interval(spec).total_seconds()
+    step = guard_step(interval)
+    window = rollout.guard_history_window(spec, status, now, step)
+    if window is None:
+        return observation
+    history, step = prom.history_windows(_selector(spec, owner, Track.CANARY), window, interval, step)
+    return replace(observation, guard_acceptance=history, guard_block_seconds=step)
 
 
 def _observe_incumbent(

@@ -87,6 +87,10 @@ class Observation:
     incumbent_acceptance: tuple[AcceptanceWindow, ...] | None = None
     incumbent_window_seconds: float = 60.0
     incumbent_error: str | None = None  # why the incumbent's history could not be read
+    # After promotion, the guard's history of the canary's counters in blocks of `guard_block_seconds`
+    # (None: not read; its failure is metrics_error, as the guard's other metrics).
+    guard_acceptance: tuple[AcceptanceWindow, ...] | None = None
+    guard_block_seconds: float = 60.0
 
 
 @dataclass(frozen=True)

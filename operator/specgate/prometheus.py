@@ -259,14 +259,15 @@ class PrometheusClient:
         return windows, finished if families.get(SUCCEEDED) else None
 
     def history_windows(
-        self, sel: Selector, window: Window, scrape_interval: float
+        self, sel: Selector, window: Window, scrape_interval: float, step: float | None = None
     ) -> tuple[tuple[AcceptanceWindow, ...], float]:
         """The track's draft and accepted tokens over a long window (hours: the mix's drift is
-        measured on them), summed over pods in windows of `history_step` seconds, and that step.
+        measured on them, the guard judges them), summed over pods in windows of `step` seconds
+        (`history_step` unless given), and that step.
         A range query of increases, computed by Prometheus: hours of raw samples of every pod would
         be thousands of points a series, and a few percent of extrapolation at a window's edges
         cancels in the ratio of two counters scraped together."""
-        step = history_step(scrape_interval)
+        step = step or history_step(scrape_interval)
         answers = [
             self._query_range(f"sum(increase({name}{sel}[{step:g}s]))", window, step, sel.track)
             for name in (DRAFT_TOKENS, ACCEPTED)
@@ -381,6 +382,11 @@ def history_step(scrape_interval: float) -> float:
     """The history's windows: a block of gates.DRIFT_BLOCK_SECONDS, and at least 4 scrapes (an
     increase needs two samples in its range)."""
     return max(DRIFT_BLOCK_SECONDS, 4 * scrape_interval)
+
+
+def guard_step(scrape_interval: float) -> float:
+    """The guard's blocks: an acceptance window, and at least 4 scrapes (as history_step)."""
+    return max(MIN_ACCEPTANCE_WINDOW_SECONDS, 4 * scrape_interval)
 
 
 def history_blocks(

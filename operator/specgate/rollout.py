@@ -38,6 +38,7 @@ from specgate.render import Track
 
 HISTORY_LIMIT = 30
 MIN_GUARD_WINDOW = timedelta(seconds=60)
+MAX_GUARD_BLOCKS = 10_000  # Prometheus answers a range query of at most 11,000 points
 # The canary's alpha over its benchmark Job comes from Prometheus, which sees the last counters only
 # at the scrapes after the Job: wait for two of them.
 SETTLE_SCRAPES = 2
@@ -165,13 +166,31 @@ def measurement_window(
 
 
 def _guard_window(spec: SpeculativeDeploymentSpec, promoted: datetime, now: datetime) -> Window | None:
-    """The guard's history: guard.window back from now (at least its minimum of windows), starting
-    on a grid of acceptance windows from the promotion, so that every look bins the same scrapes
-    into the same windows and the change detector sees each window once."""
+    """The guard's latency window (and the canary's status figures after promotion): guard.window
+    back from now (at least a minute), starting on a grid of acceptance windows from the promotion,
+    so that every look bins the same scrapes into the same windows."""
     step = acceptance_window(spec)
-    span = max(_seconds(spec.rollout.guard.window), MIN_GUARD_WINDOW, gates.MIN_GUARD_WINDOWS * step)
+    span = max(_seconds(spec.rollout.guard.window), MIN_GUARD_WINDOW, step)
     start = promoted + max(0, math.floor((now - span - promoted) / step)) * step
     return Window(start, now) if now > start else None
+
+
+def guard_history_window(
+    spec: SpeculativeDeploymentSpec, status: SpeculativeDeploymentStatus, now: datetime, block_seconds: float
+) -> Window | None:
+    """The guard's alpha history (Promoted): guard.history back from now (at most MAX_GUARD_BLOCKS
+    blocks), its blocks on a grid from
+    the promotion (each block ends at promoted + k blocks, so every look sums the same scrapes into
+    the same blocks), the first one ending a block after it."""
+    since = parse_time(status.phase_since)
+    if status.phase != Phase.PROMOTED or not spec.rollout.guard.enabled or since is None:
+        return None
+    block = timedelta(seconds=block_seconds)
+    first = since + block
+    history = min(_seconds(spec.rollout.guard.history), MAX_GUARD_BLOCKS * block)
+    skipped = max(0, math.ceil((now - history - first) / block))
+    start = first + skipped * block
+    return Window(start, now) if now >= start else None
 
 
 def scrape_interval(spec: SpeculativeDeploymentSpec) -> timedelta:
@@ -845,9 +864,9 @@ def _promoted(step: _Step) -> _Step:
     step, metrics = _guard_metrics(step)
     if metrics is None:
         return step
-    guard = _acceptance_guard(spec, metrics, step.now)
+    guard = _acceptance_guard(step)
     latency = next((r for r in _latency_results(step, metrics) if r.verdict == Verdict.FAIL), None)
-    step = step.update(guard=_guard_status(guard, metrics, step.now))
+    step = step.update(guard=_guard_status(guard, step.obs.guard_block_seconds, step.now))
     if guard.tripped:
         return _roll_back(step, Reason.GUARD_TRIPPED, f"alpha dropped below the gate: {guard.message}")
     if latency is not None:
@@ -861,20 +880,19 @@ def _promoted(step: _Step) -> _Step:
     return step.note(Reason.GUARDING, f"guard: {guard.message}")
 
 
-def _acceptance_guard(
-    spec: SpeculativeDeploymentSpec, metrics: TrackMetrics, now: datetime
-) -> gates.GuardResult:
-    """The change detector over the guard's complete windows (the one still filling is left for
-    the next look, so that no window is judged twice)."""
+def _acceptance_guard(step: _Step) -> gates.GuardResult:
+    """The change detector over the guard's history (blocks that ended by now, each judged at every
+    look: the CUSUMs are recomputed over the history, not carried across reconciles)."""
+    spec, obs = step.spec, step.obs
     g, guard = spec.rollout.gates, spec.rollout.guard
-    complete = [w for w in metrics.acceptance if w.end is None or w.end <= now.timestamp()]
+    complete = [w for w in obs.guard_acceptance or () if w.end is None or w.end <= step.now.timestamp()]
     return gates.acceptance_guard(
         complete,
         g.min_acceptance_rate,
         indifference=g.indifference,
-        error_rate=g.error_rate,
         false_alarms_per_month=guard.false_alarms_per_month,
-        window_seconds=_window_seconds(spec, metrics),
+        block_seconds=obs.guard_block_seconds,
+        drift=_stored_drift(step.status) or _first_rollout_drift(spec),
     )
 
 
@@ -941,13 +959,15 @@ def _window_seconds(spec: SpeculativeDeploymentSpec, metrics: TrackMetrics) -> f
     return metrics.acceptance_window_seconds or acceptance_window(spec).total_seconds()
 
 
-def _guard_status(guard: gates.GuardResult, metrics: TrackMetrics, now: datetime) -> GuardStatus:
+def _guard_status(guard: gates.GuardResult, block_seconds: float, now: datetime) -> GuardStatus:
     return GuardStatus(
         statistic=round(guard.statistic, 3),
         threshold=round(guard.threshold, 3),
         alpha=None if guard.alpha is None else round(guard.alpha, 4),
         windows=guard.windows,
-        window_seconds=metrics.acceptance_window_seconds,
+        window_seconds=block_seconds,
+        spread=None if guard.spread is None else round(guard.spread, 3),
+        spread_source=guard.spread_source or None,
         checked_at=iso(now),
     )
 

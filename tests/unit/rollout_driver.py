@@ -74,6 +74,12 @@ def metrics(
     )
 
 
+def collapsed() -> TrackMetrics:
+    """A promoted canary's alpha fallen to 0.2 for 30 minutes of 15 s windows: enough for the guard
+    to trip in its first hour, when its spread is the rollout's fallback drift (0.09 over 3 min)."""
+    return metrics(0.2, windows=120)
+
+
 def ready(n: int) -> TrackState:
     return TrackState(exists=True, replicas=n, ready_replicas=n)
 
@@ -90,6 +96,11 @@ class Run:
 
     def step(self, after: float = 10, **obs: Any) -> Decision:
         self.now += timedelta(seconds=after)
+        canary_metrics = obs.get("canary_metrics")
+        if self.phase == Phase.PROMOTED and canary_metrics is not None and "guard_acceptance" not in obs:
+            # The handler reads the guard's history from the same Prometheus: the same windows here.
+            obs["guard_acceptance"] = canary_metrics.acceptance
+            obs["guard_block_seconds"] = canary_metrics.acceptance_window_seconds or 15.0
         observation = Observation(generation=self.generation, **obs)
         decision = rollout.decide(self.spec, self.status, observation, self.now)
         self.status, self.last = decision.status, decision

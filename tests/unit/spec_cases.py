@@ -160,4 +160,5 @@ RULE_CASES: list[tuple[int, dict[str, Any], dict[str, Any]]] = [
         with_("rollout", {"strategy": "sequential", "traffic": GATEWAY}),
         with_("rollout", {"traffic": GATEWAY}),
     ),
+    (38, with_("rollout.guard", {"history": "9m"}), with_("rollout.guard", {"history": "10m"})),
 ]

@@ -40,8 +40,7 @@ def test_defaults_follow_the_production_recipe() -> None:
 
 def test_every_other_default_is_written_out() -> None:
     """The rest of the spec's defaults (stages, guard, metrics, benchmark, pods), written out as
-    README's spec reference and DESIGN state them. The guard's 30 min history is README's (issue
-    16), where DESIGN's decision says the guard should look back hours."""
+    README's spec reference and DESIGN state them."""
     dump = api.parse_spec(BASE).model_dump(mode="json", by_alias=True)
     del dump["rollout"]["gates"]  # test_defaults_follow_the_production_recipe
     assert dump == {
@@ -110,7 +109,8 @@ def test_every_other_default_is_written_out() -> None:
             },
             "guard": {
                 "enabled": True,
-                "window": "30m",
+                "window": "30m",  # the latency check's
+                "history": "12h",  # the alpha check's: hours, as DESIGN's decision says
                 "falseAlarmsPerMonth": 0.1,
                 "onMetricsUnavailable": "Warn",
             },

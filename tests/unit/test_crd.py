@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import yaml
@@ -148,6 +149,8 @@ API_SERVER_RULES = {
     (".spec.rollout", ".traffic.router", "traffic.router GatewayAPI splits traffic between baseline and "
      "canary pods, which strategy sequential never runs side by side: use strategy canary, or router "
      "Service"),
+    (".spec.rollout.guard", ".history", "history must be at least 10m, e.g. 12h (hours of the promoted "
+     "config's alpha hold the guard's false-alarm budget)"),
 }  # fmt: skip
 
 
@@ -189,3 +192,21 @@ def test_defaults_and_bounds_reach_the_api_server() -> None:
     assert (k["minimum"], k["maximum"]) == (1, 16)
     assert spec["rollout"]["default"] == {}
     assert "default" not in spec["speculative"]
+
+
+def test_no_fractional_exclusive_maximum_refuses_a_whole_number() -> None:
+    """The API server compares a whole-number value (`mixDrift: 0`, as YAML and kubectl write it)
+    with a maximum truncated to a whole number: under an exclusive maximum of 0.5 it refused 0 as
+    "should be less than 0" (seen on the lab's kube-apiserver v1.36). A number field that allows a
+    whole number must not carry a fractional exclusive maximum."""
+    root = yaml.safe_load(CRD_FILE.read_text())["spec"]["versions"][0]["schema"]["openAPIV3Schema"]
+    traps = [
+        path
+        for path, node in walk(root)
+        if node.get("type") == "number"
+        and node.get("exclusiveMaximum")
+        and not float(node["maximum"]).is_integer()
+        and node.get("minimum", -1) <= math.floor(node["maximum"])
+        and not (node.get("exclusiveMinimum") and node.get("minimum") == math.floor(node["maximum"]))
+    ]
+    assert traps == []

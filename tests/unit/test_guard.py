@@ -4,52 +4,67 @@ from __future__ import annotations
 
 import math
 import random
+import sys
 from dataclasses import replace
 from datetime import timedelta
+from pathlib import Path
 
+import numpy as np
 import pytest
-from tests.unit.rollout_driver import Run, metrics, ready
+from tests.unit.rollout_driver import Run, make_spec, metrics, ready
 
 from specgate import api, rollout
 from specgate.cli import render_timeline
 from specgate.gates import (
-    MIN_GUARD_WINDOWS,
+    GUARD_MARGIN,
+    MIN_GUARD_BLOCKS,
+    MIN_GUARD_REFERENCE_BLOCKS,
     AcceptanceWindow,
+    MixDrift,
     acceptance_guard,
+    drift_spread,
+    guard_spread,
     guard_threshold,
-    spread_with_horizon,
+    prewhitened_long_run_variance,
 )
 from specgate.observation import Window
 from specgate_lab.sim.streams import draft_windows
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
+import guard as bench_guard
+from traffic import windows
+
 GATE, DELTA = 0.55, 0.05
+STEADY = MixDrift(0.0, 180.0, "measured over 4.0 h", design_effect=1.0)
 
 
-def guard(windows: list[AcceptanceWindow], window_seconds: float = 15.0) -> tuple[bool, float, float]:
+def guard(
+    windows: list[AcceptanceWindow], block_seconds: float = 60.0, drift: MixDrift = STEADY
+) -> tuple[bool, float, float]:
     result = acceptance_guard(
         windows,
         GATE,
         indifference=DELTA,
-        error_rate=0.05,
         false_alarms_per_month=0.1,
-        window_seconds=window_seconds,
+        block_seconds=block_seconds,
+        drift=drift,
     )
     return result.tripped, result.statistic, result.threshold
 
 
-def test_threshold_is_the_log_of_the_windows_between_false_alarms() -> None:
-    # 0.1 per 30 days of 15-s windows: one false alarm per 1,728,000 windows; once a month at 60 s: 43,200.
-    assert guard_threshold(0.1, 15) == pytest.approx(14.3625, abs=1e-4)
-    assert guard_threshold(1.0, 60) == pytest.approx(10.6735, abs=1e-4)
+def test_threshold_is_the_log_of_the_blocks_between_false_alarms_with_the_margin() -> None:
+    # 0.1 per 30 days of 60-s blocks: one false alarm per 432,000 blocks; 1 of 15-s ones: 172,800.
+    assert guard_threshold(0.1, 60) == pytest.approx(12.9762 + GUARD_MARGIN, abs=1e-4)
+    assert guard_threshold(1.0, 15) == pytest.approx(12.0599 + GUARD_MARGIN, abs=1e-4)
 
 
 def test_alpha_holding_above_the_gate_keeps_the_statistic_at_zero() -> None:
     windows = [AcceptanceWindow(100, 400, 400 * 0.62) for _ in range(40)]
-    assert guard(windows) == (False, 0.0, pytest.approx(14.3625, abs=1e-4))
+    assert guard(windows) == (False, 0.0, pytest.approx(guard_threshold(0.1, 60)))
 
 
-def test_too_few_windows_are_not_judged() -> None:
-    windows = [AcceptanceWindow(100, 400, 0) for _ in range(MIN_GUARD_WINDOWS - 1)]
+def test_too_few_blocks_are_not_judged() -> None:
+    windows = [AcceptanceWindow(100, 400, 0) for _ in range(MIN_GUARD_BLOCKS - 1)]
     tripped, statistic, _ = guard(windows)
     assert not tripped and statistic == 0.0
 
@@ -65,31 +80,45 @@ def test_a_sustained_drop_trips_and_a_short_dip_does_not() -> None:
     assert 2 < first_trip <= 40
 
 
-def test_spread_of_white_noise_is_its_variance_with_nearly_all_degrees_of_freedom() -> None:
+def test_white_noise_has_its_variance_as_long_run_variance() -> None:
     rng = random.Random(1)
     residuals = [rng.gauss(0, 1) for _ in range(400)]
-    variance, dof = spread_with_horizon(residuals)
-    assert variance == pytest.approx(1.0, rel=0.2)
-    assert dof >= 200
+    assert prewhitened_long_run_variance(residuals) == pytest.approx(1.0, rel=0.2)
 
 
-def test_spread_of_a_slow_drift_follows_its_horizon() -> None:
-    """AR(1) with rho 0.9 and unit innovations: long-run variance 1 / (1 - 0.9)^2 = 100, while the
-    plain variance is 1 / (1 - 0.81) = 5.3; the estimate must see most of the former, on fewer
-    degrees of freedom."""
+def test_an_ar1_drift_under_noise_keeps_most_of_its_long_run_variance() -> None:
+    """A drifting mix: AR(1) with rho 0.7 and unit innovations (long-run variance 1 / 0.3^2 = 11.1)
+    plus white noise of variance 2: 13.1 in all, against a plain variance of 3.96, which a guard
+    blind to the drift would take. Prewhitened by the lag-1 correlation (0.35 here, the noise hides
+    the drift's 0.7) the estimate sees two thirds of it; the rest is bench/guard.py's margin."""
     rng = random.Random(2)
     x, residuals = 0.0, []
-    for _ in range(2000):
-        x = 0.9 * x + rng.gauss(0, 1)
-        residuals.append(x)
-    variance, dof = spread_with_horizon(residuals)
-    assert 60 < variance < 140
-    assert dof < 400
+    for _ in range(20_000):
+        x = 0.7 * x + rng.gauss(0, 1)
+        residuals.append(x + rng.gauss(0, math.sqrt(2)))
+    mean = sum(residuals) / len(residuals)
+    estimate = prewhitened_long_run_variance([r - mean for r in residuals])
+    assert 0.6 * 13.1 < estimate < 1.1 * 13.1
+    assert estimate > 2 * 3.96
 
 
 @pytest.mark.parametrize("m", [0, 1, 2])
-def test_spread_of_too_few_windows_is_zero(m: int) -> None:
-    assert spread_with_horizon([1.0] * m) == (0.0, 1)
+def test_too_few_residuals_have_no_long_run_variance(m: int) -> None:
+    assert prewhitened_long_run_variance([1.0] * m) == 0.0
+
+
+def test_a_young_history_takes_at_least_the_rollouts_drift_as_its_spread() -> None:
+    """Under an hour of older blocks, identical blocks (no spread of their own) are scaled by the
+    drift the rollout allowed for: the fallback's 0.09 over 180 s on 40,000 tokens a minute is
+    2 * 0.0081 * 180 * 40000 / 60 = 1944 per token, plus the binomial p (1 - p)."""
+    drift = MixDrift(0.09, 180.0, "spec mixDrift (fallback)")
+    young = [AcceptanceWindow(10_000, 40_000, 24_000) for _ in range(MIN_GUARD_REFERENCE_BLOCKS - 1)]
+    s2, source = guard_spread(young, drift, 60.0)
+    assert s2 == pytest.approx(drift_spread(drift, 40_000, 0.6, 60.0)) == pytest.approx(1944 + 0.24)
+    assert source.startswith("the rollout's drift until an hour is measured")
+    old = [*young, AcceptanceWindow(10_000, 40_000, 24_000)]
+    s2, source = guard_spread(old, drift, 60.0)
+    assert s2 < 1 and source == "measured over 1.0 h"
 
 
 def test_nan_windows_do_not_break_the_guard() -> None:
@@ -106,8 +135,12 @@ def test_status_shows_the_statistic_and_the_threshold_it_trips_at() -> None:
     run.step(after=60, canary=ready(2), canary_metrics=metrics(0.8))
     assert run.status.guard is not None
     assert (run.status.guard.statistic, run.status.guard.windows, run.status.guard.alpha) == (0.0, 20, 0.8)
-    assert run.status.guard.threshold == pytest.approx(14.3625, abs=1e-3)  # 15-s windows, 0.1 a month
-    assert "guard    CUSUM 0.0 of 14.4 (trips there) over 20 windows" in render_timeline("x", run.status)
+    # 15-s blocks here, 0.1 a month
+    assert run.status.guard.threshold == pytest.approx(14.3625 + GUARD_MARGIN, abs=1e-3)
+    shown = f"guard    CUSUM 0.0 of {14.3625 + GUARD_MARGIN:.1f} (trips there) over 20 blocks of 15s"
+    assert shown in render_timeline("x", run.status)
+    assert run.status.guard.spread_source is not None
+    assert run.status.guard.spread_source.startswith("the rollout's drift until an hour is measured")
 
 
 def test_the_window_still_filling_is_left_for_the_next_look() -> None:
@@ -144,3 +177,43 @@ def test_the_guard_history_starts_on_the_grid_of_windows_from_the_promotion() ->
     now = promoted + timedelta(minutes=45, seconds=7)
     window = rollout.measurement_window(run.spec, run.status, now)
     assert window == Window(promoted + timedelta(seconds=900), now)
+
+
+def test_the_guards_alpha_history_is_guard_history_back_on_a_grid_of_blocks_from_the_promotion() -> None:
+    run = Run()
+    run.to_promoted()
+    promoted = run.now
+    # 12 h 30 min 7 s after promotion, a 12 h history of 60 s blocks: the first block ends a block
+    # after the promotion, and 30 whole blocks (those ending up to 12 h 7 s ago) are left out.
+    now = promoted + timedelta(hours=12, minutes=30, seconds=7)
+    window = rollout.guard_history_window(run.spec, run.status, now, 60.0)
+    assert window == Window(promoted + timedelta(minutes=31), now)
+    young = promoted + timedelta(seconds=59)
+    assert rollout.guard_history_window(run.spec, run.status, young, 60.0) is None
+
+
+@pytest.mark.parametrize("mix", ["steady", "drift"])
+def test_a_simulated_month_of_a_healthy_canary_stays_under_the_threshold(mix: str) -> None:
+    """The calibration, pinned: a month of bench/traffic.py's requests (20 a 15 s window) at alpha
+    gate + indifference, in 60 s blocks, looked at after every block with the default 12 h history,
+    never reaches the threshold on either mix (a trip in such a month would be a false alarm, of
+    which the budget allows one in ten months; bench/guard.py measures the rate over many). The
+    looks are the operator's own (checked against acceptance_guard on sampled looks)."""
+    rng, checker = np.random.default_rng(16), random.Random(16)
+    cell = bench_guard.Cell(mix, 20)
+    counts = windows(cell.traffic(GATE + DELTA), 30 * 1440 + bench_guard.HISTORY - 1, rng)
+    accepted, tokens = counts[:, 2], counts[:, 1]
+    bench_guard.check_against_the_operator(accepted, tokens, checker)
+    largest = bench_guard.statistics_per_look(accepted, tokens).max()
+    assert largest < guard_threshold(0.1, 60)
+
+
+def test_a_history_longer_than_a_range_query_answers_is_cut_to_its_newest_10000_blocks() -> None:
+    run = Run(make_spec(guard={"history": "168h"}))
+    run.to_promoted()
+    promoted = run.now
+    now = promoted + timedelta(days=8)
+    window = rollout.guard_history_window(run.spec, run.status, now, 15.0)
+    assert window is not None and window.end == now
+    assert now - window.start <= timedelta(seconds=15 * 10_000)
+    assert now - window.start > timedelta(seconds=15 * 9_999)

@@ -46,6 +46,7 @@ class FakePrometheus:
     url: str = ""
     history: tuple[AcceptanceWindow, ...] | Exception = ()
     history_queries: list[tuple[str, Window]] = field(default_factory=list)
+    history_steps: list[float | None] = field(default_factory=list)
 
     def install(self, monkeypatch: pytest.MonkeyPatch) -> FakePrometheus:
         monkeypatch.setattr(handlers, "PrometheusClient", self)
@@ -65,12 +66,13 @@ class FakePrometheus:
         return answer
 
     def history_windows(
-        self, sel: Selector, window: Window, scrape_interval: float
+        self, sel: Selector, window: Window, scrape_interval: float, step: float | None = None
     ) -> tuple[tuple[AcceptanceWindow, ...], float]:
         self.history_queries.append((sel.matchers(), window))
+        self.history_steps.append(step)
         if isinstance(self.history, Exception):
             raise self.history
-        return self.history, 60.0
+        return self.history, step or 60.0
 
 
 def rolling_back() -> Run:
@@ -424,3 +426,34 @@ def test_a_rerollout_reads_the_promoted_configs_history_once(
     run.status, run.now = decision.status, run.now + timedelta(seconds=60)
     reconcile_step(run, after=60)
     assert len(prometheus.history_queries) == 1
+
+
+@pytest.mark.parametrize("readable", [True, False], ids=["read", "unreadable"])
+def test_a_promoted_canary_is_guarded_on_its_history_in_blocks_of_four_scrapes(
+    monkeypatch: pytest.MonkeyPatch, readable: bool
+) -> None:
+    """After promotion the guard asks Prometheus for the canary track's alpha since the promotion
+    (guard.history back, 12 h by default), in blocks of 4 scrapes (60 s at the spec's 15 s), and
+    judges them; Prometheus failing on it is the guard's metrics being unavailable, as for its
+    latency figures (held within metricsUnavailableBudget, the gated config keeps serving)."""
+    FakeKube({"llama-baseline": ready(0), "llama-canary": ready(2)}).install(monkeypatch)
+    blocks = tuple(AcceptanceWindow(100, 400, 280, end=float(i)) for i in range(30))
+    down = MetricsUnavailable("Prometheus query failed: timeout")
+    answers: dict[str, TrackMetrics | Exception] = {"canary": metrics(0.7)}
+    prometheus = FakePrometheus(answers, history=blocks if readable else down).install(monkeypatch)
+    run = Run(make_spec(metrics={"prometheusUrl": PROMETHEUS}))
+    run.to_promoted()
+    promoted = run.now
+    decision = reconcile_step(run, after=3600)
+    labels = 'namespace="ml",specgate_dev_deployment="llama",specgate_dev_track="canary"'
+    now = promoted + timedelta(seconds=3600)
+    assert prometheus.history_queries == [(labels, Window(promoted + timedelta(seconds=60), now))]
+    assert prometheus.history_steps == [60.0]
+    status = decision.status
+    assert status.phase == Phase.PROMOTED
+    if readable:
+        assert status.guard is not None and (status.guard.windows, status.guard.window_seconds) == (30, 60.0)
+        assert status.reason == Reason.GUARDING
+    else:
+        assert status.metrics_unavailable_since == api.iso(now)
+        assert "guard: metrics unavailable since" in (status.message or "")

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from tests.unit.handler_fakes import OWNER, FakeKube
-from tests.unit.rollout_driver import Run, edit, make_spec, metrics, ready
+from tests.unit.rollout_driver import Run, collapsed, edit, make_spec, metrics, ready
 
 from specgate import api, cli, handlers, kube, rollout
 from specgate.api import Phase
@@ -89,7 +89,7 @@ def test_a_pause_annotation_does_not_hold_the_guards_rollback() -> None:
     run = Run()
     run.to_promoted()
     run.step(after=60, canary=ready(2), canary_metrics=metrics(0.8))
-    run.step(after=60, canary=ready(2), canary_metrics=metrics(0.2))
+    run.step(after=60, canary=ready(2), canary_metrics=collapsed())
     assert (run.phase, run.status.reason) == (Phase.ROLLING_BACK, Reason.GUARD_TRIPPED)
     run.spec = api.with_requests(run.spec, api.Requests(paused=True))
     d = run.step(baseline=ready(1), canary=ready(2))

@@ -18,6 +18,7 @@ from tests.unit.rollout_driver import (
     NEAR_GATE,
     T0,
     Run,
+    collapsed,
     edit,
     itl,
     make_spec,
@@ -477,7 +478,7 @@ def test_guard_trips_when_alpha_drifts_after_promotion() -> None:
     assert window is not None
     run.step(after=60, canary=ready(2), canary_metrics=metrics(0.8))
     assert (run.phase, run.status.reason) == (Phase.PROMOTED, Reason.GUARDING)
-    d = run.step(after=60, canary=ready(2), canary_metrics=metrics(0.2))
+    d = run.step(after=60, canary=ready(2), canary_metrics=collapsed())
     # After promotion the baseline is at 0: it grows by maxSurge while all canary pods serve.
     assert (run.phase, run.status.reason, d.canary_replicas, d.baseline_replicas) == (
         Phase.ROLLING_BACK,
@@ -647,7 +648,7 @@ def test_guard_without_metrics_degrades_and_rolls_back_only_if_asked(action: str
 def test_a_rollback_that_cannot_get_gpus_says_so_and_keeps_serving() -> None:
     run = Run()
     run.to_promoted()
-    run.step(after=60, canary=ready(2), canary_metrics=metrics(0.2))
+    run.step(after=60, canary=ready(2), canary_metrics=collapsed())
     pending = TrackState(
         exists=True, replicas=1, waiting="pod b-1: Unschedulable: Insufficient nvidia.com/gpu"
     )
@@ -767,7 +768,12 @@ TABLE: list[Row] = [
     ),
     Row(at(Phase.PROMOTING), {}, {"baseline": ready(1), "canary": ready(2)}, Phase.PROMOTED),
     Row(at(Phase.PROMOTING), {}, {"baseline": HALF_READY, "canary": CRASHING}, Phase.ROLLING_BACK),
-    Row(at(Phase.PROMOTED), {}, {"canary": ready(2), "canary_metrics": metrics(0.2)}, Phase.ROLLING_BACK),
+    Row(
+        at(Phase.PROMOTED),
+        {},
+        {"canary": ready(2), "canary_metrics": collapsed(), "guard_acceptance": collapsed().acceptance},
+        Phase.ROLLING_BACK,
+    ),
     Row(at(Phase.ROLLING_BACK), {}, {"baseline": ready(2)}, Phase.ROLLED_BACK),
     *[Row(at(phase), PAUSE, children, Phase.PAUSED, EDITED) for phase, children in CHILDREN.items()],
     *[Row(at(Phase.PAUSED, resume_phase=p), {}, CHILDREN[p], p, EDITED) for p in CHILDREN],
