@@ -45,12 +45,12 @@ from specgate.gates import (
     MAX_PREWHITENING,
     MIN_GUARD_REFERENCE_BLOCKS,
     MONTH_SECONDS,
+    NO_DRIFT,
     AcceptanceWindow,
-    MixDrift,
     acceptance_guard,
     guard_threshold,
 )
-from traffic import DRIFT_SD, for_alpha, shifted_for_alpha, windows
+from traffic import DRIFT_SD, Traffic, for_alpha, shifted_for_alpha, windows
 
 FloatArray = npt.NDArray[np.float64]
 GATE, DELTA = 0.55, 0.05
@@ -66,7 +66,6 @@ MONTHS = {3: 100, 20: 100, 200: 40}  # 200 a window: 24 s of simulation a month
 DELAY_TRIALS = 100
 MAX_DELAY_BLOCKS = 360  # six hours
 CHECKED_LOOKS = 40
-NO_DRIFT = MixDrift(0.0, 180.0, "unused: the bench's histories are full")
 
 
 @dataclass(frozen=True)
@@ -78,7 +77,7 @@ class Cell:
     def name(self) -> str:
         return f"{self.mix}_{self.requests_per_window}"
 
-    def traffic(self, alpha: float) -> object:
+    def traffic(self, alpha: float) -> Traffic:
         return for_alpha(
             alpha,
             self.requests_per_window * BLOCK_SECONDS / 15.0,
@@ -170,7 +169,7 @@ def false_trips(cell: Cell, months: int, seed: int) -> tuple[int, list[float]]:
     per_month = int(MONTH_SECONDS // BLOCK_SECONDS)
     trips, maxima = 0, []
     for month in range(months):
-        counts = windows(traffic, per_month + HISTORY - 1, rng)  # type: ignore[arg-type]
+        counts = windows(traffic, per_month + HISTORY - 1, rng)
         accepted, tokens = counts[:, 2], counts[:, 1]
         if month == 0:
             check_against_the_operator(accepted, tokens, checker)
@@ -187,13 +186,13 @@ def detection_minutes(cell: Cell, drop: float, seed: int) -> list[float]:
     """Minutes from the shift to the tripping look (inf: not within MAX_DELAY_BLOCKS)."""
     rng = np.random.default_rng(seed)
     healthy = cell.traffic(GATE + DELTA)
-    shift = shifted_for_alpha(healthy, GATE + DELTA - drop)  # type: ignore[arg-type]
+    shift = shifted_for_alpha(healthy, GATE + DELTA - drop)
     t0 = HISTORY * BLOCK_SECONDS
     dropped: Callable[[np.ndarray], np.ndarray] = lambda t: np.where(t >= t0, shift, 0.0)  # noqa: E731
     threshold = guard_threshold(FALSE_ALARMS_PER_MONTH, BLOCK_SECONDS)
     delays = []
     for _ in range(DELAY_TRIALS):
-        counts = windows(healthy, HISTORY + MAX_DELAY_BLOCKS, rng, mu_shift=dropped)  # type: ignore[arg-type]
+        counts = windows(healthy, HISTORY + MAX_DELAY_BLOCKS, rng, mu_shift=dropped)
         s = statistics_per_look(counts[:, 2], counts[:, 1])
         # look k ends at block k + HISTORY - 1; the shift is at the start of block HISTORY
         after = np.flatnonzero(s[1:] >= threshold)

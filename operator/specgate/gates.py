@@ -84,7 +84,7 @@ from __future__ import annotations
 
 import math
 from collections import defaultdict
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from statistics import NormalDist
@@ -101,7 +101,6 @@ HAC_LAGS = 3  # windows of autocorrelation allowed for (45 s of a long request)
 # the units the statistics count (tokens within a request are correlated).
 MIN_ACCEPTANCE_WINDOW_SECONDS = 15.0
 MONTH_SECONDS = 30 * 24 * 3600
-# The guard estimates its spread from its own history: below this many windows it does not judge.
 MAX_GUARD_LAGS = 40  # the guard's Bartlett horizon at most, in blocks (prewhitened, it needs few)
 MAX_AUTOCORRELATION = 0.98  # a lag-1 correlation above this is a trend, not noise: the horizon is capped
 TIGHTEST_AT_WINDOWS = 8.0  # m0 (smaller m0 decides sooner but breaks coverage: see test_gates)
@@ -209,7 +208,7 @@ def residual_variance(
     (a canary whose requests spread more than the history's still shows it in its windows).
     `windows` must hold draft tokens."""
     if design_effect is None:
-        return _per_token_variance(windows, error_rate, lambda r: (long_run_variance(r), len(r) - 1))
+        return _per_token_variance(windows, error_rate)
     n, p, own = _plug_in_spread(windows)
     return max(design_effect * p * (1 - p), own, _binomial(n, p * n))
 
@@ -217,26 +216,26 @@ def residual_variance(
 def _plug_in_spread(windows: Sequence[AcceptanceWindow]) -> tuple[float, float, float]:
     """(draft tokens, alpha, the residuals' long-run variance per draft token) of `windows` (with
     draft tokens), as estimated, without an allowance for a spread that looks small by chance."""
-    n = sum(w.draft_tokens for w in windows)
-    p = sum(w.accepted_tokens for w in windows) / n
-    residuals = [w.accepted_tokens - p * w.draft_tokens for w in windows]
+    n, p, residuals = _centred(windows)
     return n, p, long_run_variance(residuals) * len(windows) / n
 
 
-def _per_token_variance(
-    windows: Sequence[AcceptanceWindow],
-    error_rate: float,
-    long_run: Callable[[Sequence[float]], tuple[float, int]],
-) -> float:
-    """The residuals' per-window variance by `long_run` (variance, degrees of freedom), raised to its
+def _centred(windows: Sequence[AcceptanceWindow]) -> tuple[float, float, list[float]]:
+    """(draft tokens, alpha, each window's accepted tokens less alpha times its draft tokens)."""
+    n = sum(w.draft_tokens for w in windows)
+    p = sum(w.accepted_tokens for w in windows) / n
+    return n, p, [w.accepted_tokens - p * w.draft_tokens for w in windows]
+
+
+def _per_token_variance(windows: Sequence[AcceptanceWindow], error_rate: float) -> float:
+    """The residuals' long-run variance per window (m - 1 degrees of freedom), raised to its
     chi-square upper bound, per draft token, never below the binomial variance of independent tokens."""
     n = sum(w.draft_tokens for w in windows)
     a = sum(w.accepted_tokens for w in windows)
     m = len(windows)
     alpha = a / n
     residuals = [w.accepted_tokens - alpha * w.draft_tokens for w in windows]
-    variance, dof = long_run(residuals)
-    spread = variance_upper_bound(variance, dof, error_rate * SPREAD_ERROR_SHARE)
+    spread = variance_upper_bound(long_run_variance(residuals), m - 1, error_rate * SPREAD_ERROR_SHARE)
     return max(spread * m / n, _binomial(n, a))
 
 
@@ -646,9 +645,7 @@ def guard_spread(
     blocks' residuals (`prewhitened_long_run_variance`), and while they are under an hour, at least
     what the rollout's drift implies (`drift_spread`). Taken over the older part of the history: a
     drop in the recent blocks would otherwise read as spread and hide itself."""
-    n = sum(w.draft_tokens for w in reference)
-    p = sum(w.accepted_tokens for w in reference) / n
-    residuals = [w.accepted_tokens - p * w.draft_tokens for w in reference]
+    n, p, residuals = _centred(reference)
     measured = max(prewhitened_long_run_variance(residuals) * len(reference) / n, _binomial(n, p * n))
     own = f"measured over {len(reference) * block_seconds / 3600:.1f} h"
     prior = drift_spread(drift, n / len(reference), p, block_seconds)

@@ -200,7 +200,7 @@ def observe(
             baseline = prom.track_metrics(_selector(spec, owner, Track.BASELINE), window, interval, leave_out)
         if status.phase in (Phase.ANALYZING, Phase.PROMOTED):
             canary = prom.track_metrics(_selector(spec, owner, Track.CANARY), window, interval, leave_out)
-        observation = _observe_guard_history(spec, status, owner, observation, prom, now)
+        observation = _observe_guard_history(spec, status, owner, observation, prom, interval, now)
     except MetricsUnavailable as exc:
         return replace(observation, metrics_error=str(exc))
     observation = replace(observation, baseline_metrics=baseline, canary_metrics=canary)
@@ -213,10 +213,10 @@ def _observe_guard_history(
     owner: Owner,
     observation: Observation,
     prom: PrometheusClient,
+    interval: float,
     now: datetime,
 ) -> Observation:
     """After promotion, the promoted canary's alpha over guard.history, in the guard's blocks."""
-    interval = rollout.scrape_interval(spec).total_seconds()
     step = guard_step(interval)
     window = rollout.guard_history_window(spec, status, now, step)
     if window is None:

@@ -179,9 +179,8 @@ def guard_history_window(
     spec: SpeculativeDeploymentSpec, status: SpeculativeDeploymentStatus, now: datetime, block_seconds: float
 ) -> Window | None:
     """The guard's alpha history (Promoted): guard.history back from now (at most MAX_GUARD_BLOCKS
-    blocks), its blocks on a grid from
-    the promotion (each block ends at promoted + k blocks, so every look sums the same scrapes into
-    the same blocks), the first one ending a block after it."""
+    blocks), its blocks on a grid from the promotion (each block ends at promoted + k blocks, so
+    every look sums the same scrapes into the same blocks), the first one ending a block after it."""
     since = parse_time(status.phase_since)
     if status.phase != Phase.PROMOTED or not spec.rollout.guard.enabled or since is None:
         return None
@@ -882,7 +881,7 @@ def _promoted(step: _Step) -> _Step:
 
 def _acceptance_guard(step: _Step) -> gates.GuardResult:
     """The change detector over the guard's history (blocks that ended by now, each judged at every
-    look: the CUSUMs are recomputed over the history, not carried across reconciles)."""
+    look: the CUSUM is recomputed over the history, not carried across reconciles)."""
     spec, obs = step.spec, step.obs
     g, guard = spec.rollout.gates, spec.rollout.guard
     complete = [w for w in obs.guard_acceptance or () if w.end is None or w.end <= step.now.timestamp()]

@@ -303,7 +303,7 @@ def drift_after_promotion(lab: dict[str, Any]) -> tuple[Rollout, list[datetime]]
     # A budget of one false alarm a day (the default is 0.1 a month): a lower CUSUM threshold, so a
     # drop this large trips in fewer windows; the month-long budget is the guard benchmark's to show.
     body["spec"]["rollout"]["guard"]["falseAlarmsPerMonth"] = 30
-    # The simulated mix does not drift: said, the guard's first hour scales its CUSUMs by the
+    # The simulated mix does not drift: said, the guard's first hour scales its CUSUM by the
     # engines' own spread instead of the fallback drift's (which would take it some 10 minutes).
     body["spec"]["rollout"]["gates"]["mixDrift"] = 0
     drifted_at: list[datetime] = []
