@@ -535,8 +535,8 @@ class Traffic(Model):
         Router.SERVICE,
         description="Service: both tracks behind Service <name>, traffic by replica ratio. GatewayAPI: "
         "an HTTPRoute splits traffic between Services <name>-baseline and <name>-canary by weight, "
-        "load-matched (each track's share of Ready serving pods) so latency is compared at equal load. "
-        "GatewayAPI is not yet run by this operator version: such an object fails with InvalidSpec.",
+        "load-matched (each track's share of Ready serving pods) so latency is compared at equal load; "
+        "a track gives up pods only once the route's Gateways accepted weights it can carry without them.",
     )
     http_route: HTTPRouteTemplate | None = Field(
         None,
@@ -553,7 +553,8 @@ class Traffic(Model):
         ge=1,
         le=50,
         description="GatewayAPI: a first step at this canary weight (percent, below its load-matched "
-        "share), during which alpha alone is judged (the tracks' loads differ, so latency is not).",
+        "share), during which alpha alone is judged (the tracks' loads differ, so latency is not). "
+        "Not yet run by this operator version: such an object fails with InvalidSpec.",
     )
 
 
@@ -1045,20 +1046,20 @@ def parse_spec(raw: dict[str, Any]) -> SpeculativeDeploymentSpec:
     return spec
 
 
-# traffic.py and render.py compute the route's weights and order, but the operator does not yet
-# observe or write routes (issue 41): refused rather than a rollout whose traffic nothing steers.
-GATEWAY_NOT_SUPPORTED = (
-    "router GatewayAPI is not yet supported by this operator version: nothing was changed; remove "
-    "spec.rollout.traffic (router Service: both tracks behind Service <name>) or run an operator "
-    "that supports it"
+# The initial step needs an analysis in two parts (alpha alone at the small weight, then latency at
+# the load-matched one), which this version does not run: refused rather than ignored.
+INITIAL_WEIGHT_NOT_SUPPORTED = (
+    "a first step at a smaller canary weight is not yet run by this operator version: nothing was "
+    "changed; remove spec.rollout.traffic.initialCanaryWeight (the canary then gets its load-matched "
+    "weight, its share of Ready pods, from its first Ready pod)"
 )
 
 
 def check_supported(spec: SpeculativeDeploymentSpec) -> None:
     """Raise SpecError on what the CRD accepts but this operator cannot run yet."""
     traffic = spec.rollout.traffic
-    if traffic is not None and traffic.router == Router.GATEWAY_API:
-        raise SpecError("rollout.traffic.router", GATEWAY_NOT_SUPPORTED)
+    if traffic is not None and traffic.initial_canary_weight is not None:
+        raise SpecError("rollout.traffic.initialCanaryWeight", INITIAL_WEIGHT_NOT_SUPPORTED)
 
 
 # --- requests in annotations: `kubectl specgate pause|resume|retry|abort` ---

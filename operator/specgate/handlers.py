@@ -23,6 +23,9 @@ from specgate.api import Phase, SpeculativeDeploymentSpec, SpeculativeDeployment
 from specgate.observation import Observation, Window
 from specgate.prometheus import MetricsUnavailable, PrometheusClient, Selector, guard_step
 from specgate.render import Manifest, Owner, Track
+from specgate.traffic import Weights
+
+log = logging.getLogger(__name__)
 
 INTERVAL_SECONDS = float(os.environ.get("SPECGATE_INTERVAL_SECONDS", "10"))
 METRICS_PORT = int(os.environ.get("SPECGATE_METRICS_PORT", "8080"))
@@ -138,16 +141,54 @@ def step(
         return rollout.failed(
             rollout.Reason.POD_MONITOR_CRD_MISSING, NO_POD_MONITOR_CRD, current, generation, now
         )
+    traffic = spec.rollout.traffic if rollout.routes_by_weight(spec) else None
+    if traffic is not None and not kube.serves_http_routes():
+        return rollout.failed(
+            rollout.Reason.GATEWAY_API_CRD_MISSING, NO_GATEWAY_API_CRD, current, generation, now
+        )
     try:
-        observation = replace(observe(spec, current, owner, generation, now, children), abort=requests.abort)
+        route = kube.read_route(owner.namespace, render.route_name(owner, traffic)) if traffic else None
+        observation = replace(
+            observe(spec, current, owner, generation, now, children),
+            abort=requests.abort,
+            route=render.route_state(route, traffic, owner) if traffic else None,
+        )
         decision = rollout.decide(spec, current, observation, now)
         if decision.touch_children:
             apply_children(spec, owner, decision, observation, children)
+            if traffic is not None and decision.route_weights is not None:
+                _route_traffic(traffic, owner, route, decision.route_weights)
     except kube.ForeignChild as taken:  # a benchmark Job read, or a child taken since it was read free
         message = f"{taken}: rename this object or remove the other"
         return rollout.failed(rollout.Reason.NAME_CONFLICT, message, current, generation, now)
     update = {**scale_status(owner, observation), "k_schedule": k_schedule}
+    if traffic is not None:
+        route_status = rollout.traffic_status(render.route_name(owner, traffic), decision, observation)
+        update["traffic"] = route_status
     return replace(decision, status=decision.status.model_copy(update=update))
+
+
+def _route_traffic(
+    traffic: api.Traffic, owner: Owner, route: dict[str, Any] | None, weights: Weights
+) -> None:
+    """Set the rule's weights: apply the HTTPRoute specgate owns, or patch the backendRefs of the
+    user's rule where they differ (a rule that moved since it was read waits for the next reconcile)."""
+    if traffic.http_route is not None:
+        kube.apply(render.http_route(owner, traffic.http_route, weights))
+        return
+    existing = traffic.existing_route
+    if route is None or existing is None:
+        return  # status says the route is missing (rollout: RouteNotAccepted)
+    try:
+        index = render.rule_index(route, existing)
+    except LookupError:
+        return  # status names the field to fix
+    if render.route_weights(route, index, owner) == weights:
+        return
+    try:
+        kube.patch_route(owner.namespace, existing.name, render.rule_patch(route, existing, owner, weights))
+    except kube.Conflict as moved:
+        log.info("%s; weights set again on the next reconcile", moved)
 
 
 def scale_status(owner: Owner, observation: Observation) -> dict[str, Any]:
@@ -250,6 +291,11 @@ NO_POD_MONITOR_CRD = (
     "(monitoring.coreos.com/v1): install the Prometheus Operator's CRDs, or set podMonitor: false "
     "and have Prometheus scrape the pods another way; nothing was changed"
 )
+NO_GATEWAY_API_CRD = (
+    "spec.rollout.traffic.router is GatewayAPI but this cluster has no HTTPRoute resource "
+    f"({render.GATEWAY_API_VERSION}): install the Gateway API CRDs (and a Gateway implementation), "
+    "or use router: Service; nothing was changed"
+)
 NO_PROMETHEUS = "no Prometheus URL: set spec.rollout.metrics.prometheusUrl or run with --prometheus-url"
 
 
@@ -340,7 +386,7 @@ def apply_children(
 def _named_children(spec: SpeculativeDeploymentSpec, owner: Owner) -> list[Manifest]:
     """The children besides the Deployments whose names do not change with the rollout."""
     children = [render.service(owner)]
-    if spec.benchmarks:
+    if spec.benchmarks or rollout.routes_by_weight(spec):  # a Job or the route reaches one track
         children += [render.service(owner, track) for track in Track]
     if spec.rollout.metrics.pod_monitor:
         metrics_source = spec.rollout.metrics

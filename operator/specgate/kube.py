@@ -25,6 +25,7 @@ from specgate.observation import BenchmarkJob, TrackState
 from specgate.render import (
     ANNOTATION_RENDERED,
     ANNOTATION_TEMPLATE,
+    GATEWAY_API_VERSION,
     LABEL_DEPLOYMENT,
     LABEL_TRACK,
     MANAGED_BY,
@@ -111,8 +112,16 @@ JOBS = "/apis/batch/v1/namespaces/{namespace}/jobs"
 JOB = JOBS + "/{name}"
 PODS = "/api/v1/namespaces/{namespace}/pods"
 POD_MONITOR = f"/apis/{MONITORING_GROUP}/v1/namespaces/{{namespace}}/podmonitors/{{name}}"
+HTTP_ROUTE = f"/apis/{GATEWAY_API_VERSION}/namespaces/{{namespace}}/httproutes/{{name}}"
 MERGE_PATCH = "application/merge-patch+json"
-CHILD_PATHS = {"Deployment": DEPLOYMENT, "Service": SERVICE, "Job": JOB, "PodMonitor": POD_MONITOR}
+JSON_PATCH = "application/json-patch+json"
+CHILD_PATHS = {
+    "Deployment": DEPLOYMENT,
+    "Service": SERVICE,
+    "Job": JOB,
+    "PodMonitor": POD_MONITOR,
+    "HTTPRoute": HTTP_ROUTE,
+}
 
 
 def _request(
@@ -230,25 +239,36 @@ def forget(owner_uid: str) -> None:
             del known[key]
 
 
-POD_MONITOR_DISCOVERY_SECONDS = 60.0  # one discovery read a minute, whatever the number of objects
-_DISCOVERED: list[tuple[float, bool]] = []
+DISCOVERY_SECONDS = 60.0  # one discovery read a minute per API group, whatever the number of objects
+_DISCOVERED: dict[str, tuple[float, bool]] = {}
 
 
-def serves_pod_monitors() -> bool:
-    """Whether the API server serves PodMonitors (the Prometheus Operator's CRDs are installed), by
+def serves(group_version: str, plural: str) -> bool:
+    """Whether the API server serves `plural` in `group_version` (its CRD is installed), by
     discovery, which every authenticated client may read."""
     now = time.monotonic()
-    if _DISCOVERED and now - _DISCOVERED[0][0] < POD_MONITOR_DISCOVERY_SECONDS:
-        return _DISCOVERED[0][1]
+    key = f"{group_version}/{plural}"
+    if key in _DISCOVERED and now - _DISCOVERED[key][0] < DISCOVERY_SECONDS:
+        return _DISCOVERED[key][1]
     try:
-        found = _request("GET", f"/apis/{MONITORING_GROUP}/v1")
-        served = any(resource.get("name") == "podmonitors" for resource in found.get("resources") or [])
+        found = _request("GET", f"/apis/{group_version}")
+        served = any(resource.get("name") == plural for resource in found.get("resources") or [])
     except ApiException as exc:
         if exc.status != 404:
             raise
         served = False
-    _DISCOVERED[:] = [(now, served)]
+    _DISCOVERED[key] = (now, served)
     return served
+
+
+def serves_pod_monitors() -> bool:
+    """Whether the Prometheus Operator's CRDs are installed."""
+    return serves(f"{MONITORING_GROUP}/v1", "podmonitors")
+
+
+def serves_http_routes() -> bool:
+    """Whether Gateway API's CRDs are installed."""
+    return serves(GATEWAY_API_VERSION, "httproutes")
 
 
 def _child_key(manifest: Manifest, owner_uid: str) -> ChildKey:
@@ -593,6 +613,27 @@ def annotate(namespace: str, name: str, changes: dict[str, str | None], resource
     except ApiException as exc:
         if exc.status == 409:
             raise Conflict(str(exc.reason)) from exc
+        raise
+
+
+def read_route(namespace: str, name: str) -> dict[str, Any] | None:
+    """The HTTPRoute as the API server has it (spec and its Gateways' status); None when absent."""
+    try:
+        return _request("GET", HTTP_ROUTE, namespace=namespace, name=name)
+    except ApiException as exc:
+        if exc.status == 404:
+            return None
+        raise
+
+
+def patch_route(namespace: str, name: str, operations: list[dict[str, Any]]) -> None:
+    """Apply a JSON patch (render.rule_patch) to a user's HTTPRoute. Conflict when its test ops
+    fail: the route's rules moved since it was read, and the next reconcile reads it again."""
+    try:
+        _request("PATCH", HTTP_ROUTE, operations, content_type=JSON_PATCH, namespace=namespace, name=name)
+    except ApiException as exc:
+        if exc.status in (409, 422):
+            raise Conflict(f"HTTPRoute {namespace}/{name} changed since it was read: {exc.reason}") from exc
         raise
 
 

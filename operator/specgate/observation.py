@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from datetime import datetime
 
 from specgate.gates import AcceptanceWindow, Histogram, Load
+from specgate.traffic import Weights
 
 
 @dataclass(frozen=True)
@@ -68,6 +69,14 @@ class BenchmarkJob:
 
 
 @dataclass(frozen=True)
+class RouteState:
+    """The HTTPRoute rule specgate weights (traffic.router GatewayAPI), as its Gateways report it."""
+
+    weights: Weights | None = None  # the rule's shares once every Gateway accepted them; None: not yet
+    hold: str | None = None  # why its traffic cannot be measured yet; None: accepted
+
+
+@dataclass(frozen=True)
 class Observation:
     generation: int
     baseline: TrackState = TrackState()
@@ -91,6 +100,7 @@ class Observation:
     # (None: not read; its failure is metrics_error, as the guard's other metrics).
     guard_acceptance: tuple[AcceptanceWindow, ...] | None = None
     guard_block_seconds: float = 60.0
+    route: RouteState | None = None  # traffic.router GatewayAPI only
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,8 @@ from pathlib import Path
 from typing import Any
 
 from specgate import api, benchmark
-from specgate.traffic import Weights, shares
+from specgate.observation import RouteState
+from specgate.traffic import Parent, Weights, route_hold, shares
 
 Manifest = dict[str, Any]
 
@@ -472,6 +473,28 @@ def rule_patch(
         ]
     )
     return [*guard, {"op": "add", "path": f"{path}/backendRefs", "value": backend_refs(owner, weights)}]
+
+
+def route_name(owner: Owner, traffic: api.Traffic) -> str:
+    """The HTTPRoute whose rule specgate weights: its own (<name>) or the user's."""
+    return traffic.existing_route.name if traffic.existing_route is not None else owner.name
+
+
+def route_state(route: Mapping[str, Any] | None, traffic: api.Traffic, owner: Owner) -> RouteState:
+    """The rule's weights as the route's Gateways accepted them, or why they have not (yet)."""
+    existing = traffic.existing_route
+    if route is None:
+        return RouteState(
+            hold=f"HTTPRoute {route_name(owner, traffic)} does not exist" + ("" if existing else " yet")
+        )
+    try:
+        index = 0 if existing is None else rule_index(route, existing)
+    except LookupError as error:
+        return RouteState(hold=str(error))
+    owned = traffic.http_route.parent_refs if traffic.http_route is not None and existing is None else None
+    parents = None if owned is None else [Parent(p.name, p.namespace, p.section_name) for p in owned]
+    hold = route_hold(route, parents)
+    return RouteState(hold=hold) if hold else RouteState(weights=route_weights(route, index, owner))
 
 
 def route_weights(route: Mapping[str, Any], index: int, owner: Owner) -> Weights | None:

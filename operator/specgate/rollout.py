@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from specgate import api, benchmark, capacity, conditions, gates, measurements, render
+from specgate import api, benchmark, capacity, conditions, gates, measurements, render, traffic
 from specgate.api import (
     Action,
     BenchmarkRun,
@@ -33,7 +33,7 @@ from specgate.api import (
     parse_time,
 )
 from specgate.gates import Verdict
-from specgate.observation import BenchmarkJob, Observation, TrackMetrics, TrackState, Window
+from specgate.observation import BenchmarkJob, Observation, RouteState, TrackMetrics, TrackState, Window
 from specgate.render import Track
 
 HISTORY_LIMIT = 30
@@ -83,6 +83,7 @@ class Reason(StrEnum):
     INVALID_SPEC = "InvalidSpec"
     NAME_CONFLICT = "NameConflict"
     POD_MONITOR_CRD_MISSING = "PodMonitorCRDMissing"
+    GATEWAY_API_CRD_MISSING = "GatewayAPICRDMissing"
     RETRY_IGNORED = "RetryIgnored"
     ROLLBACK_STALLED = "RollbackStalled"
     WAITING_FOR_BASELINE = "WaitingForBaseline"
@@ -133,6 +134,8 @@ class Decision:
     # serving pods stay on their gated config until the new rollout reaches them.
     keep_template: frozenset[Track] = frozenset()
     touch_children: bool = True  # False: invalid spec or name conflict, nothing is applied
+    # traffic.router GatewayAPI: the weights the route's rule must carry now (None: leave it as it is)
+    route_weights: traffic.Weights | None = None
 
 
 # --- time helpers ---
@@ -282,7 +285,7 @@ class _Step:
                 ),
             }
         )
-        baseline, canary = self._replicas()
+        baseline, canary, weights = self._replicas()
         return Decision(
             status,
             baseline,
@@ -290,21 +293,28 @@ class _Step:
             self.events,
             self.benchmark_track,
             keep_template=self._kept_templates(),
+            route_weights=weights,
         )
 
-    def _replicas(self) -> tuple[int, int | None]:
-        """The phase's targets, reached the capacity-safe way (see capacity.py)."""
+    def _replicas(self) -> tuple[int, int | None, traffic.Weights | None]:
+        """The phase's targets, reached the capacity-safe way (see capacity.py); behind a Gateway
+        API route, with the weights that go with them, a track giving up pods only once the route
+        no longer sends it more than the pods it keeps (see traffic.py)."""
         if self.hold:
-            return self.baseline_replicas, self.canary_replicas
+            return self.baseline_replicas, self.canary_replicas, None
         rollout = self.spec.rollout
         budget = capacity.Budget(self.spec.replicas, rollout.max_surge, rollout.max_unavailable)
+        baseline = _side(self.obs.baseline, rollout.max_unavailable)
+        canary = _side(self.obs.canary, rollout.max_unavailable)
         b, c = capacity.step_toward(
-            budget,
-            _side(self.obs.baseline, rollout.max_unavailable),
-            _side(self.obs.canary, rollout.max_unavailable),
-            (self.baseline_replicas, self.canary_replicas or 0),
+            budget, baseline, canary, (self.baseline_replicas, self.canary_replicas or 0)
         )
-        return b, (None if self.canary_replicas is None and not self.obs.canary.exists else c)
+        weights = None
+        if routes_by_weight(self.spec):
+            accepted = self.obs.route.weights if self.obs.route else None
+            routed = traffic.order(budget, baseline, canary, (b, c), accepted)
+            (b, c), weights = routed.replicas, routed.weights
+        return b, (None if self.canary_replicas is None and not self.obs.canary.exists else c), weights
 
     def _kept_templates(self) -> frozenset[Track]:
         if self.hold:
@@ -655,6 +665,42 @@ def _beside_canary(step: _Step) -> _Step:
     return step.targets(_baseline_replicas_beside_canary(step.spec), _canary_replicas(step.spec))
 
 
+def routes_by_weight(spec: SpeculativeDeploymentSpec) -> bool:
+    """Whether a Gateway API route, not the replica ratio, splits traffic between the tracks."""
+    return spec.rollout.traffic is not None and spec.rollout.traffic.router == api.Router.GATEWAY_API
+
+
+def _route_hold(step: _Step) -> str | None:
+    """Why the route does not yet carry the weights specgate set (None: it does, or no route)."""
+    if not routes_by_weight(step.spec):
+        return None
+    route = step.obs.route or RouteState(hold="the HTTPRoute has not been read")
+    if route.hold is None and route.weights is None:
+        return "the HTTPRoute's rule does not send traffic to the baseline's and the canary's Services yet"
+    return route.hold
+
+
+def _held_by_route(step: _Step, what: str) -> _Step:
+    """Note (and a Warning Event once) that `what` waits for the route's Gateways."""
+    held = _route_hold(step)
+    if held is None:
+        return step
+    return step.note(Reason.ROUTE_NOT_ACCEPTED, f"{what} waits for the HTTPRoute: {held}", warning=True)
+
+
+def traffic_status(route: str, decision: Decision, obs: Observation) -> api.TrafficStatus:
+    """status.traffic: the weights set now and those the Gateways accepted."""
+
+    def weights(w: traffic.Weights | None) -> api.RouteWeights | None:
+        return None if w is None else api.RouteWeights(baseline=w.baseline, canary=w.canary)
+
+    return api.TrafficStatus(
+        route=route,
+        desired=weights(decision.route_weights),
+        actual=weights(obs.route.weights if obs.route else None),
+    )
+
+
 def _canary_unhealthy(step: _Step) -> _Step:
     return _roll_back(step, Reason.CANARY_UNHEALTHY, f"canary is unhealthy: {step.obs.canary.failure}")
 
@@ -687,6 +733,8 @@ def _analyzing(step: _Step) -> _Step:
     step = _beside_canary(step)
     if step.elapsed() <= timedelta(0):
         return step  # still warming up (phase_since is the end of the warm-up)
+    if _route_hold(step) is not None:  # the analysis starts once the Gateways route as specgate set
+        return _held_by_route(step.update(phase_since=iso(step.now)), "the analysis")
     results: GateResults = []
     if spec.measures_traffic:
         step, traffic = _traffic_gates(step)
@@ -852,6 +900,8 @@ def _promoting(step: _Step) -> _Step:
         return _roll_back(
             step, Reason.CANARY_UNHEALTHY, f"canary did not scale to {spec.replicas} Ready replicas"
         )
+    if _route_hold(step) is not None:
+        return _held_by_route(step, "the baseline's scale-down")
     return step.note(Reason.GATES_PASSED, _waiting_message(Track.CANARY, obs.canary))
 
 
@@ -1025,7 +1075,7 @@ def _rolling_back(step: _Step) -> _Step:
             f"{spec.rollout.progress_deadline}; the canary keeps serving until the baseline is Ready",
             warning=True,
         )
-    return step
+    return _held_by_route(step, "the canary's scale-down")
 
 
 def _failed(step: _Step) -> _Step:

@@ -26,6 +26,8 @@ class FakeKube:
     tracks: dict[str, TrackState] = field(default_factory=dict)
     taken: list[str] = field(default_factory=list)
     pod_monitor_crd: bool = True
+    http_route_crd: bool = True
+    routes: dict[str, dict[str, Any]] = field(default_factory=dict)  # HTTPRoutes by name, as read
     calls: list[tuple[Any, ...]] = field(default_factory=list)
 
     def install(self, monkeypatch: pytest.MonkeyPatch) -> FakeKube:
@@ -33,6 +35,9 @@ class FakeKube:
             "track_state",
             "foreign_children",
             "serves_pod_monitors",
+            "serves_http_routes",
+            "read_route",
+            "patch_route",
             "apply",
             "scale_deployment",
             "delete_benchmark_jobs",
@@ -51,7 +56,19 @@ class FakeKube:
     def serves_pod_monitors(self) -> bool:
         return self.pod_monitor_crd
 
+    def serves_http_routes(self) -> bool:
+        return self.http_route_crd
+
+    def read_route(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.routes.get(name)
+
+    def patch_route(self, namespace: str, name: str, operations: list[dict[str, Any]]) -> None:
+        self.calls.append(("patch route", name, operations))
+
     def apply(self, manifest: Manifest, children: kube.Children | None = None) -> None:
+        if manifest["kind"] == "HTTPRoute":
+            self.calls.append(("apply", "HTTPRoute", manifest["metadata"]["name"], manifest["spec"]))
+            return
         replicas = manifest["spec"].get("replicas")
         self.calls.append(("apply", manifest["kind"], manifest["metadata"]["name"], replicas))
 

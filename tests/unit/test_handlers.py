@@ -254,25 +254,6 @@ def test_a_pod_monitor_without_its_crd_is_failed_naming_the_field_and_touches_no
     assert reconcile_step(run, after=10).status.phase == Phase.BASELINE
 
 
-def test_router_gateway_api_is_refused_as_not_yet_supported_and_touches_nothing(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """The CRD accepts router GatewayAPI, but this operator does not yet write routes: Failed,
-    naming the field and the way back, and no child written (a half-routed rollout is worse)."""
-    route = {"router": "GatewayAPI", "httpRoute": {"parentRefs": [{"name": "inference"}]}}
-    run = Run(make_spec(traffic=route))
-    fake = FakeKube().install(monkeypatch)
-    prometheus = FakePrometheus().install(monkeypatch)
-    status = reconcile_step(run, after=0).status
-    assert (status.phase, status.reason) == (Phase.FAILED, Reason.INVALID_SPEC)
-    assert (status.message or "").startswith(
-        "invalid spec: spec.rollout.traffic.router: router GatewayAPI is not yet supported"
-    )
-    assert (fake.calls, prometheus.queries) == ([], [])
-    run.spec, run.status = make_spec(traffic={"router": "Service"}), status  # today's router: it runs
-    assert reconcile_step(run, after=10).status.phase == Phase.BASELINE
-
-
 def test_status_carries_what_the_scale_subresource_reads(monkeypatch: pytest.MonkeyPatch) -> None:
     """status.replicas (both tracks' pods as observed, for an HPA's currentReplicas) and
     status.selector (their pods, for pod metrics), which the CRD's scale subresource points at."""

@@ -1,0 +1,215 @@
+"""traffic.router GatewayAPI through decide() and handlers.step: the route's weights follow the Ready
+pods, pods wait for the weights, and the analysis waits for the route's Gateways (issue 41)."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from tests.unit.handler_fakes import FakeKube, reconcile_step
+from tests.unit.rollout_driver import Run, make_spec, metrics, ready
+
+from specgate import render
+from specgate.api import Phase
+from specgate.observation import RouteState
+from specgate.rollout import Reason
+from specgate.traffic import Weights
+
+OWNED = {"router": "GatewayAPI", "httpRoute": {"parentRefs": [{"name": "inference", "namespace": "gw"}]}}
+EXISTING = {"router": "GatewayAPI", "existingRoute": {"name": "chat", "ruleName": "completions"}}
+HALF = RouteState(weights=Weights(50, 50))
+NOT_ACCEPTED = RouteState(hold="parent Gateway inference: Accepted is False (NotAllowedByListeners: )")
+
+
+def gateway_run() -> Run:
+    """A GatewayAPI rollout of 2 replicas in Analyzing (1 + 1 Ready), its route accepted at 50/50."""
+    run = Run(make_spec(traffic=OWNED))
+    run.step(baseline=ready(2), route=RouteState(weights=Weights(100, 0)))
+    run.step(baseline=ready(2), route=RouteState(weights=Weights(100, 0)))
+    run.step(
+        after=95, baseline=ready(2), baseline_metrics=metrics(), route=RouteState(weights=Weights(100, 0))
+    )
+    run.expect(Phase.CANARY)
+    run.step(baseline=ready(1), canary=ready(1), route=HALF)
+    run.expect(Phase.ANALYZING)
+    run.now += timedelta(seconds=30)  # the canary's warm-up
+    return run
+
+
+def test_the_analysis_waits_for_the_gateway_and_starts_its_window_when_it_accepts() -> None:
+    """Gates that would pass do not promote while the route is not accepted: the analysis window
+    starts over from the moment the Gateways route as specgate set, with the reason in status."""
+    run = gateway_run()
+    passing = {"baseline_metrics": metrics(), "canary_metrics": metrics(0.8)}
+    decision = run.step(after=100, baseline=ready(1), canary=ready(1), route=NOT_ACCEPTED, **passing)
+    run.expect(Phase.ANALYZING)
+    assert run.status.reason == Reason.ROUTE_NOT_ACCEPTED
+    assert "the analysis waits for the HTTPRoute: parent Gateway inference: Accepted is False" in (
+        run.status.message or ""
+    )
+    assert run.status.phase_since == run.now.isoformat().replace("+00:00", "Z")
+    assert [e.reason for e in decision.events] == [Reason.ROUTE_NOT_ACCEPTED]
+    run.step(after=30, baseline=ready(1), canary=ready(1), route=HALF, **passing)
+    run.expect(Phase.ANALYZING)  # 30 s of the 60 s analysis window since the route was accepted
+    run.step(after=40, baseline=ready(1), canary=ready(1), route=HALF, **passing)
+    run.expect(Phase.PROMOTING)
+
+
+def test_a_rule_without_the_tracks_services_holds_the_analysis() -> None:
+    run = gateway_run()
+    run.step(after=100, baseline=ready(1), canary=ready(1), route=RouteState(), baseline_metrics=metrics())
+    assert (run.phase, run.status.reason) == (Phase.ANALYZING, Reason.ROUTE_NOT_ACCEPTED)
+    assert "does not send traffic to the baseline's and the canary's Services" in (run.status.message or "")
+
+
+def test_weights_follow_the_ready_pods_and_the_baseline_shrinks_only_once_the_route_moved() -> None:
+    """Promotion: the canary grows within maxSurge at 50/50; once both canary pods are Ready the
+    weights go to 0/100, and the baseline's pod stays until its Gateways accepted them."""
+    run = gateway_run()
+    run.step(after=70, baseline=ready(1), canary=ready(1), route=HALF, **{
+        "baseline_metrics": metrics(), "canary_metrics": metrics(0.8)})  # fmt: skip
+    run.expect(Phase.PROMOTING)
+    grown = run.step(baseline=ready(1), canary=ready(1), route=HALF)
+    assert (grown.baseline_replicas, grown.canary_replicas, grown.route_weights) == (1, 2, Weights(50, 50))
+    held = run.step(baseline=ready(1), canary=ready(2), route=HALF)
+    run.expect(Phase.PROMOTED)
+    assert (held.baseline_replicas, held.canary_replicas, held.route_weights) == (1, 2, Weights(0, 100))
+    still = run.step(baseline=ready(1), canary=ready(2), route=NOT_ACCEPTED)
+    assert still.baseline_replicas == 1  # unknown weights: the baseline may still carry its half
+    moved = run.step(baseline=ready(1), canary=ready(2), route=RouteState(weights=Weights(0, 100)))
+    assert (moved.baseline_replicas, moved.canary_replicas, moved.route_weights) == (0, 2, Weights(0, 100))
+
+
+def test_a_rollback_moves_the_weight_to_the_baseline_before_the_canary_goes() -> None:
+    """The baseline grows back at once; the canary's pod stays until the Gateways accepted 100/0,
+    even once the phase is RolledBack, and the reason the rollback was for stays its reason."""
+    run = gateway_run()
+    low = {"baseline_metrics": metrics(), "canary_metrics": metrics(0.2)}
+    run.step(after=70, baseline=ready(1), canary=ready(1), route=HALF, **low)
+    run.expect(Phase.ROLLING_BACK)
+    held = run.step(baseline=ready(1), canary=ready(1), route=NOT_ACCEPTED)
+    assert (held.baseline_replicas, held.canary_replicas, held.route_weights) == (2, 1, Weights(50, 50))
+    assert run.status.reason == Reason.ROUTE_NOT_ACCEPTED
+    assert "the canary's scale-down waits for the HTTPRoute" in (run.status.message or "")
+    grown = run.step(baseline=ready(2), canary=ready(1), route=HALF)
+    run.expect(Phase.ROLLED_BACK)
+    assert run.status.reason == Reason.ACCEPTANCE_BELOW_GATE
+    assert (grown.baseline_replicas, grown.canary_replicas, grown.route_weights) == (2, 1, Weights(100, 0))
+    done = run.step(baseline=ready(2), canary=ready(1), route=RouteState(weights=Weights(100, 0)))
+    assert (done.baseline_replicas, done.canary_replicas) == (2, 0)
+
+
+# --- handlers.step: the route read, written and reported ---
+
+
+def accepted(route: dict[str, Any], parent: str = "inference", namespace: str = "gw") -> dict[str, Any]:
+    """The route as the API server returns it once its Gateway accepted it."""
+    generation = 3
+    conditions = [
+        {"type": kind, "status": "True", "reason": kind, "observedGeneration": generation}
+        for kind in ("Accepted", "ResolvedRefs")
+    ]
+    return {
+        **route,
+        "metadata": {**route["metadata"], "generation": generation, "resourceVersion": "77"},
+        "status": {
+            "parents": [{"parentRef": {"name": parent, "namespace": namespace}, "conditions": conditions}]
+        },
+    }
+
+
+def test_without_the_gateway_api_crds_nothing_is_touched(monkeypatch: pytest.MonkeyPatch) -> None:
+    run = Run(make_spec(traffic=OWNED))
+    fake = FakeKube(http_route_crd=False).install(monkeypatch)
+    status = reconcile_step(run, after=0).status
+    assert (status.phase, status.reason) == (Phase.FAILED, Reason.GATEWAY_API_CRD_MISSING)
+    assert "spec.rollout.traffic.router is GatewayAPI" in (status.message or "")
+    assert fake.calls == []
+
+
+def test_the_owned_route_is_applied_with_the_weights_and_reported_in_status(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    run = Run(make_spec(traffic=OWNED))
+    fake = FakeKube({"llama-baseline": ready(2)}).install(monkeypatch)
+    decision = reconcile_step(run, after=0)
+    applied = {call[2]: call for call in fake.calls if call[0] == "apply"}
+    assert {"llama", "llama-baseline", "llama-canary"} <= set(applied)  # the route and the tracks' Services
+    route = applied["llama"][3]
+    assert route["parentRefs"] == [{"name": "inference", "namespace": "gw"}]
+    assert [(b["name"], b["weight"]) for b in route["rules"][0]["backendRefs"]] == [
+        ("llama-baseline", 100),
+        ("llama-canary", 0),
+    ]
+    traffic = decision.status.traffic
+    assert traffic is not None and traffic.route == "llama"
+    assert traffic.desired is not None and (traffic.desired.baseline, traffic.desired.canary) == (100, 0)
+    assert traffic.actual is None  # not read back from an accepted route yet
+
+
+def user_route(backends: list[dict[str, Any]]) -> dict[str, Any]:
+    return accepted(
+        {
+            "apiVersion": render.GATEWAY_API_VERSION,
+            "kind": "HTTPRoute",
+            "metadata": {"name": "chat", "namespace": "ml"},
+            "spec": {
+                "parentRefs": [{"name": "inference", "namespace": "gw"}],
+                "rules": [
+                    {"name": "health", "backendRefs": [{"name": "probe", "port": 80}]},
+                    {"name": "completions", "backendRefs": backends},
+                ],
+            },
+        }
+    )
+
+
+def test_the_users_rule_is_patched_only_where_its_weights_differ(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The other rule is never touched; the patch tests the rule's name, so a route whose rules
+    moved since it was read is refused by the API server rather than another rule changed."""
+    run = Run(make_spec(traffic=EXISTING))
+    fake = FakeKube(
+        {"llama-baseline": ready(2)}, routes={"chat": user_route([{"name": "vllm", "port": 8000}])}
+    )
+    fake.install(monkeypatch)
+    status = reconcile_step(run, after=0).status
+    patches = [call for call in fake.calls if call[0] == "patch route"]
+    assert len(patches) == 1
+    _, name, operations = patches[0]
+    assert name == "chat"
+    assert operations[0] == {"op": "test", "path": "/spec/rules/1/name", "value": "completions"}
+    assert operations[1]["path"] == "/spec/rules/1/backendRefs"
+    assert [(b["name"], b["weight"]) for b in operations[1]["value"]] == [
+        ("llama-baseline", 100),
+        ("llama-canary", 0),
+    ]
+    assert not any(call[0] == "apply" and call[1] == "HTTPRoute" for call in fake.calls)
+    assert status.traffic is not None and status.traffic.actual is None  # the rule had other backends
+    ours = [{"kind": "Service", "name": "llama-baseline", "port": 8000, "weight": 100},
+            {"kind": "Service", "name": "llama-canary", "port": 8000, "weight": 0}]  # fmt: skip
+    fake.routes["chat"], fake.calls = user_route(ours), []
+    run.status = status
+    status = reconcile_step(run, after=10).status
+    assert not [call for call in fake.calls if call[0] == "patch route"]
+    assert status.traffic is not None and status.traffic.actual is not None
+    assert (status.traffic.actual.baseline, status.traffic.actual.canary) == (100, 0)
+
+
+def test_a_rule_that_is_not_there_is_named_in_status_and_nothing_is_patched(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    route = {"router": "GatewayAPI", "existingRoute": {"name": "chat", "ruleName": "chat-v2"}}
+    run = Run(make_spec(traffic=route))
+    fake = FakeKube({"llama-baseline": ready(2)}, routes={"chat": user_route([])}).install(monkeypatch)
+    reconcile_step(run, after=0)
+    assert not [call for call in fake.calls if call[0] == "patch route"]
+
+
+def test_the_initial_step_is_refused_until_it_is_run(monkeypatch: pytest.MonkeyPatch) -> None:
+    run = Run(make_spec(traffic={**OWNED, "initialCanaryWeight": 5}))
+    fake = FakeKube().install(monkeypatch)
+    status = reconcile_step(run, after=0).status
+    assert (status.phase, status.reason) == (Phase.FAILED, Reason.INVALID_SPEC)
+    assert "spec.rollout.traffic.initialCanaryWeight" in (status.message or "")
+    assert fake.calls == []
