@@ -196,7 +196,8 @@ build_prometheus() {
 # - the SDKs of 13 of lego's DNS providers (ACME DNS-01 challenges): lego is taken from the proxy
 #   and its providers/dns registry replaced by one that knows no provider, so no DNS provider SDK is
 #   compiled at all (the lab asks for no certificate; naming a DNS provider fails with lego's own
-#   "unrecognized DNS provider"). This also halves what there is to compile.
+#   "unrecognized DNS provider"). Left out: lego's 219 DNS provider packages and their SDKs; the
+#   build compiles 1698 packages.
 traefik_module() {
   local dir="$CACHE/src/traefik-$TRAEFIK_VERSION" src upstream types lego_version lego_src
   if [ ! -f "$dir/go.sum" ]; then
