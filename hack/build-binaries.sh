@@ -2,6 +2,8 @@
 # Build the local cluster's binaries from the Go module proxy, pinned, into $SPECGATE_CACHE/bin.
 # Each binary is named <tool>-<version>; one that exists is not built again, so a warm run is instant.
 # Nothing comes from release downloads: only Go modules, compiled here.
+# `build-binaries.sh gateway` builds only the lab's gateway (Traefik) and fetches the Gateway API CRDs
+# (issue 41; not part of `make binaries` or `make test` yet: `make gateway`).
 set -euo pipefail
 
 CACHE="${SPECGATE_CACHE:-$HOME/.cache/specgate}"
@@ -21,11 +23,19 @@ PROMETHEUS_OPERATOR_VERSION=v0.85.0
 PROMETHEUS_VERSION=v0.316.0
 PROMETHEUS_RELEASE="${PROMETHEUS_VERSION#v0.}" # 316.0
 PROMETHEUS_RELEASE="${PROMETHEUS_RELEASE:0:1}.${PROMETHEUS_RELEASE:1}" # 3.16.0
+# The lab's gateway (issue 41): Traefik v3 with its kubernetesGateway provider, and the Gateway API
+# standard-channel CRDs it serves (Traefik v3.7.13 is built against gateway-api v1.6.1).
+TRAEFIK_VERSION=v3.7.13
+GO_HTTP_AUTH_FALLBACK=v0.4.1-0.20200324110947-a37a7636d23e
+GATEWAY_API_VERSION=v1.6.3
+TARGET="${1:-all}"
+case "$TARGET" in all | gateway) ;; *) echo "usage: $0 [gateway]" >&2; exit 2 ;; esac
 
 mkdir -p "$BIN"
 # One build at a time (make -j, or a test session beside a `make cluster-up`): a second waits, then
 # finds the binaries built.
-exec 9>"$BIN/.build.lock"
+# The gateway has a lock of its own: it shares no binary with the rest, so it can build beside them.
+if [ "$TARGET" = gateway ]; then exec 9>"$BIN/.build-gateway.lock"; else exec 9>"$BIN/.build.lock"; fi
 flock 9
 log() { printf '[build-binaries %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 
@@ -173,6 +183,123 @@ build_prometheus() {
     "github.com/prometheus/prometheus/cmd/prometheus@$PROMETHEUS_VERSION"
   mv "$tmp/prometheus" "$BIN/prometheus-v$PROMETHEUS_RELEASE"
 }
+
+# Traefik from a wrapper module, as Kubernetes is: its go.mod has replace directives (forks of two
+# modules), which `go install pkg@version` refuses. One of them is relative, to a nested module
+# (github.com/traefik/traefik/dynamic/ext, ./pkg/config/dynamic/ext) that the module zip leaves out
+# and the proxy does not serve: an extension point of empty structs for Traefik's own enterprise
+# builds. The wrapper points it at a local stub declaring each ext.<Type> the sources name as an
+# empty struct, which is what the open-source build compiles against.
+# The module proxy reachable here refuses (403, "not available") some module versions Traefik pins:
+# - the go-http-auth fork's v0.4.1-0.20260804094822-b975dcaa8c48 (basic and digest auth middlewares):
+#   the fork's earlier revision GO_HTTP_AUTH_FALLBACK, which has the same API, stands in;
+# - the SDKs of 13 of lego's DNS providers (ACME DNS-01 challenges): lego is taken from the proxy
+#   and its providers/dns registry replaced by one that knows no provider, so no DNS provider SDK is
+#   compiled at all (the lab asks for no certificate; naming a DNS provider fails with lego's own
+#   "unrecognized DNS provider"). Left out: lego's 219 DNS provider packages and their SDKs; the
+#   build compiles 1698 packages.
+traefik_module() {
+  local dir="$CACHE/src/traefik-$TRAEFIK_VERSION" src upstream types lego_version lego_src
+  if [ ! -f "$dir/go.sum" ]; then
+    mkdir -p "$dir/ext"
+    src="$(cd "$dir" && go mod download -json "github.com/traefik/traefik/v3@$TRAEFIK_VERSION" |
+      sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')"
+    upstream="$dir/upstream.mod"
+    cp "$GOMODCACHE/cache/download/github.com/traefik/traefik/v3/@v/$TRAEFIK_VERSION.mod" "$upstream"
+    # Every replace, one line each (the file has both `replace a => b` and `replace ( ... )` blocks).
+    awk '/^replace \($/ {block = 1; next} block && /^\)$/ {block = 0; next}
+      block && /=>/ {print "replace " $0; next} /^replace .*=>/ {print}' "$upstream" |
+      sed 's/^replace[[:space:]]*/replace /' >"$dir/replaces"
+    grep -q '^replace github.com/traefik/traefik/dynamic/ext => \./pkg/config/dynamic/ext$' "$dir/replaces" || {
+      log "traefik $TRAEFIK_VERSION: the dynamic/ext replace changed; read its go.mod"
+      exit 1
+    }
+    types="$(grep -rlF '"github.com/traefik/traefik/dynamic/ext"' --include='*.go' "$src" |
+      xargs -r grep -hoE '\bext\.[A-Z][A-Za-z0-9]*' | sort -u | sed 's/^ext\.//')"
+    [ -n "$types" ] || { log "traefik $TRAEFIK_VERSION: no ext.<Type> found in its sources"; exit 1; }
+    printf 'module github.com/traefik/traefik/dynamic/ext\n\ngo 1.24.0\n' >"$dir/ext/go.mod"
+    {
+      printf '// Package ext stands in for the dynamic configuration extension module of Traefik.\npackage ext\n'
+      for t in $types; do printf '\n// %s is an empty extension.\ntype %s struct{}\n' "$t" "$t"; done
+    } >"$dir/ext/ext.go"
+    grep -q '^replace github.com/abbot/go-http-auth => github.com/containous/go-http-auth ' "$dir/replaces" || {
+      log "traefik $TRAEFIK_VERSION: the go-http-auth replace changed; read its go.mod"
+      exit 1
+    }
+    lego_version="$(awk '$1 == "github.com/go-acme/lego/v5" {print $2}' "$upstream")"
+    lego_src="$(cd "$dir" && go mod download -json "github.com/go-acme/lego/v5@$lego_version" |
+      sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')"
+    rm -rf "$dir/lego"
+    cp -r "$lego_src" "$dir/lego"
+    chmod -R u+w "$dir/lego"
+    rm -f "$dir"/lego/providers/dns/*.go
+    cat >"$dir/lego/providers/dns/zz_gen_dns_providers.go" <<'EOF'
+// Package dns is lego's DNS provider registry without its providers (specgate's lab build of Traefik).
+package dns
+
+import (
+	"fmt"
+
+	"github.com/go-acme/lego/v5/challenge"
+)
+
+// NewDNSChallengeProviderByName knows no DNS provider in this build.
+func NewDNSChallengeProviderByName(name string) (challenge.Provider, error) {
+	return nil, fmt.Errorf("unrecognized DNS provider: %s (built without DNS providers)", name)
+}
+EOF
+    {
+      echo "module specgate.local/traefik"
+      echo
+      echo "go 1.26.0"
+      echo
+      echo "require github.com/traefik/traefik/v3 $TRAEFIK_VERSION"
+      echo
+      sed -e 's|=> \./pkg/config/dynamic/ext$|=> ./ext|' \
+        -e "s|=> github.com/containous/go-http-auth .*|=> github.com/containous/go-http-auth $GO_HTTP_AUTH_FALLBACK|" \
+        "$dir/replaces"
+      echo "replace github.com/go-acme/lego/v5 => ./lego"
+    } >"$dir/go.mod"
+    printf '//go:build tools\n\npackage tools\n\nimport _ "github.com/traefik/traefik/v3/cmd/traefik"\n' >"$dir/tools.go"
+    log "resolving traefik $TRAEFIK_VERSION dependencies (first run only)"
+    (cd "$dir" && go mod tidy -e >/dev/null 2>&1 || go mod tidy)
+  fi
+  echo "$dir"
+}
+
+build_traefik() {
+  have traefik "$TRAEFIK_VERSION" && return
+  local dir pkg=github.com/traefik/traefik/v3/pkg/version
+  dir="$(traefik_module)"
+  log "building traefik $TRAEFIK_VERSION (slow on a cold cache)"
+  (cd "$dir" && go build -p "$PARALLEL" -trimpath \
+    -ldflags "-s -w -X $pkg.Version=$TRAEFIK_VERSION -X $pkg.BuildDate=1970-01-01T00:00:00Z" \
+    -o "$BIN/traefik-$TRAEFIK_VERSION.tmp" github.com/traefik/traefik/v3/cmd/traefik)
+  mv "$BIN/traefik-$TRAEFIK_VERSION.tmp" "$BIN/traefik-$TRAEFIK_VERSION"
+}
+
+# Gateway API's standard-channel CRDs (config/crd/standard/, its ValidatingAdmissionPolicy included)
+# from its module, pinned, into $CACHE/crds/gateway-api.
+fetch_gateway_api_crds() {
+  local dir="$CACHE/crds/gateway-api-$GATEWAY_API_VERSION" src
+  if [ ! -d "$dir" ]; then
+    log "fetching the Gateway API $GATEWAY_API_VERSION CRDs (standard channel)"
+    src="$(cd "$CACHE" && go mod download -json "sigs.k8s.io/gateway-api@$GATEWAY_API_VERSION" |
+      sed -n 's/^\t"Dir": "\(.*\)",$/\1/p')"
+    mkdir -p "$dir.tmp"
+    install -m 644 "$src"/config/crd/standard/*.yaml "$dir.tmp/"
+    mv "$dir.tmp" "$dir"
+  fi
+  ln -sfn "$(basename "$dir")" "$CACHE/crds/gateway-api"
+}
+
+if [ "$TARGET" = gateway ]; then
+  build_traefik
+  fetch_gateway_api_crds
+  ln -sfn "traefik-$TRAEFIK_VERSION" "$BIN/traefik"
+  log "gateway ready: $BIN/traefik, CRDs in $CACHE/crds/gateway-api"
+  exit 0
+fi
 
 go_install kwok "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok
 go_install kwokctl "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwokctl
