@@ -8,7 +8,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import AbstractContextManager, contextmanager, nullcontext, suppress
+from contextlib import contextmanager, nullcontext, suppress
 from dataclasses import dataclass
 from datetime import datetime
 from itertools import pairwise
@@ -24,7 +24,7 @@ from tests.conftest import ROOT, tiny
 from specgate import api
 from specgate.rollout import HISTORY_LIMIT
 from specgate_lab.crds import install_crd
-from specgate_lab.loadgen import run_load
+from specgate_lab.loadgen import LoadResult, run_load
 
 SETTLED = {"Promoted", "RolledBack", "Failed", "Paused"}
 KWOK_TOLERATION = {"key": "kwok.x-k8s.io/node", "operator": "Exists", "effect": "NoSchedule"}
@@ -55,6 +55,11 @@ def lab_operator(
     return Operator(kubeconfig, log_dir, "--namespace", namespace, "--prometheus-url", prometheus_url, *extra)
 
 
+def service_urls(bridge_url: str, namespace: str, services: Sequence[str]) -> list[str]:
+    """The bridge's router to each Service's Ready pods (round robin, as kube-proxy spreads them)."""
+    return [f"{bridge_url}/svc/{namespace}/{service}" for service in services]
+
+
 def fast_rollout(**overrides: Any) -> dict[str, Any]:
     rollout: dict[str, Any] = {
         "warmup": "5s",
@@ -76,8 +81,11 @@ FAKE_NODE_TAINT = "specgate.dev/test-node"
 
 
 @contextmanager
-def fake_gpu_node(api_client: client.ApiClient, name: str, gpus: int, taint: str) -> Iterator[str]:
-    """A kwok node with `gpus` GPUs that only pods tolerating `taint` (see pin_to_node) may use."""
+def fake_gpu_node(
+    api_client: client.ApiClient, name: str, gpus: int, taint: str, pod_cidr: str | None = None
+) -> Iterator[str]:
+    """A kwok node with `gpus` GPUs that only pods tolerating `taint` (see pin_to_node) may use;
+    kwok gives its pods addresses from `pod_cidr` where set (tests/cluster/gateway.py)."""
     core = client.CoreV1Api(api_client)
     capacity = {"cpu": "64", "memory": "512Gi", "pods": "250", "nvidia.com/gpu": str(gpus)}
     core.create_node(
@@ -89,7 +97,10 @@ def fake_gpu_node(api_client: client.ApiClient, name: str, gpus: int, taint: str
                 "annotations": {"kwok.x-k8s.io/node": "fake"},
                 "labels": {"kubernetes.io/hostname": name, "type": "kwok"},
             },
-            "spec": {"taints": [{"key": FAKE_NODE_TAINT, "value": taint, "effect": "NoSchedule"}]},
+            "spec": {
+                "taints": [{"key": FAKE_NODE_TAINT, "value": taint, "effect": "NoSchedule"}],
+                **({"podCIDR": pod_cidr, "podCIDRs": [pod_cidr]} if pod_cidr else {}),
+            },
             "status": {"allocatable": capacity, "capacity": capacity},
         }
     )
@@ -114,23 +125,23 @@ def pin_to_node(body: dict[str, Any], node: str, taint: str) -> None:
 
 
 class Load:
-    """Closed-loop load through the bridge's Service router to each service, in a background thread
-    from entering to leaving the `with` block (at most `duration` seconds)."""
+    """Closed-loop load on each URL (an OpenAI server's base: the bridge's Service router or a
+    gateway), in a background thread from entering to leaving the `with` block (at most `duration`
+    seconds); `results` fill in as it runs, one per URL."""
 
     def __init__(
         self,
-        bridge_url: str,
-        namespace: str,
-        services: Sequence[str],
+        urls: Sequence[str],
         model: str,
         concurrency: int,
         duration: float,
+        results: Sequence[LoadResult] | None = None,
     ) -> None:
+        self.results = list(results) if results is not None else [LoadResult() for _ in urls]
         loads = (
-            run_load(f"{bridge_url}/svc/{namespace}/{service}", model, concurrency=concurrency,
-                     duration=duration, max_tokens=48)
-            for service in services
-        )  # fmt: skip
+            run_load(url, model, concurrency=concurrency, duration=duration, max_tokens=48, result=result)
+            for url, result in zip(urls, self.results, strict=True)
+        )
 
         async def drive() -> None:
             await asyncio.gather(*loads)
@@ -160,6 +171,7 @@ class Rollout:
 
     obj: dict[str, Any]
     operator_log: str = ""
+    load: LoadResult | None = None  # the client's side of the load, where there was load
 
     @property
     def status(self) -> dict[str, Any]:
@@ -196,24 +208,28 @@ def run_rollout(
     during: Callable[[dict[str, Any]], None] | None = None,
     operator: Operator | None = None,
     monitor: CapacityMonitor | None = None,
+    load_url: str | None = None,
+    load_result: LoadResult | None = None,
 ) -> Rollout:
     """Create the object, run the operator and load until `until(obj)`; fails with the operator log.
 
     Pass `operator` (see lab_operator) to act on the operator process from `during`; concurrency 0
     sends no traffic (a quiet service). Throughout, the Service's Ready serving pods may never drop
     below the object's `replicas - maxUnavailable` once reached (CapacityMonitor; pass `monitor` to
-    read its figures or tell it of faults from `during`), whatever the verdict."""
+    read its figures or tell it of faults from `during`), whatever the verdict. The load goes to
+    Service <name> through the bridge, or to `load_url` (a gateway); Rollout.load has its result
+    (`load_result`, where given, filling in as the load runs: for `during` to read)."""
     install_crd(api_client)
     body = copy.deepcopy(body)
     name = body["metadata"]["name"]
     served = body["spec"]["model"].get("servedName", body["spec"]["model"]["name"])
     op = operator or lab_operator(kubeconfig, namespace, prometheus_url, log_dir)
-    load: AbstractContextManager[object] = (
-        Load(bridge_url, namespace, [name], served, concurrency, timeout) if concurrency else nullcontext()
-    )
+    urls = [load_url] if load_url else service_urls(bridge_url, namespace, [name])
+    results = [load_result] if load_result is not None else None
+    load = Load(urls, served, concurrency, timeout, results) if concurrency else None
     with monitor or CapacityMonitor(api_client, namespace):
         create_sd(api_client, namespace, body)
-        with op, load:
+        with op, load or nullcontext():
             deadline = time.monotonic() + timeout
             while time.monotonic() < deadline:
                 obj = get_sd(api_client, namespace, name)
@@ -221,7 +237,7 @@ def run_rollout(
                     during(obj)
                 if until(obj):
                     report(rollout=f"{namespace}/{name}", timeline=timeline(obj.get("status", {})))
-                    return Rollout(obj, op.log_text())
+                    return Rollout(obj, op.log_text(), load.results[0] if load else None)
                 time.sleep(2)
         raise AssertionError(
             f"rollout did not finish in {timeout:.0f}s; status {obj.get('status')}\n"

@@ -1,49 +1,43 @@
-"""The lab's gateway (issue 41): Traefik v3's kubernetesGateway provider, run against the lab's API
-server, splits an HTTPRoute's traffic by weight between two Services whose Pods kwok runs on a node
-with a local pod CIDR, each pod's address served by a real HTTP server.
+"""The lab's gateway (issue 41): Traefik splits an HTTPRoute's traffic by weight between two Services
+whose Pods kwok runs on a node with a local pod CIDR, each pod's address served by a real HTTP
+server (tests/cluster/gateway.py says why the pod range is not 127.0.0.0/8).
 
-What it shows about the lab: kwok gives a pod an address from its node's spec.podCIDR; the API
-server refuses EndpointSlice addresses in 127.0.0.0/8 ("may not be in the loopback range"), so the
-pod range is another one that the host routes to lo (a `local` route, as 127/8 has): POD_RANGE.
-Traefik reads Services and EndpointSlices (ready endpoints, the slice's port matched to the
-Service's by name), never Pods, and needs no kube-proxy.
-
-Needs `make gateway` (Traefik and the Gateway API CRDs, not built by `make binaries` yet) and root
-for the route (added here where missing, and removed after); not collected by `make test`: run it
-with `make test-gateway` (pytest's `--gateway`)."""
+Needs `make gateway` and root for the pod range's route; run with `make test-gateway` (pytest's
+`--gateway`) until `make test` builds the gateway."""
 
 from __future__ import annotations
 
-import os
-import random
-import socket
 import subprocess
 import threading
-import urllib.error
-import urllib.request
 from collections import Counter
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any, cast
+from typing import Any
 
 import pytest
 from kubernetes import client
-from tests.cluster.conftest import CACHE
+from tests.cluster.gateway import (
+    GATEWAY,
+    GROUP,
+    LISTENER,
+    TEST_LABEL,
+    VERSION,
+    condition,
+    gateway_class,
+    get,
+    install_gateway_api_crds,
+    lab_gateway,
+    local_pod_range,
+    pod_cidr,
+    route_parent,
+    traefik,
+)
 from tests.cluster.operator_process import wait_for
-from tests.conftest import tool
 
 pytestmark = [pytest.mark.cluster, pytest.mark.gateway]
 
-TRAEFIK = CACHE / "bin" / "traefik"  # hack/build-binaries.sh gateway
-CRDS = CACHE / "crds" / "gateway-api"  # Gateway API's standard channel, pinned there too
-GROUP, VERSION = "gateway.networking.k8s.io", "v1"
-CONTROLLER = "traefik.io/gateway-controller"  # the controllerName Traefik claims GatewayClasses by
-KINDS = ("gatewayclasses", "gateways", "httproutes", "grpcroutes", "referencegrants", "backendtlspolicies")
-# RFC 2544's benchmarking range, unused here and valid in an EndpointSlice, unlike 127.0.0.0/8.
-POD_RANGE = "198.18.0.0/16"
 ENGINE_PORT = 8000  # the pods' containerPort: each server binds it on its own pod's address
-TEST_LABEL = "specgate.dev/gateway-test"
 
 
 class Backend(ThreadingHTTPServer):
@@ -73,53 +67,18 @@ class Handler(BaseHTTPRequestHandler):
 
 
 @pytest.fixture(scope="module")
-def local_pod_range() -> Iterator[str]:
-    """POD_RANGE routed to lo, so that a server can bind any address in it and be reached there."""
-    shown = subprocess.run(
-        ["ip", "route", "show", "table", "local", "exact", POD_RANGE], capture_output=True, text=True
-    )
-    if shown.returncode == 0 and "dev lo" in shown.stdout:
-        yield POD_RANGE
-        return
-    add = ["ip", "route", "add", "local", POD_RANGE, "dev", "lo"]
-    added = subprocess.run(add, capture_output=True, text=True)
-    if added.returncode != 0:
-        pytest.fail(f"cannot route {POD_RANGE} to lo ({added.stderr.strip()}): as root, `{' '.join(add)}`")
-    try:
-        yield POD_RANGE
-    finally:
-        subprocess.run(["ip", "route", "del", "local", POD_RANGE, "dev", "lo"], check=True)
-
-
-@pytest.fixture(scope="module")
-def gateway_api_crds(kubeconfig: str, kubectl: str) -> None:
-    """Gateway API's standard CRDs, applied server-side (a no-op where they are) and Established."""
-    files = [arg for path in sorted(CRDS.glob("*.yaml")) for arg in ("-f", str(path))]
-    if not files:
-        pytest.fail(f"{CRDS} holds no CRDs (run `make gateway`)", pytrace=False)
-    base = [kubectl, "--kubeconfig", kubeconfig]
-    applied = subprocess.run(
-        [*base, "apply", "--server-side", "--force-conflicts", *files],
-        capture_output=True,
-        text=True,
-    )
-    assert applied.returncode == 0, applied.stderr
-    crds = [f"crd/{kind}.{GROUP}" for kind in KINDS]
-    established = subprocess.run(
-        [*base, "wait", "--for", "condition=Established", "--timeout", "60s", *crds],
-        capture_output=True,
-        text=True,
-    )
-    assert established.returncode == 0, established.stderr
+def pod_range() -> Iterator[str]:
+    with local_pod_range() as routed:
+        yield routed
 
 
 @pytest.fixture
-def pod_node(api_client: client.ApiClient, namespace: str, local_pod_range: str) -> Iterator[str]:
+def pod_node(api_client: client.ApiClient, namespace: str, pod_range: str) -> Iterator[str]:
     """A fake node of the test's own, its podCIDR a /24 of the local range, tainted so that only
     this test's pods go there; deleted afterwards."""
     core = client.CoreV1Api(api_client)
     name = f"gateway-{namespace}"
-    cidr = f"198.18.{random.randint(1, 254)}.0/24"
+    cidr = pod_cidr()
     resources = {"cpu": "8", "memory": "64Gi", "pods": "110"}
     node = client.V1Node(
         metadata=client.V1ObjectMeta(
@@ -195,100 +154,35 @@ def backends(api_client: client.ApiClient, namespace: str, pod_node: str) -> Ite
             server.server_close()
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.fixture
-def traefik(kubeconfig: str, namespace: str, tmp_path: Path) -> Iterator[tuple[int, Path]]:
-    """Traefik watching this test's namespace and GatewayClasses labelled with it: its HTTP
-    entrypoint's port, and its log."""
-    binary = tool(str(TRAEFIK), "make gateway")
-    port, log = free_port(), tmp_path / "traefik.log"
-    args = [
-        binary,
-        f"--entryPoints.web.address=127.0.0.1:{port}",
-        "--providers.kubernetesGateway=true",
-        f"--providers.kubernetesGateway.namespaces={namespace}",
-        f"--providers.kubernetesGateway.labelSelector={TEST_LABEL}={namespace}",
-        "--providers.kubernetesGateway.statusAddress.ip=127.0.0.1",
-        "--providers.kubernetesGateway.throttleDuration=0s",
-        "--global.checkNewVersion=false",
-        "--global.sendAnonymousUsage=false",
-        "--log.level=INFO",
-    ]
-    with log.open("w") as out:
-        proc = subprocess.Popen(args, env={**os.environ, "KUBECONFIG": kubeconfig}, stdout=out, stderr=out)
-    try:
+def gateway(
+    api_client: client.ApiClient, kubeconfig: str, kubectl: str, namespace: str, tmp_path: Path
+) -> Iterator[tuple[int, Path]]:
+    """Traefik for this namespace and a programmed Gateway: its listener's port, and Traefik's log."""
+    install_gateway_api_crds(kubeconfig, kubectl)
+    log = tmp_path / "traefik.log"
+    with traefik(kubeconfig, namespace, log) as port, gateway_class(api_client, namespace) as name:
+        lab_gateway(api_client, namespace, name, port)
         yield port, log
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
 
 
-@pytest.fixture
-def gateway_class(api_client: client.ApiClient, namespace: str) -> Iterator[str]:
-    """A GatewayClass for Traefik, named and labelled after the test's namespace, deleted after it."""
-    objects = client.CustomObjectsApi(api_client)
-    name = f"traefik-{namespace}"
-    body = {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "GatewayClass",
-        "metadata": {"name": name, "labels": {TEST_LABEL: namespace}},
-        "spec": {"controllerName": CONTROLLER},
-    }
-    objects.create_cluster_custom_object(GROUP, VERSION, "gatewayclasses", body)
-    yield name
-    objects.delete_cluster_custom_object(GROUP, VERSION, "gatewayclasses", name)
-
-
-def condition(obj: dict[str, Any], kind: str) -> str | None:
-    return next((c["status"] for c in obj.get("conditions", []) if c["type"] == kind), None)
-
-
-def get(url: str) -> tuple[int, str]:
-    try:
-        with urllib.request.urlopen(url, timeout=5) as resp:
-            return resp.status, resp.read().decode()
-    except urllib.error.HTTPError as exc:
-        return exc.code, exc.read().decode()
-
-
-@pytest.mark.usefixtures("gateway_api_crds")
 def test_traefik_splits_an_httproute_by_weight_between_pods_on_local_addresses(
     api_client: client.ApiClient,
     kubectl: str,
     kubeconfig: str,
     namespace: str,
     backends: dict[str, Backend],
-    traefik: tuple[int, Path],
-    gateway_class: str,
+    gateway: tuple[int, Path],
 ) -> None:
-    port, log = traefik
+    port, log = gateway
     objects = client.CustomObjectsApi(api_client)
-    gateway = {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "Gateway",
-        "metadata": {"name": "lab"},
-        "spec": {
-            "gatewayClassName": gateway_class,
-            # Traefik serves a listener on the entrypoint with the listener's port.
-            "listeners": [{"name": "web", "port": port, "protocol": "HTTP"}],
-        },
-    }
     weights = {"baseline": 3, "canary": 1}
     route = {
         "apiVersion": f"{GROUP}/{VERSION}",
         "kind": "HTTPRoute",
         "metadata": {"name": "llm"},
         "spec": {
-            "parentRefs": [{"name": "lab", "sectionName": "web"}],
+            "parentRefs": [{"name": GATEWAY, "sectionName": LISTENER}],
             "rules": [
                 {
                     "matches": [{"path": {"type": "PathPrefix", "value": "/v1"}}],
@@ -297,37 +191,16 @@ def test_traefik_splits_an_httproute_by_weight_between_pods_on_local_addresses(
             ],
         },
     }
-    objects.create_namespaced_custom_object(GROUP, VERSION, namespace, "gateways", gateway)
     objects.create_namespaced_custom_object(GROUP, VERSION, namespace, "httproutes", route)
-
-    def accepted_class() -> bool:
-        found = cast(
-            dict[str, Any], objects.get_cluster_custom_object(GROUP, VERSION, "gatewayclasses", gateway_class)
-        )
-        return condition(found.get("status", {}), "Accepted") == "True"
-
-    def programmed_gateway() -> bool:
-        found = cast(
-            dict[str, Any], objects.get_namespaced_custom_object(GROUP, VERSION, namespace, "gateways", "lab")
-        )
-        return condition(found.get("status", {}), "Programmed") == "True"
-
-    def route_parent() -> dict[str, Any] | None:
-        found = cast(
-            dict[str, Any],
-            objects.get_namespaced_custom_object(GROUP, VERSION, namespace, "httproutes", "llm"),
-        )
-        parents: list[dict[str, Any]] = found.get("status", {}).get("parents", [])
-        return next((p for p in parents if p.get("controllerName") == CONTROLLER), None)
 
     def both_answer() -> bool:
         return all(server.requests for server in backends.values())
 
     url = f"http://127.0.0.1:{port}/v1/completions"
     try:
-        wait_for(accepted_class, 60, "Traefik to accept the GatewayClass")
-        wait_for(programmed_gateway, 60, "Traefik to program the Gateway")
-        parent = wait_for(route_parent, 60, "Traefik to write the HTTPRoute's status")
+        parent = wait_for(
+            lambda: route_parent(api_client, namespace, "llm"), 60, "Traefik to write the HTTPRoute's status"
+        )
         assert condition(parent, "Accepted") == "True", parent
         assert condition(parent, "ResolvedRefs") == "True", parent
         # Until Traefik has read the EndpointSlices, a request may find no server (503).

@@ -21,6 +21,7 @@ from tests.cluster.rollouts import (
     pin_to_node,
     report,
     run_rollout,
+    service_urls,
     settled_as,
     short_of,
     sim_rollout,
@@ -67,7 +68,10 @@ def test_fifty_rollouts_at_once_reach_their_verdicts(lab: dict[str, Any]) -> Non
             pin_to_node(body, node, taint=namespace)
             create_sd(api_client, namespace, body)
         started = time.monotonic()
-        with operator, Load(lab["bridge_url"], namespace, names, "tiny", concurrency=1, duration=1200):
+        with (
+            operator,
+            Load(service_urls(lab["bridge_url"], namespace, names), "tiny", concurrency=1, duration=1200),
+        ):
             objects = wait_for(lambda: all_settled(api_client, namespace), 1200, "every rollout settled", 5)
         took = time.monotonic() - started
 

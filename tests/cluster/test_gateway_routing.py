@@ -1,0 +1,175 @@
+"""Rollouts through a real gateway (issue 41): router GatewayAPI, Traefik splitting the HTTPRoute
+specgate writes between the tracks' Services, simulated engines on pod addresses the gateway
+reaches (tests/cluster/gateway.py). The split is measured from the engines' own request counters;
+the load goes through the gateway only, so a request the gateway sends to a pod that is gone fails
+at the client.
+
+Needs `make gateway` and root (the pod range's route)."""
+
+from __future__ import annotations
+
+import json
+import urllib.parse
+import urllib.request
+from contextlib import ExitStack
+from dataclasses import dataclass, field
+from typing import Any, cast
+
+import pytest
+from kubernetes import client
+from tests.cluster.conftest import CACHE, Rollouts, side_by_side
+from tests.cluster.gateway import (
+    GATEWAY,
+    GROUP,
+    LISTENER,
+    VERSION,
+    gateway_class,
+    install_gateway_api_crds,
+    lab_gateway,
+    local_pod_range,
+    pod_cidr,
+    traefik,
+)
+from tests.cluster.rollouts import (
+    Rollout,
+    fake_gpu_node,
+    history_time,
+    pin_to_node,
+    report,
+    run_rollout,
+    settled_as,
+    sim_rollout,
+)
+
+from specgate_lab.loadgen import LoadResult
+
+pytestmark = [pytest.mark.cluster, pytest.mark.gateway]
+
+REPLICAS, CANARY = 4, 1  # load-matched: the canary's weight is 25 while 3 baseline pods serve beside it
+ROUTE = {"router": "GatewayAPI", "httpRoute": {"parentRefs": [{"name": GATEWAY, "sectionName": LISTENER}]}}
+
+
+@dataclass
+class Sample:
+    """One poll (every 2 s): the route's weights as specgate wrote them, and each track's replicas."""
+
+    weights: tuple[int, int] | None  # (baseline, canary) in the HTTPRoute's rule
+    replicas: tuple[int, int]  # (baseline, canary) Deployments' spec.replicas
+    errors: int  # failed requests at the gateway so far
+
+
+@dataclass
+class Watched:
+    run: Rollout
+    samples: list[Sample] = field(default_factory=list)
+
+
+def sample(api_client: client.ApiClient, namespace: str, name: str, load: LoadResult) -> Sample:
+    apps = client.AppsV1Api(api_client)
+    replicas = []
+    for track in ("baseline", "canary"):
+        found = apps.list_namespaced_deployment(
+            namespace, field_selector=f"metadata.name={name}-{track}"
+        ).items
+        replicas.append(int(found[0].spec.replicas) if found else 0)
+    routes = cast(
+        dict[str, Any],
+        client.CustomObjectsApi(api_client).list_namespaced_custom_object(
+            GROUP, VERSION, namespace, "httproutes"
+        ),
+    )["items"]
+    weights = None
+    if routes:
+        refs = {ref["name"]: ref.get("weight", 1) for ref in routes[0]["spec"]["rules"][0]["backendRefs"]}
+        weights = (refs[f"{name}-baseline"], refs[f"{name}-canary"])
+    return Sample(weights, (replicas[0], replicas[1]), load.errors)
+
+
+def gateway_rollout(lab: dict[str, Any], name: str, alpha: str) -> Watched:
+    """A rollout of REPLICAS simulated engines at `alpha`, routed by Traefik, load through it."""
+    api_client, namespace = lab["api_client"], lab["namespace"]
+    body = sim_rollout(name, {"SPECGATE_SIM_ALPHA": alpha}, traffic=ROUTE)
+    body["spec"]["replicas"] = REPLICAS
+    body["spec"]["rollout"]["canaryReplicas"] = CANARY
+    load = LoadResult()
+    samples: list[Sample] = []
+    with ExitStack() as stack:
+        stack.enter_context(local_pod_range())
+        install_gateway_api_crds(lab["kubeconfig"], str(CACHE / "bin" / "kubectl"))
+        node = f"gw-{namespace}"
+        stack.enter_context(fake_gpu_node(api_client, node, REPLICAS + 1, namespace, pod_cidr=pod_cidr()))
+        pin_to_node(body, node, namespace)
+        port = stack.enter_context(traefik(lab["kubeconfig"], namespace, lab["log_dir"] / "traefik.log"))
+        lab_gateway(api_client, namespace, stack.enter_context(gateway_class(api_client, namespace)), port)
+        run = run_rollout(
+            body=body,
+            load_url=f"http://127.0.0.1:{port}",
+            load_result=load,
+            during=lambda _: samples.append(sample(api_client, namespace, name, load)),
+            **lab,
+        )
+    return Watched(run, samples)
+
+
+rollouts = side_by_side(
+    {
+        "promote": lambda lab: gateway_rollout(lab, "viagw", "0.8"),
+        "rollback": lambda lab: gateway_rollout(lab, "backgw", "0.3"),
+    }
+)
+
+
+def requests_by_track(prometheus_url: str, namespace: str, start: float, end: float) -> dict[str, float]:
+    """Requests each track's engines finished between start and end, from their own counters."""
+    promql = (
+        f'sum by (specgate_dev_track) (increase(vllm:request_success_total{{namespace="{namespace}"}}'
+        f"[{round(end - start)}s]))"
+    )
+    query = urllib.parse.urlencode({"query": promql, "time": end})
+    with urllib.request.urlopen(f"{prometheus_url}/api/v1/query?{query}", timeout=10) as resp:
+        result = json.load(resp)["data"]["result"]
+    return {r["metric"]["specgate_dev_track"]: float(r["value"][1]) for r in result}
+
+
+def errors_once_routed(samples: list[Sample]) -> tuple[int, int]:
+    """(failed requests when the route first gave the canary weight, at the end): before, the
+    gateway may answer 503 while it has no endpoint yet."""
+    routed = next(s for s in samples if s.weights and s.weights[1] > 0)
+    return routed.errors, samples[-1].errors
+
+
+def test_a_rollout_through_the_gateway_splits_by_load_matched_weight_and_promotes(rollouts: Rollouts) -> None:
+    lab, watched = rollouts["promote"].result()
+    status = watched.run.status
+    assert settled_as(status) == ("Promoted", "Promoted"), status.get("message")
+    traffic = status["traffic"]
+    assert traffic["route"] == "viagw"
+    assert traffic["desired"] == traffic["actual"] == {"baseline": 0, "canary": 100}
+    # While the canary was analysed, its weight was its share of Ready pods, and the engines' own
+    # counters show the gateway sent it that share.
+    start = history_time(status, "Analyzing").timestamp()
+    end = history_time(status, "Promoting").timestamp()
+    counted = requests_by_track(lab["prometheus_url"], lab["namespace"], start, end)
+    share = counted.get("canary", 0.0) / sum(counted.values())
+    report(
+        gateway_canary_share=f"{share:.3f}",
+        gateway_weight=f"{CANARY / REPLICAS:.3f}",
+        requests=f"{sum(counted.values()):.0f}",
+    )
+    assert abs(share - CANARY / REPLICAS) <= 0.03, counted
+    assert (CANARY * 100 // REPLICAS) in {s.weights[1] for s in watched.samples if s.weights}
+    at_routing, at_end = errors_once_routed(watched.samples)
+    assert at_end == at_routing, f"{at_end - at_routing} requests failed at the gateway once it routed"
+    assert watched.run.load is not None and watched.run.load.requests > 0
+
+
+def test_a_rollback_through_the_gateway_moves_the_weight_before_the_canary_goes(rollouts: Rollouts) -> None:
+    _, watched = rollouts["rollback"].result()
+    status = watched.run.status
+    assert settled_as(status) == ("RolledBack", "AcceptanceBelowGate"), status.get("message")
+    assert status["traffic"]["actual"] == {"baseline": 100, "canary": 0}
+    # The canary Deployment lost its pod only once the route gave the canary no weight.
+    gone = next(i for i, s in enumerate(watched.samples) if s.replicas[1] < CANARY and i > 0)
+    assert any(s.weights == (100, 0) for s in watched.samples[: gone + 1]), watched.samples[: gone + 1]
+    at_routing, at_end = errors_once_routed(watched.samples)
+    assert at_end == at_routing, f"{at_end - at_routing} requests failed at the gateway once it routed"
