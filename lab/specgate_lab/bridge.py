@@ -4,6 +4,9 @@ kwok marks pods Running without running anything. For each Running pod that carr
 label, the bridge starts one local engine (the simulator or the real vLLM CPU engine) from the
 pod's own `vllm serve` arguments and environment, on a free loopback port, and writes a Prometheus
 file_sd target with the labels a PodMonitor would produce. When the pod goes, so does its engine.
+A pod whose address this host can bind (a node's podCIDR in a range routed to lo, as the gateway
+tests make) has its engine on that address and its "http" containerPort instead, as a container
+would listen: a gateway routing to the pod's EndpointSlice address then reaches the real engine.
 
 Targets are scraped at the interval the pod's PodMonitor would use: the owning
 SpeculativeDeployment's spec.rollout.metrics.scrapeInterval (15s by default). The lab's Prometheus
@@ -75,6 +78,8 @@ READINESS_FAILURE_SECONDS = 15.0  # the rendered readinessProbe: periodSeconds 5
 # machine. Until it is first Ready, an engine's processes run at this nice value (the bridge runs
 # as root; without the privilege every engine runs at the default).
 STARTING_NICE = -5
+LOOPBACK = "127.0.0.1"
+ENGINE_PORT_NAME = "http"  # the rendered engine container's port (8000), which EndpointSlices name
 LOG_TAIL_BYTES = 2048  # terminationMessagePolicy FallbackToLogsOnError: the log's tail on failure
 HOP_HEADERS = {"connection", "keep-alive", "transfer-encoding", "content-length", "host", "content-encoding"}
 
@@ -89,6 +94,7 @@ class Engine:
     pod: str
     uid: str
     labels: dict[str, str]
+    host: str  # LOOPBACK, or the pod's own address (Bridge._engine_address)
     port: int
     argv: list[str]
     env: dict[str, str]
@@ -107,6 +113,11 @@ class Engine:
     @property
     def key(self) -> str:
         return f"{self.namespace}_{self.pod}"
+
+    @property
+    def address(self) -> str:
+        """host:port, where its /health, /metrics and the Service router reach it."""
+        return f"{self.host}:{self.port}"
 
     @property
     def cri_log(self) -> Path:
@@ -146,10 +157,10 @@ class Engine:
             with contextlib.suppress(OSError):
                 os.sched_setaffinity(self.process.pid, {self.cpu})
         log.info(
-            "started %s/%s on :%d (pid %d%s): %s",
+            "started %s/%s on %s (pid %d%s): %s",
             self.namespace,
             self.pod,
-            self.port,
+            self.address,
             self.process.pid,
             "" if self.cpu is None else f", CPU {self.cpu}",
             self.argv,
@@ -174,7 +185,7 @@ class Engine:
     def target(self) -> list[dict[str, Any]]:
         labels = {"namespace": self.namespace, "pod": self.pod}
         labels |= {target: self.labels[k] for k, target in TARGET_LABELS.items() if k in self.labels}
-        return [{"targets": [f"127.0.0.1:{self.port}"], "labels": labels}]
+        return [{"targets": [self.address], "labels": labels}]
 
 
 @dataclass
@@ -375,14 +386,15 @@ class Bridge:
         container = pod.spec.containers[0]
         annotations = pod.metadata.annotations or {}
         kind = annotations.get(ENGINE_ANNOTATION, self.default_engine)
-        port = _free_port({e.port for e in self.engines.values()})
+        host, port = self._engine_address(pod.status.pod_ip, container)
         pod_env = {e.name: e.value for e in container.env or [] if e.value is not None}
-        argv, env = engine_command(kind, list(container.args or []), port, pod_env)
+        argv, env = engine_command(kind, list(container.args or []), port, pod_env, host)
         engine = Engine(
             namespace=pod.metadata.namespace,
             pod=pod.metadata.name,
             uid=pod.metadata.uid,
             labels=dict(pod.metadata.labels or {}),
+            host=host,
             port=port,
             argv=argv,
             env=env,
@@ -393,6 +405,15 @@ class Bridge:
         self.engines[engine.uid] = engine
         self._serve_logs(engine, container.name)
         return engine
+
+    def _engine_address(self, pod_ip: str, container: Any) -> tuple[str, int]:
+        """The pod's address and "http" containerPort where this host can bind that address, so that
+        what an EndpointSlice names is the engine; otherwise (kwok's default pod addresses exist
+        nowhere here) a free loopback port."""
+        port = next((p.container_port for p in container.ports or [] if p.name == ENGINE_PORT_NAME), None)
+        if port is not None and _can_bind(pod_ip):
+            return pod_ip, port
+        return LOOPBACK, _free_port({e.port for e in self.engines.values() if e.host == LOOPBACK})
 
     def _free_cpu(self) -> int:
         """The CPU the fewest engines with a CPU of their own use (the lowest of equals)."""
@@ -450,7 +471,7 @@ class Bridge:
             return
         engine.ship_log()
         try:
-            async with session.get(f"http://127.0.0.1:{engine.port}/health") as resp:
+            async with session.get(f"http://{engine.address}/health") as resp:
                 healthy = resp.status == 200
         except (aiohttp.ClientError, TimeoutError):
             healthy = False
@@ -511,6 +532,7 @@ class Bridge:
     def _write_state(self) -> None:
         state = {
             f"{e.namespace}/{e.pod}": {
+                "host": e.host,
                 "port": e.port,
                 "pid": e.process.pid if e.process else None,
                 "ready": e.ready,
@@ -574,7 +596,13 @@ def _now() -> str:
 
 
 def _is_running(pod: Any) -> bool:
-    return bool(pod.status and pod.status.phase == "Running" and pod.metadata.deletion_timestamp is None)
+    """Running with an address (kwok sets both in one update): an engine may bind the pod's address."""
+    return bool(
+        pod.status
+        and pod.status.phase == "Running"
+        and pod.status.pod_ip
+        and pod.metadata.deletion_timestamp is None
+    )
 
 
 # Engine ports come from below Linux's ephemeral range (32768 and up by default): a port the kernel
@@ -586,12 +614,19 @@ _ENGINE_PORTS = itertools.cycle(range(20000, 32768))
 def _free_port(taken: set[int]) -> int:
     for _ in range(32768 - 20000):
         port = next(_ENGINE_PORTS)
-        if port in taken:
-            continue
-        with socket.socket() as sock, contextlib.suppress(OSError):
-            sock.bind(("127.0.0.1", port))
+        if port not in taken and _can_bind(LOOPBACK, port):
             return port
     raise RuntimeError("no free engine port in 20000-32767")
+
+
+def _can_bind(host: str, port: int = 0) -> bool:
+    """Whether this host can listen on host:port (port 0: whether the address is one of its own)."""
+    with socket.socket() as sock:
+        try:
+            sock.bind((host, port))
+        except OSError:  # an address not here (EADDRNOTAVAIL), a port in use, or not IPv4
+            return False
+    return True
 
 
 def _write_json(path: Path, data: Any) -> None:
@@ -609,6 +644,7 @@ def make_app(bridge: Bridge) -> web.Application:
         return web.json_response(
             {
                 f"{e.namespace}/{e.pod}": {
+                    "host": e.host,
                     "port": e.port,
                     "ready": e.ready,
                     "pid": e.process.pid if e.process else None,
@@ -623,7 +659,7 @@ def make_app(bridge: Bridge) -> web.Application:
         engine = bridge.pick(ns, svc)
         if engine is None:
             return web.json_response({"error": f"service {ns}/{svc} has no Ready endpoints"}, status=503)
-        url = f"http://127.0.0.1:{engine.port}/{tail}"
+        url = f"http://{engine.address}/{tail}"
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP_HEADERS}
         session: aiohttp.ClientSession = request.app["session"]
         async with session.request(

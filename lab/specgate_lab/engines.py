@@ -68,9 +68,9 @@ def _map_speculative_config(flags: list[str]) -> tuple[list[str], bool]:
 
 
 def engine_command(
-    kind: str, serve_args: list[str], port: int, env: dict[str, str]
+    kind: str, serve_args: list[str], port: int, env: dict[str, str], host: str = "127.0.0.1"
 ) -> tuple[list[str], dict[str, str]]:
-    """argv and environment that start the engine for these `vllm serve` arguments on 127.0.0.1:port."""
+    """argv and environment that start the engine for these `vllm serve` arguments on host:port."""
     model, flags = split_serve_args(serve_args)
     flags = _without_dropped(flags)
     base_env = {k: v for k, v in os.environ.items() if not k.startswith("SPECGATE_SIM_")}
@@ -82,7 +82,7 @@ def engine_command(
             model,
             *flags,
             "--host",
-            "127.0.0.1",
+            host,
             "--port",
             str(port),
         ]
@@ -95,7 +95,7 @@ def engine_command(
     argv = [
         str(VLLM_VENV / "bin" / "python"), "-m", "specgate_lab.vllm_launch",
         "--model", local_model(model), *flags,
-        "--host", "127.0.0.1", "--port", str(port), "--gpu-memory-utilization", "0.5",
+        "--host", host, "--port", str(port), "--gpu-memory-utilization", "0.5",
     ]  # fmt: skip
     if dummy_weights:
         argv += ["--load-format", "dummy"]  # the EAGLE-3 head is a config only: random weights
