@@ -39,6 +39,7 @@ import os
 import signal
 import socket
 import subprocess
+import threading
 import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -102,6 +103,7 @@ class Engine:
     scrape_interval: str = DEFAULT_SCRAPE_INTERVAL  # a SCRAPE_INTERVALS entry: the target's directory
     requested_interval: str | None = None  # the owner's scrapeInterval as last seen
     cpu: int | None = None  # the one CPU its processes are pinned to (PIN_CPU_ANNOTATION)
+    pre_stop_seconds: float = 0.0  # its container's preStop sleep: it serves this long after its pod goes
     process: subprocess.Popen[bytes] | None = None
     ready: bool = False
     restarts: int = 0
@@ -217,6 +219,9 @@ class Bridge:
     default_engine: str
     router_url: str
     engines: dict[str, Engine] = field(default_factory=dict)  # by pod uid
+    draining: dict[str, Engine] = field(
+        default_factory=dict
+    )  # gone pods' engines in their preStop, by address
     benchmarks: dict[str, BenchmarkPod] = field(default_factory=dict)  # by pod uid
     services: dict[tuple[str, str], dict[str, str]] = field(default_factory=dict)
     _round_robin: dict[tuple[str, str], itertools.count[int]] = field(default_factory=dict)
@@ -257,6 +262,8 @@ class Bridge:
         intervals = await self._scrape_intervals() if running else {}
         for uid, pod in running.items():
             engine = self.engines.get(uid) or self._add(pod)
+            if engine is None:
+                continue  # its address is still a gone pod's, in its preStop: next tick
             self._place_target(engine, intervals.get((engine.namespace, engine.labels.get(LABEL_DEPLOYMENT))))
         await asyncio.gather(*(self._check(e, session) for e in self.engines.values()))
         for uid, engine in self.engines.items():
@@ -382,11 +389,15 @@ class Bridge:
         engine.scrape_interval = interval
         _write_json(self.target_path(engine), engine.target())
 
-    def _add(self, pod: Any) -> Engine:
+    def _add(self, pod: Any) -> Engine | None:
+        """The pod's engine, started; None while its address is still a gone pod's engine's (kwok
+        hands a freed address out again at once, where a node frees it once the old pod has ended)."""
         container = pod.spec.containers[0]
         annotations = pod.metadata.annotations or {}
         kind = annotations.get(ENGINE_ANNOTATION, self.default_engine)
         host, port = self._engine_address(pod.status.pod_ip, container)
+        if f"{host}:{port}" in self.draining:
+            return None
         pod_env = {e.name: e.value for e in container.env or [] if e.value is not None}
         argv, env = engine_command(kind, list(container.args or []), port, pod_env, host)
         engine = Engine(
@@ -400,6 +411,7 @@ class Bridge:
             env=env,
             log_path=self.state_dir / "engines" / f"{pod.metadata.namespace}_{pod.metadata.name}.log",
             cpu=self._free_cpu() if annotations.get(PIN_CPU_ANNOTATION) == "true" else None,
+            pre_stop_seconds=_pre_stop_seconds(container),
         )
         engine.start()
         self.engines[engine.uid] = engine
@@ -448,10 +460,23 @@ class Bridge:
                     "kubectl logs will not work for %s/%s: %s", engine.namespace, engine.pod, exc.reason
                 )
 
-    def _remove(self, engine: Engine) -> None:
+    def _remove(self, engine: Engine, at_once: bool = False) -> None:
+        """Its pod is gone: no more routing or scraping; the engine keeps serving what a gateway still
+        sends it for its preStop sleep, as a kubelet runs the hook before SIGTERM (then it finishes
+        what is in flight, as vLLM does)."""
         with contextlib.suppress(FileNotFoundError):
             self.target_path(engine).unlink()
+        if at_once or engine.pre_stop_seconds <= 0:
+            self._stop_engine(engine)
+            return
+        self.draining[engine.address] = engine
+        timer = threading.Timer(engine.pre_stop_seconds, self._stop_engine, (engine,))
+        timer.daemon = True
+        timer.start()
+
+    def _stop_engine(self, engine: Engine) -> None:
         engine.stop()
+        self.draining.pop(engine.address, None)
         log.info("stopped %s/%s", engine.namespace, engine.pod)
 
     async def _check(self, engine: Engine, session: aiohttp.ClientSession) -> None:
@@ -595,6 +620,12 @@ def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
 
 
+def _pre_stop_seconds(container: Any) -> float:
+    """The container's preStop sleep (the rendered pods have one), 0 without."""
+    sleep = container.lifecycle and container.lifecycle.pre_stop and container.lifecycle.pre_stop.sleep
+    return float(sleep.seconds) if sleep else 0.0
+
+
 def _is_running(pod: Any) -> bool:
     """Running with an address (kwok sets both in one update): an engine may bind the pod's address."""
     return bool(
@@ -683,8 +714,8 @@ def make_app(bridge: Bridge) -> web.Application:
     async def on_cleanup(app: web.Application) -> None:
         app["loop_task"].cancel()
         await app["session"].close()
-        for engine in bridge.engines.values():
-            bridge._remove(engine)
+        for engine in [*bridge.engines.values(), *bridge.draining.values()]:
+            bridge._remove(engine, at_once=True)
         for run in bridge.benchmarks.values():
             _stop(run.process)
 

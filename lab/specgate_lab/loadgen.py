@@ -17,6 +17,7 @@ import random
 import statistics
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from urllib.parse import urlparse
@@ -64,11 +65,16 @@ class LoadResult:
 
     requests: int = 0
     errors: int = 0
+    failures: Counter[str] = field(default_factory=Counter)  # errors by what failed, for a test's message
     output_chunks: int = 0
     ttft: list[float] = field(default_factory=list)
     itl: list[float] = field(default_factory=list)
     completed: list[Completion] = field(default_factory=list)
     elapsed: float = 0.0
+
+    def fail(self, why: str) -> None:
+        self.errors += 1
+        self.failures[why] += 1
 
     def percentile(self, values: list[float], q: float) -> float | None:
         if not values:
@@ -123,7 +129,7 @@ async def one_request(
     try:
         async with session.post(f"{url}/v1/completions", json=body) as resp:
             if resp.status != 200:
-                result.errors += 1
+                result.fail(f"HTTP {resp.status}")
                 await resp.read()
                 return
             async for raw in resp.content:
@@ -132,7 +138,7 @@ async def one_request(
                     continue
                 text = chunk_text(line[6:])
                 if text is None:  # an error chunk mid-stream (e.g. the engine went away)
-                    result.errors += 1
+                    result.fail("an error chunk")
                     return
                 if not text:
                     continue
@@ -148,8 +154,8 @@ async def one_request(
         result.requests += 1
         if first is not None and last is not None:
             result.completed.append(Completion(start, first, last, chunks, max_tokens))
-    except (aiohttp.ClientError, TimeoutError):
-        result.errors += 1
+    except (aiohttp.ClientError, TimeoutError) as error:
+        result.fail(type(error).__name__ if chunks == 0 else f"{type(error).__name__} after {chunks} chunks")
 
 
 async def run_load(

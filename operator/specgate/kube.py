@@ -62,6 +62,7 @@ PERMISSIONS: tuple[tuple[str, str, frozenset[str]], ...] = (
     ("", "events", frozenset({"create"})),
     ("events.k8s.io", "events", frozenset({"create"})),
     ("monitoring.coreos.com", "podmonitors", frozenset({"get", "create", "patch"})),
+    ("gateway.networking.k8s.io", "httproutes", frozenset({"get", "create", "patch"})),  # router GatewayAPI
     # Peering (several replicas, one acting): kopf's heartbeats in the peering object's status.
     ("kopf.dev", "kopfpeerings", frozenset({"get", "list", "watch", "patch"})),
     # kopf lists and watches namespaces (to resolve what it watches) and CRDs (to notice new

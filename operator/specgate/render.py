@@ -208,6 +208,9 @@ def _pod_template_fields(extra: api.PodTemplate | None) -> dict[str, Any]:
     return {key: value for key, value in fields.items() if value}
 
 
+PRE_STOP_SECONDS = 5  # a gateway or kube-proxy drops an endpoint within a second or two of its pod's deletion
+
+
 def _container(spec: api.SpeculativeDeploymentSpec, track: Track) -> dict[str, Any]:
     _, mounts = _volumes(spec)
     return {
@@ -224,6 +227,10 @@ def _container(spec: api.SpeculativeDeploymentSpec, track: Track) -> dict[str, A
         "startupProbe": _probe(period=10, failures=180),
         "readinessProbe": _probe(period=5, failures=3),
         "livenessProbe": _probe(period=10, failures=6),
+        # A deleted pod leaves its Service's and its route's endpoints only once kube-proxy and the
+        # gateway have seen it go: until then requests still arrive, so vLLM stops accepting them
+        # (SIGTERM) only after this pause, then finishes those in flight within the grace period.
+        "lifecycle": {"preStop": {"sleep": {"seconds": PRE_STOP_SECONDS}}},
     }
 
 

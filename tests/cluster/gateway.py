@@ -14,10 +14,12 @@ from __future__ import annotations
 import os
 import random
 import subprocess
+import threading
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
@@ -45,26 +47,50 @@ def pod_cidr() -> str:
     return f"198.18.{random.randint(1, 254)}.0/24"
 
 
+@dataclass
+class _SharedRoute:
+    """POD_RANGE's route to lo as the tests holding local_pod_range at once share it."""
+
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    holders: int = 0
+    added: bool = False  # by the first holder: the last one removes it
+
+
+_ROUTE = _SharedRoute()
+
+
 @contextmanager
 def local_pod_range() -> Iterator[str]:
-    """POD_RANGE routed to lo, so that a server can bind any address in it and be reached there;
-    the route is removed afterwards where it was added here. Fails, naming the command, without root."""
+    """POD_RANGE routed to lo, so that a server can bind any address in it and be reached there.
+    Rollouts side by side hold it at once: the first adds the route (where missing), the last
+    removes what was added here. Fails, naming the command, without root."""
+    with _ROUTE.lock:
+        if _ROUTE.holders == 0:
+            _ROUTE.added = _add_local_route()
+        _ROUTE.holders += 1
+    try:
+        yield POD_RANGE
+    finally:
+        with _ROUTE.lock:
+            _ROUTE.holders -= 1
+            if _ROUTE.holders == 0 and _ROUTE.added:
+                subprocess.run(["ip", "route", "del", "local", POD_RANGE, "dev", "lo"], check=True)
+
+
+def _add_local_route() -> bool:
+    """Route POD_RANGE to lo unless it is; True when added here."""
     shown = subprocess.run(
         ["ip", "route", "show", "table", "local", "exact", POD_RANGE], capture_output=True, text=True
     )
     if shown.returncode == 0 and "dev lo" in shown.stdout:
-        yield POD_RANGE
-        return
+        return False
     add = ["ip", "route", "add", "local", POD_RANGE, "dev", "lo"]
     added = subprocess.run(add, capture_output=True, text=True)
     if added.returncode != 0:
         raise AssertionError(
             f"cannot route {POD_RANGE} to lo ({added.stderr.strip()}): as root, `{' '.join(add)}`"
         )
-    try:
-        yield POD_RANGE
-    finally:
-        subprocess.run(["ip", "route", "del", "local", POD_RANGE, "dev", "lo"], check=True)
+    return True
 
 
 def install_gateway_api_crds(kubeconfig: str, kubectl: str) -> None:

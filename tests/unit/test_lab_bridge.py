@@ -3,17 +3,25 @@ can bind that address (the gateway tests' pod range, routed to lo), else on a fr
 
 from __future__ import annotations
 
+import json
+import time
 from pathlib import Path
 from unittest.mock import MagicMock
 
 from kubernetes import client
+from tests.conftest import tiny
 
-from specgate_lab.bridge import LOOPBACK, Bridge, _is_running
+from specgate import api, render
+from specgate.render import Owner, Track
+from specgate_lab.bridge import LOOPBACK, Bridge, _is_running, _pre_stop_seconds
 from specgate_lab.engines import engine_command
 
 # 127.0.0.0/8 is routed to lo everywhere, as the gateway tests route 198.18.0.0/16; TEST-NET-3
 # (RFC 5737) is on no host, as kwok's default 10.0.0.0/24 is on none of the lab's.
 BINDABLE, ELSEWHERE = "127.0.0.2", "203.0.113.7"
+
+
+OWNER = Owner(name="gone", namespace="ns", uid="u-1")
 
 
 def bridge(tmp_path: Path) -> Bridge:
@@ -51,3 +59,31 @@ def test_the_engine_command_binds_the_address_given() -> None:
         argv, _ = engine_command(kind, ["specgate/tiny-llama", "--host", "0.0.0.0"], 8000, {}, "198.18.7.9")
         assert argv[argv.index("--host") + 1 :][:3] == ["198.18.7.9", "--port", "8000"]
         assert argv.count("--host") == 1
+
+
+def test_a_gone_pods_engine_serves_through_its_prestop_sleep_and_keeps_its_address(tmp_path: Path) -> None:
+    """As a kubelet runs the preStop hook before SIGTERM: the rendered pods sleep PRE_STOP_SECONDS,
+    and a new pod that kwok gave the same address at once waits for the old engine to stop."""
+    template = render.deployment(api.parse_spec(tiny("gone")["spec"]), OWNER, Track.CANARY, 1)["spec"][
+        "template"
+    ]
+    rendered = client.ApiClient().deserialize(
+        json.dumps(template["spec"]["containers"][0]), "V1Container", "application/json"
+    )
+    seconds = _pre_stop_seconds(rendered)
+    assert seconds == render.PRE_STOP_SECONDS > 0
+    assert _pre_stop_seconds(engine_container()) == 0.0
+    lab = bridge(tmp_path)
+    old = MagicMock(address=f"{BINDABLE}:8000", pre_stop_seconds=0.2)
+    lab._remove(old)
+    assert lab.draining == {f"{BINDABLE}:8000": old}
+    old.stop.assert_not_called()
+    pod = client.V1Pod(
+        metadata=client.V1ObjectMeta(name="new", namespace="ns", uid="u2"),
+        spec=client.V1PodSpec(containers=[engine_container()]),
+        status=client.V1PodStatus(phase="Running", pod_ip=BINDABLE),
+    )
+    assert lab._add(pod) is None  # the address is the old engine's until it stops
+    time.sleep(0.5)
+    old.stop.assert_called_once()
+    assert lab.draining == {}
