@@ -189,6 +189,8 @@ LAB_LACKS = {
     "OPNS": "no in-cluster operator, so no namespace of its own to name",
     "logs job/": "a traffic rollout runs no benchmark Job (tests/cluster/test_benchmark.py does)",
     "--previous": "a container that never crashed has no previous log (this object's never did)",
+    "httproute": "this object routes by Service (test_gateway_routing.py rolls out through a gateway)",
+    "get svc NAME-baseline": "a Service-routed object has no per-track Services (router GatewayAPI has)",
 }
 
 
