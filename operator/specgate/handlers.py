@@ -161,10 +161,11 @@ def step(
     except kube.ForeignChild as taken:  # a benchmark Job read, or a child taken since it was read free
         message = f"{taken}: rename this object or remove the other"
         return rollout.failed(rollout.Reason.NAME_CONFLICT, message, current, generation, now)
-    update = {**scale_status(owner, observation), "k_schedule": k_schedule}
-    if traffic is not None:
-        route_status = rollout.traffic_status(render.route_name(owner, traffic), decision, observation)
-        update["traffic"] = route_status
+    # A router switched back to Service leaves no route's weights in status.
+    route_status = (
+        rollout.traffic_status(render.route_name(owner, traffic), decision, observation) if traffic else None
+    )
+    update = {**scale_status(owner, observation), "k_schedule": k_schedule, "traffic": route_status}
     return replace(decision, status=decision.status.model_copy(update=update))
 
 

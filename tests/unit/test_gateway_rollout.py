@@ -146,6 +146,8 @@ def test_the_owned_route_is_applied_with_the_weights_and_reported_in_status(
     assert traffic is not None and traffic.route == "llama"
     assert traffic.desired is not None and (traffic.desired.baseline, traffic.desired.canary) == (100, 0)
     assert traffic.actual is None  # not read back from an accepted route yet
+    run.spec, run.status = make_spec(), decision.status  # the router back to Service: no route in status
+    assert reconcile_step(run, after=10).status.traffic is None
 
 
 def user_route(backends: list[dict[str, Any]]) -> dict[str, Any]:
