@@ -230,13 +230,10 @@ def _centred(windows: Sequence[AcceptanceWindow]) -> tuple[float, float, list[fl
 def _per_token_variance(windows: Sequence[AcceptanceWindow], error_rate: float) -> float:
     """The residuals' long-run variance per window (m - 1 degrees of freedom), raised to its
     chi-square upper bound, per draft token, never below the binomial variance of independent tokens."""
-    n = sum(w.draft_tokens for w in windows)
-    a = sum(w.accepted_tokens for w in windows)
+    n, p, residuals = _centred(windows)
     m = len(windows)
-    alpha = a / n
-    residuals = [w.accepted_tokens - alpha * w.draft_tokens for w in windows]
     spread = variance_upper_bound(long_run_variance(residuals), m - 1, error_rate * SPREAD_ERROR_SHARE)
-    return max(spread * m / n, _binomial(n, a))
+    return max(spread * m / n, _binomial(n, p * n))
 
 
 def _binomial(n: float, a: float) -> float:

@@ -680,11 +680,8 @@ def _route_hold(step: _Step) -> str | None:
     return route.hold
 
 
-def _held_by_route(step: _Step, what: str) -> _Step:
-    """Note (and a Warning Event once) that `what` waits for the route's Gateways."""
-    held = _route_hold(step)
-    if held is None:
-        return step
+def _held_by_route(step: _Step, what: str, held: str) -> _Step:
+    """Note (and a Warning Event once) that `what` waits for the route's Gateways (_route_hold)."""
     return step.note(Reason.ROUTE_NOT_ACCEPTED, f"{what} waits for the HTTPRoute: {held}", warning=True)
 
 
@@ -733,8 +730,9 @@ def _analyzing(step: _Step) -> _Step:
     step = _beside_canary(step)
     if step.elapsed() <= timedelta(0):
         return step  # still warming up (phase_since is the end of the warm-up)
-    if _route_hold(step) is not None:  # the analysis starts once the Gateways route as specgate set
-        return _held_by_route(step.update(phase_since=iso(step.now)), "the analysis")
+    held = _route_hold(step)
+    if held is not None:  # the analysis starts once the Gateways route as specgate set
+        return _held_by_route(step.update(phase_since=iso(step.now)), "the analysis", held)
     results: GateResults = []
     if spec.measures_traffic:
         step, traffic = _traffic_gates(step)
@@ -900,8 +898,9 @@ def _promoting(step: _Step) -> _Step:
         return _roll_back(
             step, Reason.CANARY_UNHEALTHY, f"canary did not scale to {spec.replicas} Ready replicas"
         )
-    if _route_hold(step) is not None:
-        return _held_by_route(step, "the baseline's scale-down")
+    held = _route_hold(step)
+    if held is not None:
+        return _held_by_route(step, "the baseline's scale-down", held)
     return step.note(Reason.GATES_PASSED, _waiting_message(Track.CANARY, obs.canary))
 
 
@@ -1075,7 +1074,8 @@ def _rolling_back(step: _Step) -> _Step:
             f"{spec.rollout.progress_deadline}; the canary keeps serving until the baseline is Ready",
             warning=True,
         )
-    return _held_by_route(step, "the canary's scale-down")
+    held = _route_hold(step)
+    return step if held is None else _held_by_route(step, "the canary's scale-down", held)
 
 
 def _failed(step: _Step) -> _Step:
