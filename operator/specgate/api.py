@@ -553,8 +553,9 @@ class Traffic(Model):
         ge=1,
         le=50,
         description="GatewayAPI: a first step at this canary weight (percent, below its load-matched "
-        "share), during which alpha alone is judged (the tracks' loads differ, so latency is not). "
-        "Not yet run by this operator version: such an object fails with InvalidSpec.",
+        "share), during which alpha alone is judged (the tracks' per-pod loads differ, so latency is "
+        "not). Once alpha passes there, the canary gets its load-matched weight and the analysis of "
+        "alpha and latency begins again at that weight. Needs measurement traffic or both.",
     )
 
 
@@ -941,6 +942,17 @@ RULES: tuple[Rule, ...] = (
         or (t.http_route is None and t.existing_route is None and t.initial_canary_weight is None),
     ),
     Rule(
+        RolloutSpec,
+        "!has(self.traffic) || !has(self.traffic.initialCanaryWeight) "
+        "|| !has(self.measurement) || self.measurement != 'benchmark'",
+        "traffic.initialCanaryWeight judges alpha on the canary's production traffic, which measurement "
+        "benchmark never reads: set measurement traffic (or both), or remove initialCanaryWeight",
+        "traffic.initialCanaryWeight",
+        lambda r: r.traffic is None
+        or r.traffic.initial_canary_weight is None
+        or r.measurement != MeasurementMode.BENCHMARK,
+    ),
+    Rule(
         ExistingRoute,
         "has(self.ruleName) != has(self.ruleIndex)",
         "set exactly one of ruleName (the rule's spec.rules[].name) and ruleIndex (its position, for "
@@ -1044,22 +1056,6 @@ def parse_spec(raw: dict[str, Any]) -> SpeculativeDeploymentSpec:
     if violations:
         raise violations[0]
     return spec
-
-
-# The initial step needs an analysis in two parts (alpha alone at the small weight, then latency at
-# the load-matched one), which this version does not run: refused rather than ignored.
-INITIAL_WEIGHT_NOT_SUPPORTED = (
-    "a first step at a smaller canary weight is not yet run by this operator version: nothing was "
-    "changed; remove spec.rollout.traffic.initialCanaryWeight (the canary then gets its load-matched "
-    "weight, its share of Ready pods, from its first Ready pod)"
-)
-
-
-def check_supported(spec: SpeculativeDeploymentSpec) -> None:
-    """Raise SpecError on what the CRD accepts but this operator cannot run yet."""
-    traffic = spec.rollout.traffic
-    if traffic is not None and traffic.initial_canary_weight is not None:
-        raise SpecError("rollout.traffic.initialCanaryWeight", INITIAL_WEIGHT_NOT_SUPPORTED)
 
 
 # --- requests in annotations: `kubectl specgate pause|resume|retry|abort` ---
@@ -1456,6 +1452,11 @@ class SpeculativeDeploymentStatus(StatusModel):
     )
     guard: GuardStatus | None = Field(None, description="The guard's change detector (Promoted).")
     traffic: TrafficStatus | None = Field(None, description="Route weights (traffic.router GatewayAPI).")
+    initial_step_passed: str | None = Field(
+        None,
+        description="traffic.initialCanaryWeight: when alpha passed at that weight (RFC 3339); the "
+        "analysis then judges alpha and latency at the load-matched weight.",
+    )
     incumbent_since: str | None = Field(
         None, description="The promoted config this rollout replaces: when it was promoted (RFC 3339)."
     )

@@ -128,7 +128,6 @@ def step(
         api.check_name(owner.name)
         requests = api.parse_requests(annotations)
         spec = api.with_requests(api.parse_spec(raw_spec), requests)
-        api.check_supported(spec)
     except api.SpecError as error:
         return rollout.invalid_spec(error, current, generation, now)
     spec, k_schedule = schedule.resolve(spec, current, now)  # Auto: held per rollout, see schedule.py

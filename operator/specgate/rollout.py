@@ -110,6 +110,7 @@ class Reason(StrEnum):
     MEASUREMENT_FAILED = "MeasurementFailed"
     ALPHA_DISAGREEMENT = "AlphaDisagreement"
     ROUTE_NOT_ACCEPTED = "RouteNotAccepted"  # measuring waits for the gateway (traffic.route_hold)
+    INITIAL_STEP_PASSED = "InitialStepPassed"  # alpha passed at traffic.initialCanaryWeight
 
 
 # Reasons that mark the object Degraded whatever its phase.
@@ -312,7 +313,7 @@ class _Step:
         weights = None
         if routes_by_weight(self.spec):
             accepted = self.obs.route.weights if self.obs.route else None
-            routed = traffic.order(budget, baseline, canary, (b, c), accepted)
+            routed = traffic.order(budget, baseline, canary, (b, c), accepted, _initial_weight(self))
             (b, c), weights = routed.replicas, routed.weights
         return b, (None if self.canary_replicas is None and not self.obs.canary.exists else c), weights
 
@@ -518,6 +519,7 @@ def _restart(step: _Step) -> _Step:
         incumbent_since=promoted.time if promoted else None,
         incumbent_until=iso(step.now) if promoted else None,
         mix_drift=None,
+        initial_step_passed=None,
         phase=Phase.PENDING,
         phase_since=iso(step.now),
         baseline=None,
@@ -661,8 +663,15 @@ def _baseline_measurement_start(
 
 
 def _beside_canary(step: _Step) -> _Step:
-    """Canary replicas beside the baseline."""
-    return step.targets(_baseline_replicas_beside_canary(step.spec), _canary_replicas(step.spec))
+    """Canary replicas beside the baseline; at traffic.initialCanaryWeight, beside all the baseline's
+    where maxSurge allows: the baseline then carries the rest of the traffic on its full replicas
+    (with fewer, the capacity floor bounds how small the canary's weight can be, traffic.capped)."""
+    spec = step.spec
+    canary = _canary_replicas(spec)
+    baseline = _baseline_replicas_beside_canary(spec)
+    if _initial_weight(step) is not None:
+        baseline = max(baseline, min(spec.replicas, spec.replicas + spec.rollout.max_surge - canary))
+    return step.targets(baseline, canary)
 
 
 def routes_by_weight(spec: SpeculativeDeploymentSpec) -> bool:
@@ -678,6 +687,28 @@ def _route_hold(step: _Step) -> str | None:
     if route.hold is None and route.weights is None:
         return "the HTTPRoute's rule does not send traffic to the baseline's and the canary's Services yet"
     return route.hold
+
+
+def _initial_weight(step: _Step) -> int | None:
+    """traffic.initialCanaryWeight while its step lasts: from the canary's first pod until alpha
+    passed at that weight (the cap on the canary's weight then; None: load-matched)."""
+    route = step.spec.rollout.traffic
+    if route is None or route.initial_canary_weight is None or step.status.initial_step_passed:
+        return None
+    return route.initial_canary_weight if step.status.phase in (Phase.CANARY, Phase.ANALYZING) else None
+
+
+def _still_at_initial_weight(step: _Step) -> str | None:
+    """Once alpha passed at the initial weight, why the load-matched analysis cannot begin yet: the
+    Gateways still route the initial weight (None: they route more)."""
+    route = step.spec.rollout.traffic
+    accepted = step.obs.route.weights if step.obs.route else None
+    if route is None or route.initial_canary_weight is None or accepted is None:
+        return None
+    desired = step._replicas()[2]
+    if desired is None or not accepted.canary <= route.initial_canary_weight < desired.canary:
+        return None
+    return f"its Gateways still give the canary its initial weight {accepted.canary}%, not {desired.canary}%"
 
 
 def _held_by_route(step: _Step, what: str, held: str) -> _Step:
@@ -730,16 +761,17 @@ def _analyzing(step: _Step) -> _Step:
     step = _beside_canary(step)
     if step.elapsed() <= timedelta(0):
         return step  # still warming up (phase_since is the end of the warm-up)
-    held = _route_hold(step)
+    held = _route_hold(step) or _still_at_initial_weight(step)
     if held is not None:  # the analysis starts once the Gateways route as specgate set
         return _held_by_route(step.update(phase_since=iso(step.now)), "the analysis", held)
+    initial = _initial_weight(step)
     results: GateResults = []
     if spec.measures_traffic:
-        step, traffic = _traffic_gates(step)
+        step, traffic = _traffic_gates(step, latency=initial is None)
         if traffic is None:
             return step
         results += traffic
-    if spec.benchmarks:
+    if spec.benchmarks and initial is None:
         step, bench = _benchmark_gates(step)
         if bench is None:
             return step  # rolled back (the benchmark failed), or waiting for its counters
@@ -752,9 +784,13 @@ def _analyzing(step: _Step) -> _Step:
     message = "; ".join(result.message for _, result in results)
     failed = next(((reason, r) for reason, r in results if r.verdict == Verdict.FAIL), None)
     traffic_window_passed = step.elapsed() >= _seconds(spec.rollout.analysis_window)
+    at_initial = "" if initial is None else f"at the initial canary weight {initial}%: "
     if failed is not None:
-        return _roll_back(step, failed[0], failed[1].message)
-    if all(v == Verdict.PASS for v in verdicts) and (traffic_window_passed or not spec.measures_traffic):
+        return _roll_back(step, failed[0], at_initial + failed[1].message)
+    passed = all(v == Verdict.PASS for v in verdicts) and (traffic_window_passed or not spec.measures_traffic)
+    if passed and initial is not None:
+        return _initial_step_passed(step, initial, message)
+    if passed:
         step = step.targets(0, spec.replicas).enter(Phase.PROMOTING, Reason.GATES_PASSED, message)
         return step.update(passed_template_hash=step.status.template_hash)
     if deadline_passed:
@@ -762,9 +798,20 @@ def _analyzing(step: _Step) -> _Step:
             step,
             spec.rollout.on_inconclusive,
             Reason.INCONCLUSIVE,
-            f"no verdict within maxAnalysisDuration: {message}",
+            f"no verdict within maxAnalysisDuration: {at_initial}{message}",
         )
-    return step.note(Reason.ANALYZING, message)
+    return step.note(Reason.ANALYZING, at_initial + message)
+
+
+def _initial_step_passed(step: _Step, weight: int, message: str) -> _Step:
+    """Alpha passed at the initial weight: the canary gets its load-matched weight, and the analysis
+    of alpha and latency begins again once the Gateways route that (the latency comparison is fair
+    only at equal per-pod load)."""
+    return step.update(initial_step_passed=iso(step.now), phase_since=iso(step.now)).note(
+        Reason.INITIAL_STEP_PASSED,
+        f"alpha passed at the initial canary weight {weight}% ({message}); the canary now gets its "
+        "load-matched weight, where alpha and latency are analysed",
+    )
 
 
 def _decided_at_deadline(spec: SpeculativeDeploymentSpec, results: GateResults) -> GateResults:
@@ -783,8 +830,9 @@ def _decided_at_deadline(spec: SpeculativeDeploymentSpec, results: GateResults) 
 GateResults = list[tuple[str, gates.GateResult]]  # each with the reason of a roll-back on Fail
 
 
-def _traffic_gates(step: _Step) -> tuple[_Step, GateResults | None]:
-    """The gates on the canary's production traffic so far; None while metrics are missing."""
+def _traffic_gates(step: _Step, latency: bool = True) -> tuple[_Step, GateResults | None]:
+    """The gates on the canary's production traffic so far (alpha alone without `latency`); None
+    while metrics are missing."""
     step, metrics = _metrics_or_budget(step, step.obs.canary_metrics)
     if metrics is None:
         return step, None
@@ -794,8 +842,11 @@ def _traffic_gates(step: _Step) -> tuple[_Step, GateResults | None]:
     deadline = step.now - step.elapsed() + _seconds(step.spec.rollout.max_analysis_duration)
     step = step.update(canary=canary.model_copy(update={"analysis_deadline": iso(deadline)}))
     step = _recommend(step, metrics)
-    latency = [(Reason.LATENCY_REGRESSION, result) for result in _latency_results(step, metrics)]
-    return step, [(Reason.ACCEPTANCE_BELOW_GATE, acceptance), *latency]
+    latencies = _latency_results(step, metrics) if latency else []
+    return step, [
+        (Reason.ACCEPTANCE_BELOW_GATE, acceptance),
+        *((Reason.LATENCY_REGRESSION, r) for r in latencies),
+    ]
 
 
 def _recommend(step: _Step, metrics: TrackMetrics) -> _Step:

@@ -127,7 +127,10 @@ def traefik(kubeconfig: str, namespace: str, log: Path) -> Iterator[int]:
         "--providers.kubernetesGateway.throttleDuration=0s",
         "--global.checkNewVersion=false",
         "--global.sendAnonymousUsage=false",
-        "--log.level=INFO",
+        "--log.level=DEBUG",
+        "--accesslog=true",
+        f"--accesslog.filepath={log.with_name('traefik-access.log')}",
+        "--accesslog.format=json",
     ]
     with log.open("w") as out:
         proc = subprocess.Popen(args, env={**os.environ, "KUBECONFIG": kubeconfig}, stdout=out, stderr=out)

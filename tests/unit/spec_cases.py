@@ -153,12 +153,17 @@ RULE_CASES: list[tuple[int, dict[str, Any], dict[str, Any]]] = [
     (34, traffic(**GATEWAY, existingRoute={"name": "chat", "ruleIndex": 0}), traffic(**GATEWAY)),
     (35, traffic(initialCanaryWeight=5), traffic(**GATEWAY, initialCanaryWeight=5)),
     (35, traffic(router="Service", httpRoute=GATEWAY["httpRoute"]), traffic(router="Service")),
-    (36, existing_route(ruleName="chat", ruleIndex=0), existing_route(ruleName="chat")),
-    (36, existing_route(), existing_route(ruleIndex=0)),
     (
-        37,
+        36,
+        with_("rollout", {"measurement": "benchmark", "traffic": {**GATEWAY, "initialCanaryWeight": 5}}),
+        with_("rollout", {"measurement": "both", "traffic": {**GATEWAY, "initialCanaryWeight": 5}}),
+    ),
+    (37, existing_route(ruleName="chat", ruleIndex=0), existing_route(ruleName="chat")),
+    (37, existing_route(), existing_route(ruleIndex=0)),
+    (
+        38,
         with_("rollout", {"strategy": "sequential", "traffic": GATEWAY}),
         with_("rollout", {"traffic": GATEWAY}),
     ),
-    (38, with_("rollout.guard", {"history": "9m"}), with_("rollout.guard", {"history": "10m"})),
+    (39, with_("rollout.guard", {"history": "9m"}), with_("rollout.guard", {"history": "10m"})),
 ]

@@ -144,6 +144,9 @@ API_SERVER_RULES = {
      "your route): set one of them"),
     (".spec.rollout.traffic", ".router", "httpRoute, existingRoute and initialCanaryWeight apply to "
      "router GatewayAPI only: set router: GatewayAPI or remove them"),
+    (".spec.rollout", ".traffic.initialCanaryWeight", "traffic.initialCanaryWeight judges alpha on the "
+     "canary's production traffic, which measurement benchmark never reads: set measurement traffic (or "
+     "both), or remove initialCanaryWeight"),
     (".spec.rollout.traffic.existingRoute", ".ruleName", "set exactly one of ruleName (the rule's "
      "spec.rules[].name) and ruleIndex (its position, for a rule without a name)"),
     (".spec.rollout", ".traffic.router", "traffic.router GatewayAPI splits traffic between baseline and "

@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 from tests.unit.handler_fakes import FakeKube, reconcile_step
-from tests.unit.rollout_driver import Run, make_spec, metrics, ready
+from tests.unit.rollout_driver import Run, make_spec, metrics, ready, spec_body
 
-from specgate import render
+from specgate import api, render
 from specgate.api import Phase
 from specgate.observation import RouteState
 from specgate.rollout import Reason
@@ -208,10 +208,83 @@ def test_a_rule_that_is_not_there_is_named_in_status_and_nothing_is_patched(
     assert not [call for call in fake.calls if call[0] == "patch route"]
 
 
-def test_the_initial_step_is_refused_until_it_is_run(monkeypatch: pytest.MonkeyPatch) -> None:
-    run = Run(make_spec(traffic={**OWNED, "initialCanaryWeight": 5}))
-    fake = FakeKube().install(monkeypatch)
-    status = reconcile_step(run, after=0).status
-    assert (status.phase, status.reason) == (Phase.FAILED, Reason.INVALID_SPEC)
-    assert "spec.rollout.traffic.initialCanaryWeight" in (status.message or "")
-    assert fake.calls == []
+def initial_step_run(weight: int = 10, **rollout: Any) -> Run:
+    """A GatewayAPI rollout of 4 replicas and 1 canary pod at traffic.initialCanaryWeight `weight`,
+    in Analyzing with the route accepted at what it asked for."""
+    body = spec_body(traffic={**OWNED, "initialCanaryWeight": weight}, **rollout)
+    run = Run(api.parse_spec({**body, "replicas": 4}))
+    plain = RouteState(weights=Weights(100, 0))
+    run.step(baseline=ready(4), route=plain)
+    run.step(baseline=ready(4), route=plain)
+    entered = run.step(after=95, baseline=ready(4), baseline_metrics=metrics(), route=plain)
+    run.expect(Phase.CANARY)
+    assert (entered.baseline_replicas, entered.canary_replicas) == (4, 1)  # the canary surges
+    analysing = run.step(baseline=ready(4), canary=ready(1), route=plain)
+    run.expect(Phase.ANALYZING)
+    assert analysing.route_weights == Weights(100 - weight, weight)
+    run.now += timedelta(seconds=30)  # the canary's warm-up
+    return run
+
+
+def test_the_initial_step_judges_alpha_alone_then_latency_at_the_load_matched_weight() -> None:
+    """At 10 % the canary's latency is not judged (its per-pod load is not the baseline's); once
+    alpha passed, the weight goes to 25/75 before the baseline gives up a pod, the analysis waits
+    for the Gateways to route it, and there the slower canary is rolled back for its latency."""
+    run = initial_step_run()
+    at_10 = RouteState(weights=Weights(90, 10))
+    slow = {"baseline_metrics": metrics(), "canary_metrics": metrics(0.8, per_token=0.09)}
+    run.step(after=70, baseline=ready(4), canary=ready(1), route=at_10, **slow)
+    run.expect(Phase.ANALYZING)
+    assert run.status.reason == Reason.INITIAL_STEP_PASSED, run.status.message
+    assert run.status.initial_step_passed is not None
+    moving = run.step(baseline=ready(4), canary=ready(1), route=at_10, **slow)
+    assert (moving.baseline_replicas, moving.canary_replicas, moving.route_weights) == (4, 1, Weights(75, 25))
+    assert run.status.reason == Reason.ROUTE_NOT_ACCEPTED
+    assert "still give the canary its initial weight 10%, not 25%" in (run.status.message or "")
+    back = run.step(baseline=ready(4), canary=ready(1), route=RouteState(weights=Weights(75, 25)), **slow)
+    run.expect(Phase.ROLLED_BACK)  # the baseline had not given up its pod yet
+    assert run.status.reason == Reason.LATENCY_REGRESSION
+    assert (back.baseline_replicas, back.canary_replicas, back.route_weights) == (4, 1, Weights(100, 0))
+
+
+def test_a_good_canary_passes_both_parts_and_promotes() -> None:
+    run = initial_step_run()
+    good = {"baseline_metrics": metrics(), "canary_metrics": metrics(0.8)}
+    run.step(after=70, baseline=ready(4), canary=ready(1), route=RouteState(weights=Weights(90, 10)), **good)
+    assert run.status.reason == Reason.INITIAL_STEP_PASSED
+    at_25 = RouteState(weights=Weights(75, 25))
+    shrunk = run.step(baseline=ready(4), canary=ready(1), route=at_25, **good)
+    assert (shrunk.baseline_replicas, shrunk.canary_replicas) == (3, 1)  # once the route moved
+    run.step(after=30, baseline=ready(3), canary=ready(1), route=at_25, **good)
+    run.expect(Phase.ANALYZING)  # 40 s of the 60 s analysis window at 25 %
+    run.step(after=30, baseline=ready(3), canary=ready(1), route=at_25, **good)
+    run.expect(Phase.PROMOTING)
+
+
+def test_alpha_below_the_gate_at_the_initial_weight_rolls_back_there() -> None:
+    run = initial_step_run()
+    low = {"baseline_metrics": metrics(), "canary_metrics": metrics(0.2)}
+    rolled = run.step(
+        after=70, baseline=ready(4), canary=ready(1), route=RouteState(weights=Weights(90, 10)), **low
+    )
+    run.expect(Phase.ROLLED_BACK)  # the baseline kept its 4 pods beside the canary
+    assert run.status.reason == Reason.ACCEPTANCE_BELOW_GATE
+    assert (run.status.message or "").startswith("at the initial canary weight 10%: ")
+    assert (rolled.canary_replicas, rolled.route_weights) == (1, Weights(100, 0))
+
+
+def test_without_spare_pods_the_capacity_floor_bounds_the_initial_weight() -> None:
+    """maxSurge 0: the canary's 2 pods replace baseline pods, and the 2 left may carry no more than
+    the floor's 3 pods would (66 %): the canary gets 34 %, not 10 %."""
+    body = spec_body(
+        traffic={**OWNED, "initialCanaryWeight": 10}, maxSurge=0, maxUnavailable=1, canaryReplicas=2
+    )
+    run = Run(api.parse_spec({**body, "replicas": 4}))
+    plain = RouteState(weights=Weights(100, 0))
+    run.step(baseline=ready(4), route=plain)
+    run.step(baseline=ready(4), route=plain)
+    run.step(after=95, baseline=ready(4), baseline_metrics=metrics(), route=plain)
+    run.expect(Phase.CANARY)
+    analysing = run.step(baseline=ready(2), canary=ready(2), route=plain)
+    run.expect(Phase.ANALYZING)
+    assert analysing.route_weights == Weights(66, 34)
