@@ -127,8 +127,8 @@ def traefik(kubeconfig: str, namespace: str, log: Path) -> Iterator[int]:
         "--providers.kubernetesGateway.throttleDuration=0s",
         "--global.checkNewVersion=false",
         "--global.sendAnonymousUsage=false",
-        "--log.level=DEBUG",
-        "--accesslog=true",
+        "--log.level=INFO",
+        "--accesslog=true",  # beside its log, one JSON line a request: what a failed request met
         f"--accesslog.filepath={log.with_name('traefik-access.log')}",
         "--accesslog.format=json",
     ]
