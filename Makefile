@@ -78,7 +78,7 @@ test: venv lint $(TEST_PREREQS) ## all tests: unit, integration (real Prometheus
 	$(VENV)/bin/pytest -q -ra --durations=25 tests
 
 .PHONY: test-fast
-test-fast: venv lint cluster-up ## the development tier: unit, integration and cluster tests that start no real vLLM engine
+test-fast: venv lint cluster-up gateway ## the development tier: unit, integration and cluster tests that start no real vLLM engine
 	$(VENV)/bin/pytest -q -ra --durations=10 -m "not engine" tests
 
 MUTANTS ?=

@@ -22,25 +22,6 @@ settings.register_profile("any-machine", deadline=None)
 settings.load_profile("any-machine")
 
 
-def pytest_addoption(parser: pytest.Parser) -> None:
-    parser.addoption(
-        "--gateway",
-        action="store_true",
-        help="run the tests marked gateway too (the lab's Traefik: `make gateway`, not in CI yet)",
-    )
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Tests marked gateway need `make gateway`, which `make test` does not build yet: without
-    --gateway they are deselected, and pytest's summary counts them so."""
-    if config.getoption("--gateway"):
-        return
-    gateway = [item for item in items if item.get_closest_marker("gateway")]
-    if gateway:
-        config.hook.pytest_deselected(items=gateway)
-        items[:] = [item for item in items if not item.get_closest_marker("gateway")]
-
-
 def load_sample(name: str) -> dict[str, Any]:
     doc: dict[str, Any] = yaml.safe_load((SAMPLES / name).read_text())
     return doc

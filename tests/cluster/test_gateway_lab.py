@@ -2,8 +2,7 @@
 whose Pods kwok runs on a node with a local pod CIDR, each pod's address served by a real HTTP
 server (tests/cluster/gateway.py says why the pod range is not 127.0.0.0/8).
 
-Needs `make gateway` and root for the pod range's route; run with `make test-gateway` (pytest's
-`--gateway`) until `make test` builds the gateway."""
+Needs `make gateway` (a prerequisite of `make test`) and root for the pod range's route."""
 
 from __future__ import annotations
 
