@@ -1377,6 +1377,18 @@ class RouteWeights(StatusModel):
     canary: int = Field(description="Percent of the route's traffic to Service <name>-canary.")
 
 
+class OriginalRule(StatusModel):
+    """The backendRefs a rule of the user's HTTPRoute (traffic.existingRoute) had when specgate took
+    it over, recorded once: put back when the object is deleted or stops routing that rule."""
+
+    route: str = Field(description="The HTTPRoute.")
+    rule_name: str | None = Field(None, description="The rule's name, as existingRoute named it.")
+    rule_index: int | None = Field(None, description="The rule's position, as existingRoute gave it.")
+    backend_refs: list[dict[str, Any]] = Field(
+        default_factory=list, description="The rule's backendRefs then (empty: it had none)."
+    )
+
+
 class TrafficStatus(StatusModel):
     """The route's weights (traffic.router GatewayAPI)."""
 
@@ -1388,6 +1400,11 @@ class TrafficStatus(StatusModel):
         None,
         description="Weights in the route's rule once its Gateways accepted that generation (Accepted "
         "and ResolvedRefs); absent until then, and pods of a track losing weight wait for them.",
+    )
+    original: OriginalRule | None = Field(
+        None,
+        description="existingRoute: the rule's own backendRefs, recorded as specgate first set them; "
+        "put back when the object is deleted or routes another rule (or router Service).",
     )
 
 

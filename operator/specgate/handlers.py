@@ -30,6 +30,7 @@ log = logging.getLogger(__name__)
 INTERVAL_SECONDS = float(os.environ.get("SPECGATE_INTERVAL_SECONDS", "10"))
 METRICS_PORT = int(os.environ.get("SPECGATE_METRICS_PORT", "8080"))
 VERBOSE = os.environ.get("SPECGATE_VERBOSE") == "1"
+RESTORE_RETRIES = 6  # of the delete handler that puts a user's rule back, INTERVAL_SECONDS apart
 
 
 def default_prometheus_url() -> str | None:
@@ -104,14 +105,42 @@ def reconcile(
     metrics.record(owner.namespace, owner.name, current.phase, decision, analysis_seconds)
 
 
-# An event handler, not kopf.on.delete: a change handler of any kind (even an optional delete) makes
-# kopf diff every event against a copy of the object it writes into an annotation, a patch per spec
-# change and an allocation per event, for an object whose deletion needs no more than this.
+# An event handler, not kopf.on.delete: kopf keeps a copy of every object a change handler matches
+# (even an optional delete) in an annotation, a patch per spec change, for an object whose deletion
+# needs no more than this. The one change handler, restore_rule, matches only objects that need it.
 @kopf.on.event(api.GROUP, api.VERSION, api.PLURAL)
 def forget(type: str, meta: kopf.Meta, **_: Any) -> None:
     if type == "DELETED":
         metrics.forget(meta["namespace"], meta["name"])
         kube.forget(meta["uid"])
+
+
+def _holds_a_rule(spec: kopf.Spec, status: kopf.Status, **_: Any) -> bool:
+    """Routes a rule of the user's HTTPRoute (traffic.existingRoute), or keeps the record of one."""
+    traffic = (spec.get("rollout") or {}).get("traffic") or {}
+    return "existingRoute" in traffic or bool((status.get("traffic") or {}).get("original"))
+
+
+# Only objects that hold a user's rule match (`when`), and only they get the annotation (see
+# forget). kopf's finalizer, there for the timer already, keeps the object (and in a background
+# deletion its track Services) until the rule is back. The retries (about a minute) bound how long
+# a rule that keeps moving, or an API error, holds a deletion: then kopf logs the failure (an Error
+# Event) and lets the object go, the rule left as it is.
+@kopf.on.delete(
+    api.GROUP, api.VERSION, api.PLURAL, when=_holds_a_rule, retries=RESTORE_RETRIES, backoff=INTERVAL_SECONDS
+)
+def restore_rule(body: kopf.Body, meta: kopf.Meta, status: kopf.Status, **_: Any) -> None:
+    """On deletion, put the user's rule's recorded backendRefs back (traffic.existingRoute)."""
+    recorded = api.parse_status(dict(status)).traffic
+    if recorded is None or recorded.original is None:
+        return  # the rule was never taken over (or was put back already): nothing to restore
+    owner = Owner(name=meta["name"], namespace=meta["namespace"], uid=meta["uid"])
+    try:
+        event = _restore_rule(owner, recorded.original)
+    except kube.Conflict as moved:
+        raise kopf.TemporaryError(f"{moved}; trying again", delay=INTERVAL_SECONDS) from moved
+    if event is not None:
+        kopf.event(body, type=event.type, reason=event.reason, message=event.message)
 
 
 def step(
@@ -145,6 +174,10 @@ def step(
         return rollout.failed(
             rollout.Reason.GATEWAY_API_CRD_MISSING, NO_GATEWAY_API_CRD, current, generation, now
         )
+    original = current.traffic.original if current.traffic else None
+    released: tuple[rollout.Event, ...] = ()
+    if original is not None and render.releases(original, traffic):
+        original, released = _release_rule(owner, original)
     try:
         route = kube.read_route(owner.namespace, render.route_name(owner, traffic)) if traffic else None
         observation = replace(
@@ -156,39 +189,80 @@ def step(
         if decision.touch_children:
             apply_children(spec, owner, decision, observation, children)
             if traffic is not None and decision.route_weights is not None:
-                _route_traffic(traffic, owner, route, decision.route_weights)
+                original = _route_traffic(traffic, owner, route, decision.route_weights, original)
     except kube.ForeignChild as taken:  # a benchmark Job read, or a child taken since it was read free
         message = f"{taken}: rename this object or remove the other"
         return rollout.failed(rollout.Reason.NAME_CONFLICT, message, current, generation, now)
     # A router switched back to Service leaves no route's weights in status.
-    route_status = (
-        rollout.traffic_status(render.route_name(owner, traffic), decision, observation) if traffic else None
-    )
+    route_name = render.route_name(owner, traffic) if traffic else None
+    route_status = rollout.traffic_status(route_name, decision, observation, original)
     update = {**scale_status(owner, observation), "k_schedule": k_schedule, "traffic": route_status}
-    return replace(decision, status=decision.status.model_copy(update=update))
+    return replace(
+        decision, status=decision.status.model_copy(update=update), events=decision.events + released
+    )
 
 
 def _route_traffic(
-    traffic: api.Traffic, owner: Owner, route: dict[str, Any] | None, weights: Weights
-) -> None:
+    traffic: api.Traffic,
+    owner: Owner,
+    route: dict[str, Any] | None,
+    weights: Weights,
+    original: api.OriginalRule | None,
+) -> api.OriginalRule | None:
     """Set the rule's weights: apply the HTTPRoute specgate owns, or patch the backendRefs of the
-    user's rule where they differ (a rule that moved since it was read waits for the next reconcile)."""
+    user's rule where they differ (a rule that moved since it was read waits for the next reconcile).
+    The record of the user's rule: `original`, or taken as specgate first sets its backendRefs."""
     if traffic.http_route is not None:
         kube.apply(render.http_route(owner, traffic.http_route, weights))
-        return
+        return original
     existing = traffic.existing_route
     if route is None or existing is None:
-        return  # status says the route is missing (rollout: RouteNotAccepted)
+        return original  # status says the route is missing (rollout: RouteNotAccepted)
     try:
         index = render.rule_index(route, existing)
     except LookupError:
-        return  # status names the field to fix
+        return original  # status names the field to fix
     if render.route_weights(route, index, owner) == weights:
-        return
+        return original
     try:
         kube.patch_route(owner.namespace, existing.name, render.rule_patch(route, existing, owner, weights))
     except kube.Conflict as moved:
         log.info("%s; weights set again on the next reconcile", moved)
+        return original
+    # Kept in status by this reconcile: an operator killed before its status write loses it (the
+    # next read finds the tracks' Services in the rule, rule_record None: the rule is left so).
+    return original or render.rule_record(route, existing, owner)
+
+
+def _release_rule(
+    owner: Owner, original: api.OriginalRule
+) -> tuple[api.OriginalRule | None, tuple[rollout.Event, ...]]:
+    """Put back the rule specgate no longer routes; the record is kept (tried again on the next
+    reconcile) only where the rules moved since they were read."""
+    try:
+        event = _restore_rule(owner, original)
+    except kube.Conflict as moved:
+        log.info("%s; its backendRefs are put back on the next reconcile", moved)
+        return original, ()
+    return None, (event,) if event else ()
+
+
+def _restore_rule(owner: Owner, original: api.OriginalRule) -> rollout.Event | None:
+    """Put the recorded backendRefs back on their rule (render.restore_patch): the Event saying so,
+    or why they were left; None when the route is gone. kube.Conflict: the rules moved since read."""
+    rule = render.describe_rule(render.recorded_rule(original))
+    route = kube.read_route(owner.namespace, original.route)
+    if route is None:
+        log.info("HTTPRoute %s/%s is gone: no backendRefs to put back", owner.namespace, original.route)
+        return None
+    try:
+        operations = render.restore_patch(route, original, owner)
+    except LookupError as why:
+        message = f"{why}: its backendRefs were left as they are, not put back to what they were"
+        return rollout.Event("Warning", rollout.Reason.ROUTE_RULE_NOT_RESTORED, message)
+    kube.patch_route(owner.namespace, original.route, operations)
+    message = f"{rule}: its own backendRefs are back, as before specgate routed it"
+    return rollout.Event("Normal", rollout.Reason.ROUTE_RULE_RESTORED, message)
 
 
 def scale_status(owner: Owner, observation: Observation) -> dict[str, Any]:

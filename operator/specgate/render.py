@@ -471,15 +471,79 @@ def rule_patch(
     rule's backendRefs would take (and need) the whole list. The patch's test ops make the API
     server refuse it, instead of changing another rule, if the rules moved since `route` was read."""
     index = rule_index(route, existing)
-    path = f"/spec/rules/{index}"
-    guard = (
-        [{"op": "test", "path": f"{path}/name", "value": existing.rule_name}]
-        if existing.rule_name is not None
-        else [
-            {"op": "test", "path": "/metadata/resourceVersion", "value": route["metadata"]["resourceVersion"]}
-        ]
+    refs = backend_refs(owner, weights)
+    return [*_rule_guard(route, existing, index), {"op": "add", "path": _refs_path(index), "value": refs}]
+
+
+def _rule_guard(route: Mapping[str, Any], existing: api.ExistingRoute, index: int) -> list[dict[str, Any]]:
+    """The test op that makes a patch of rule `index` fail if the rules moved since `route` was read:
+    of the rule's name, or of the route's resourceVersion for a rule without one."""
+    if existing.rule_name is not None:
+        return [{"op": "test", "path": f"/spec/rules/{index}/name", "value": existing.rule_name}]
+    version = route["metadata"]["resourceVersion"]
+    return [{"op": "test", "path": "/metadata/resourceVersion", "value": version}]
+
+
+def _refs_path(index: int) -> str:
+    return f"/spec/rules/{index}/backendRefs"
+
+
+def recorded_rule(original: api.OriginalRule) -> api.ExistingRoute:
+    """The rule a record was taken of, as existingRoute names it."""
+    return api.ExistingRoute(
+        name=original.route, rule_name=original.rule_name, rule_index=original.rule_index
     )
-    return [*guard, {"op": "add", "path": f"{path}/backendRefs", "value": backend_refs(owner, weights)}]
+
+
+def describe_rule(rule: api.ExistingRoute) -> str:
+    which = repr(rule.rule_name) if rule.rule_name is not None else f"at index {rule.rule_index}"
+    return f"HTTPRoute {rule.name}'s rule {which}"
+
+
+def rule_record(
+    route: Mapping[str, Any], existing: api.ExistingRoute, owner: Owner
+) -> api.OriginalRule | None:
+    """The user's rule's own backendRefs, read before specgate first sets them: what restore_patch
+    puts back. None where they are the tracks' Services already (the record was lost, or an earlier
+    specgate took the rule over): nothing of the user's is left to keep."""
+    refs = _rule_refs(route, rule_index(route, existing))
+    if _track_weights(refs, owner) is not None:
+        return None
+    return api.OriginalRule(
+        route=existing.name, rule_name=existing.rule_name, rule_index=existing.rule_index, backend_refs=refs
+    )
+
+
+def releases(original: api.OriginalRule, traffic: api.Traffic | None) -> bool:
+    """Whether the recorded rule is one specgate no longer routes (router Service, a route of its own,
+    another rule): its backendRefs go back now."""
+    existing = traffic.existing_route if traffic is not None else None
+    return existing != recorded_rule(original)
+
+
+def restore_patch(route: Mapping[str, Any], original: api.OriginalRule, owner: Owner) -> list[dict[str, Any]]:
+    """A JSON patch that puts the recorded backendRefs back on their rule, guarded as rule_patch's,
+    and with a test of the backendRefs read: a change made since the read is not overwritten.
+
+    LookupError, saying why, where there is nothing to put back: the rule is gone (by its name, or
+    its index is past the end), or it no longer routes to the tracks' Services (someone pointed it
+    elsewhere, or for ruleIndex another rule is at that index now): what it routes to stays."""
+    rule = recorded_rule(original)
+    try:
+        index = rule_index(route, rule)
+    except LookupError:
+        raise LookupError(f"{describe_rule(rule)} is gone") from None
+    refs = _rule_refs(route, index)
+    if _track_weights(refs, owner) is None:
+        services = " and ".join(service_name(owner, track) for track in Track)
+        raise LookupError(f"{describe_rule(rule)} no longer routes to Services {services}")
+    path = _refs_path(index)
+    put = (
+        {"op": "replace", "path": path, "value": original.backend_refs}
+        if original.backend_refs
+        else {"op": "remove", "path": path}  # the rule had none
+    )
+    return [*_rule_guard(route, rule, index), {"op": "test", "path": path, "value": refs}, put]
 
 
 def route_name(owner: Owner, traffic: api.Traffic) -> str:
@@ -506,13 +570,23 @@ def route_state(route: Mapping[str, Any] | None, traffic: api.Traffic, owner: Ow
 
 def route_weights(route: Mapping[str, Any], index: int, owner: Owner) -> Weights | None:
     """The share of traffic rule `index` of the route gives each track's Service, None unless its
-    backends are exactly those two (a backend without a weight has Gateway API's default, 1)."""
+    backends are exactly those two (_track_weights)."""
+    weights = _track_weights(_rule_refs(route, index), owner)
+    return None if weights is None else shares(*weights)
+
+
+def _rule_refs(route: Mapping[str, Any], index: int) -> list[dict[str, Any]]:
     rules = route.get("spec", {}).get("rules") or []
-    refs = (rules[index].get("backendRefs") or []) if index < len(rules) else []
+    return list(rules[index].get("backendRefs") or []) if index < len(rules) else []
+
+
+def _track_weights(refs: list[dict[str, Any]], owner: Owner) -> tuple[int, int] | None:
+    """The (baseline, canary) weights of the tracks' Services among refs, None unless refs are
+    exactly those two (a backend without a weight has Gateway API's default, 1)."""
     weights = {
         ref.get("name"): int(ref.get("weight", 1)) for ref in refs if ref.get("kind", "Service") == "Service"
     }
     names = [service_name(owner, track) for track in (Track.BASELINE, Track.CANARY)]
     if len(refs) != 2 or set(weights) != set(names):
         return None
-    return shares(weights[names[0]], weights[names[1]])
+    return weights[names[0]], weights[names[1]]

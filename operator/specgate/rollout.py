@@ -111,6 +111,9 @@ class Reason(StrEnum):
     ALPHA_DISAGREEMENT = "AlphaDisagreement"
     ROUTE_NOT_ACCEPTED = "RouteNotAccepted"  # measuring waits for the gateway (traffic.route_hold)
     INITIAL_STEP_PASSED = "InitialStepPassed"  # alpha passed at traffic.initialCanaryWeight
+    # traffic.existingRoute: the rule's own backendRefs put back (deletion, or routing another rule)
+    ROUTE_RULE_RESTORED = "RouteRuleRestored"
+    ROUTE_RULE_NOT_RESTORED = "RouteRuleNotRestored"  # the rule is gone or routes elsewhere by then
 
 
 # Reasons that mark the object Degraded whatever its phase.
@@ -716,16 +719,22 @@ def _held_by_route(step: _Step, what: str, held: str) -> _Step:
     return step.note(Reason.ROUTE_NOT_ACCEPTED, f"{what} waits for the HTTPRoute: {held}", warning=True)
 
 
-def traffic_status(route: str, decision: Decision, obs: Observation) -> api.TrafficStatus:
-    """status.traffic: the weights set now and those the Gateways accepted."""
+def traffic_status(
+    route: str | None, decision: Decision, obs: Observation, original: api.OriginalRule | None
+) -> api.TrafficStatus | None:
+    """status.traffic: the weights set now and those the Gateways accepted (router GatewayAPI, whose
+    HTTPRoute is `route`), and the record of a user's rule while it is kept; None without either."""
 
     def weights(w: traffic.Weights | None) -> api.RouteWeights | None:
         return None if w is None else api.RouteWeights(baseline=w.baseline, canary=w.canary)
 
+    if route is None:  # router Service: a record not put back yet is all there is
+        return None if original is None else api.TrafficStatus(route=original.route, original=original)
     return api.TrafficStatus(
         route=route,
         desired=weights(decision.route_weights),
         actual=weights(obs.route.weights if obs.route else None),
+        original=original,
     )
 
 

@@ -3,6 +3,7 @@ recorded), and handlers.step driven from a Run's spec and status."""
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -63,7 +64,11 @@ class FakeKube:
         return self.routes.get(name)
 
     def patch_route(self, namespace: str, name: str, operations: list[dict[str, Any]]) -> None:
+        """Applied to the stored route as the API server would: all or nothing, and kube.Conflict
+        where a test op fails (the call is recorded either way)."""
         self.calls.append(("patch route", name, operations))
+        if name in self.routes:
+            self.routes[name] = json_patched(self.routes[name], operations)
 
     def apply(self, manifest: Manifest, children: kube.Children | None = None) -> None:
         if manifest["kind"] == "HTTPRoute":
@@ -79,6 +84,26 @@ class FakeKube:
 
     def delete_benchmark_jobs(self, owner: Owner, keep: set[str]) -> None:
         self.calls.append(("delete jobs but", frozenset(keep)))
+
+
+def json_patched(document: dict[str, Any], operations: list[dict[str, Any]]) -> dict[str, Any]:
+    """RFC 6902 as specgate's patches use it (test, add, replace, remove of object members), on a copy."""
+    patched = copy.deepcopy(document)
+    for op in operations:
+        *parents, last = [t.replace("~1", "/").replace("~0", "~") for t in op["path"].split("/")[1:]]
+        target: Any = patched
+        for token in parents:
+            target = target[int(token)] if isinstance(target, list) else target[token]
+        key: Any = int(last) if isinstance(target, list) else last
+        if op["op"] == "test":
+            present = key < len(target) if isinstance(target, list) else key in target
+            if not present or target[key] != op["value"]:
+                raise kube.Conflict(f"test of {op['path']} failed")
+        elif op["op"] == "remove":
+            del target[key]
+        else:  # add or replace
+            target[key] = copy.deepcopy(op["value"])
+    return patched
 
 
 def reconcile_step(run: Run, after: float) -> Decision:
