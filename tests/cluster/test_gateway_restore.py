@@ -1,9 +1,7 @@
 """traffic.existingRoute on the real API server (issue 41): the operator takes a rule of the user's
 HTTPRoute over, records its backendRefs, and puts them back when the router goes back to Service and
 when the object is deleted (kopf's delete handler), by JSON patches the API server applies with
-their test ops. Needs the Gateway API CRDs (`make gateway`), not Traefik: no Gateway serves the route.
-
-Run with pytest's `--gateway`, as the other gateway tests."""
+their test ops. Needs the Gateway API CRDs (`make gateway`), not Traefik: no Gateway serves the route."""
 
 from __future__ import annotations
 
