@@ -68,8 +68,10 @@ SCENARIO ?= default
 KEEP ?= 0
 
 .PHONY: demo
-demo: venv engines cluster-up ## roll out the heavy sample on the local cluster (SCENARIO=low-alpha or tiny, KEEP=1)
-	@rc=0; $(PY) -m specgate_lab.demo --scenario $(SCENARIO) --kubeconfig $(SPECGATE_CACHE)/kubeconfig || rc=$$?; \
+# SCENARIO=gateway rolls out through the lab's gateway: it needs `make gateway` (hack/gateway.mk).
+demo: venv engines cluster-up $(if $(filter gateway,$(SCENARIO)),gateway) ## roll out the heavy sample on the local cluster (SCENARIO=low-alpha, tiny or gateway, KEEP=1)
+	@rc=0; $(PY) -m specgate_lab.demo --scenario $(SCENARIO) --kubeconfig $(SPECGATE_CACHE)/kubeconfig \
+		$(if $(filter 1,$(KEEP)),--keep) || rc=$$?; \
 	if [ "$(KEEP)" != 1 ]; then hack/cluster-down.sh; else echo "cluster kept: export KUBECONFIG=$(SPECGATE_CACHE)/kubeconfig"; fi; \
 	exit $$rc
 

@@ -14,6 +14,11 @@ The heavy samples are sized to the machine (demo_sizing): while the baseline war
 measures how fast it serves its own load and sets the tokens per request and the analysis windows
 so that a window holds twice the per-token samples the latency gates need; a machine too slow for
 that is told so in the first minutes. Progress lines show the samples so far and the time left.
+
+The gateway scenario sends the load through a real gateway instead of the Service: the lab's Traefik
+(`make gateway`) routes the HTTPRoute specgate weights (router GatewayAPI) to simulated engines on
+pod addresses it reaches (specgate_lab.gateway; root, for the pod range's route). Lines show the
+route's weights as they change, and a GATEWAY line after the result what it served and failed.
 """
 
 from __future__ import annotations
@@ -25,6 +30,8 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Iterator
+from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -35,9 +42,14 @@ from kubernetes import client, config
 
 from specgate import api
 from specgate.api import parse_duration, parse_status
+from specgate.render import LABEL_DEPLOYMENT
 from specgate_lab import checkout
+from specgate_lab.bridge import ENGINE_ANNOTATION
 from specgate_lab.crds import install_crd
 from specgate_lab.demo_sizing import FALLBACK, TOO_SLOW, Sizing, TooSlow, calibrate, size
+from specgate_lab.engines import CACHE
+from specgate_lab.gateway import GATEWAY, LISTENER, POD_RANGE, GatewaySetupError, gateway_lab
+from specgate_lab.kube import pin_to_node, wait_for
 from specgate_lab.loadgen import LoadResult, run_load
 
 
@@ -45,9 +57,10 @@ from specgate_lab.loadgen import LoadResult, run_load
 class Scenario:
     sample: str  # in the checkout's crds/samples/
     expected_phase: str  # what the story should end in
-    concurrency: int  # requests kept in flight through the Service
+    concurrency: int  # requests kept in flight through the Service (or the gateway)
     max_tokens: int  # tokens a request (fewer where sizing chooses so)
     sized: bool = True  # fit the tokens a request and the windows to this machine (demo_sizing)
+    gateway: bool = False  # load through the lab's gateway, the sample changed by through_gateway
 
 
 SCENARIOS = {
@@ -57,12 +70,16 @@ SCENARIOS = {
     "low-alpha": Scenario("heavy-cpu-low-alpha.yaml", "RolledBack", concurrency=1, max_tokens=32),
     # The tiny models serve hundreds of requests a window on any machine: no sizing needed.
     "tiny": Scenario("tiny-cpu.yaml", "Promoted", concurrency=2, max_tokens=48, sized=False),
+    # Concurrency 4: the canary gets a quarter of it and still fills a window with samples.
+    "gateway": Scenario("tiny-cpu.yaml", "Promoted", concurrency=4, max_tokens=48, sized=False, gateway=True),
 }
 PROGRESS_EVERY_S = 30.0
 CALIBRATION_S = 20.0  # measure the baseline this long after Ready at least (its warm-up is 30 s)
 CALIBRATION_LIMIT_S = 120.0  # a baseline Ready this long without the requests to size from is too slow
 SETTLED = {"Promoted", "RolledBack", "Failed"}
 NAMESPACE = "specgate-demo"
+GATEWAY_NODE = f"{NAMESPACE}-gateway"  # a fake GPU node of the scenario's own, its pod CIDR routed to lo
+GATEWAY_REPLICAS, GATEWAY_CANARY = 4, 1  # load-matched: the canary's weight is 25 beside 3 baseline pods
 KOPF_FINALIZER = "kopf.zalando.org/KopfFinalizerMarker"  # kopf's default, which `specgate run` keeps
 
 
@@ -93,6 +110,36 @@ def demo_load_lines(status: dict[str, Any], load: Load) -> list[str]:
         f"{load.max_tokens} tokens each; it finished {load.result.requests} requests in all. The machine "
         "served fewer than the run was sized for (something else running on its cores?): stop other "
         "work and run it again, or run `make demo SCENARIO=tiny`."
+    ]
+
+
+def routed(status: dict[str, Any]) -> bool:
+    """The route carries the weights specgate set (router GatewayAPI; always so without a route):
+    a settled rollout's last pods of the losing track go once it does."""
+    traffic = status.get("traffic")
+    return not traffic or traffic.get("actual") == traffic.get("desired")
+
+
+def _split(weights: dict[str, int] | None) -> str:
+    return "-" if weights is None else f"{weights['baseline']}/{weights['canary']}"
+
+
+def route_line(traffic: dict[str, Any], load: LoadResult) -> str:
+    return (
+        f"  ... route {traffic['route']} weights baseline/canary: desired {_split(traffic.get('desired'))}, "
+        f"actual {_split(traffic.get('actual'))}; the gateway served {load.requests} requests, "
+        f"{load.errors} failed"
+    )
+
+
+def gateway_lines(url: str, load: LoadResult, failed_unrouted: int | None) -> list[str]:
+    """What the gateway served and failed, the failures before the route carried weights apart:
+    until then the gateway has nothing to send a request to (404, 503)."""
+    before = load.errors if failed_unrouted is None else failed_unrouted
+    kinds = ", ".join(f"{kind}: {n}" for kind, n in load.failures.most_common()) or "none"
+    return [
+        f"GATEWAY: {url} served {load.requests} requests and failed {load.errors}: {before} before the "
+        f"route carried weights, {load.errors - before} after (all failures by kind: {kinds})"
     ]
 
 
@@ -159,16 +206,15 @@ def apply(api_client: client.ApiClient, body: dict[str, Any]) -> None:
 
 
 class Load:
-    """The demo's own traffic through the Service, followed as it runs; the tokens a request can
-    change while it runs (sizing)."""
+    """The demo's own traffic through the Service (or the gateway), followed as it runs; the tokens
+    a request can change while it runs (sizing)."""
 
     def __init__(self, scenario: Scenario) -> None:
         self.concurrency = scenario.concurrency
         self.max_tokens = scenario.max_tokens
         self.result = LoadResult()
 
-    def start(self, bridge_url: str, service: str, model: str, seconds: float) -> None:
-        url = f"{bridge_url}/svc/{NAMESPACE}/{service}"
+    def start(self, url: str, model: str, seconds: float) -> None:
         load = run_load(
             url, model, concurrency=self.concurrency, duration=seconds,
             max_tokens=lambda: self.max_tokens, result=self.result,
@@ -201,6 +247,8 @@ class Watch:
         self.start_up_s: float | None = None  # apply to baseline Ready: how long an engine takes to start
         self.sizing: Sizing | None = None
         self.printed, self.last_message, self.next_progress = 0, "", 0.0
+        self.last_weights: tuple[Any, Any] | None = None
+        self.failed_unrouted: int | None = None  # requests failed before the route carried weights
 
     def run(self, timeout: float) -> dict[str, Any]:
         objects = client.CustomObjectsApi(self.api_client)
@@ -215,9 +263,11 @@ class Watch:
             )
             status = obj.get("status") or {}
             self._print_news(status)
+            self._print_route(status)
             if (
                 status.get("phase") in SETTLED
                 and status.get("observedGeneration") == obj["metadata"]["generation"]
+                and routed(status)
             ):
                 break
             if self.scenario.sized:
@@ -237,6 +287,17 @@ class Watch:
         if message and message != self.last_message:
             say(f"  ... {message}")
             self.last_message = message
+
+    def _print_route(self, status: dict[str, Any]) -> None:
+        """A line each time the route's weights change (router GatewayAPI), with what the gateway
+        has served so far."""
+        traffic = status.get("traffic")
+        if not traffic or (traffic.get("desired"), traffic.get("actual")) == self.last_weights:
+            return
+        self.last_weights = (traffic.get("desired"), traffic.get("actual"))
+        if self.failed_unrouted is None and traffic.get("actual"):
+            self.failed_unrouted = self.load.result.errors
+        say(route_line(traffic, self.load.result))
 
     def _size(self, status: dict[str, Any]) -> None:
         """Once the baseline has served a few requests after Ready: choose, apply and say the sizing."""
@@ -291,12 +352,80 @@ class Watch:
             say(f"  ... {what} warming up: its window begins in {begins - now:.0f} s")
             return
         left = max(begins + self.window - now, 0)
-        samples = self.load.finished_since(max(begins, now - self.window))
+        # Through a gateway the track gets its weight's share of the load.
+        weights = (status.get("traffic") or {}).get("actual") or {what: 100}
+        samples = round(self.load.finished_since(max(begins, now - self.window)) * weights[what] / 100)
         verdict = f"about {(left + later) / 60:.0f} min" if left + later >= 60 else f"{left + later:.0f} s"
         say(
             f"  ... {what} window: {samples} of {self.needed} per-token samples (one a finished request), "
             f"{left:.0f} s left in the {self.window:.0f} s window; a verdict in {verdict} at the earliest"
         )
+
+
+def through_gateway(body: dict[str, Any]) -> None:
+    """The tiny sample as the gateway scenario serves it: simulated engines (a few minutes on any
+    machine; their steps, unlike the tiny model's on CPU, meet the default latency gates), and
+    enough replicas that the route's weights move in steps, routed by the lab's Gateway."""
+    spec, rollout = body["spec"], body["spec"]["rollout"]
+    body["metadata"]["name"] = "tiny-gateway"
+    spec["replicas"] = GATEWAY_REPLICAS
+    spec["podAnnotations"] = {ENGINE_ANNOTATION: "sim"}
+    spec["env"] = [{"name": "SPECGATE_SIM_ALPHA", "value": "0.8"}]
+    # A separate draft model's passes cost the simulated canary more step stall than the default
+    # gate allows; an EAGLE-3 head's do not.
+    spec["speculative"] = {
+        "method": "eagle3", "draftModel": "specgate/tiny-llama-eagle3", "numSpeculativeTokens": 3,
+    }  # fmt: skip
+    rollout["canaryReplicas"] = GATEWAY_CANARY
+    rollout["traffic"] = {
+        "router": "GatewayAPI",
+        "httpRoute": {"parentRefs": [{"name": GATEWAY, "sectionName": LISTENER}]},
+    }
+    for relaxed in ("maxP99ItlRegression", "maxP99PerTokenRegression"):
+        del rollout["gates"][relaxed]
+
+
+@contextmanager
+def demo_gateway(
+    api_client: client.ApiClient, kubeconfig: str, body: dict[str, Any], keep: bool
+) -> Iterator[str]:
+    """The lab's gateway for the object (pinned to its node here); the URL to send load to. Unless
+    `keep`, the object goes at the end, then its pods, then what the gateway needed."""
+    log = CACHE / "demo-gateway" / "traefik.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with gateway_lab(
+        api_client, kubeconfig, NAMESPACE, GATEWAY_NODE, GATEWAY_REPLICAS + 1, log, keep
+    ) as port:
+        pin_to_node(body, GATEWAY_NODE, NAMESPACE)
+        say(
+            f"gateway: Traefik on 127.0.0.1:{port} (log {log}), Gateway {GATEWAY}, the pods on node "
+            f"{GATEWAY_NODE} with addresses in {POD_RANGE} (routed to lo)"
+        )
+        try:
+            yield f"http://127.0.0.1:{port}"
+        finally:
+            if not keep:
+                remove_rollout(api_client, body["metadata"]["name"])
+    made = f"node {GATEWAY_NODE}, Gateway {GATEWAY}, its GatewayClass and the route of {POD_RANGE} to lo"
+    say(
+        f"kept {body['metadata']['name']}, {made} (Traefik stopped)"
+        if keep
+        else f"removed {made} (the route only where this run added it)"
+    )
+
+
+def remove_rollout(api_client: client.ApiClient, name: str) -> None:
+    """Delete the object and wait for its pods to go (their engines hold addresses of the node's)."""
+    client.CustomObjectsApi(api_client).delete_namespaced_custom_object(
+        api.GROUP, api.VERSION, NAMESPACE, api.PLURAL, name
+    )
+    core = client.CoreV1Api(api_client)
+    wait_for(
+        lambda: not core.list_namespaced_pod(NAMESPACE, label_selector=f"{LABEL_DEPLOYMENT}={name}").items,
+        120,
+        f"the pods of {name} to go",
+    )
+    say(f"removed {name} and its pods")
 
 
 def start_operator(
@@ -327,7 +456,7 @@ def stop_operator(operator: subprocess.Popen[bytes], api_client: client.ApiClien
             )  # fmt: skip
 
 
-def main() -> None:
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
@@ -336,45 +465,71 @@ def main() -> None:
     parser.add_argument("--prometheus-url", default="http://127.0.0.1:19090")
     parser.add_argument("--bridge-url", default="http://127.0.0.1:18080")
     parser.add_argument("--timeout", type=float, default=1200)
-    args = parser.parse_args()
+    parser.add_argument("--keep", action="store_true", help="keep what the gateway scenario set up (KEEP=1)")
+    return parser.parse_args()
 
+
+def scenario_body(name: str, scenario: Scenario) -> dict[str, Any]:
+    """The scenario's object, said in a line."""
+    sample = Path("crds") / "samples" / scenario.sample
+    body: dict[str, Any] = yaml.safe_load((checkout() / sample).read_text())
+    if scenario.gateway:
+        through_gateway(body)
+    say(
+        f"scenario {name}: {sample}{' through the gateway, simulated engines' if scenario.gateway else ''} "
+        f"({body['spec']['speculative']['method']}), load at concurrency {scenario.concurrency}"
+    )
+    return body
+
+
+def roll_out(
+    args: argparse.Namespace, api_client: client.ApiClient, body: dict[str, Any], load: Load, url: str
+) -> tuple[dict[str, Any], list[str]]:
+    """Run the operator, apply the object and send the load to `url` until the rollout settles:
+    its status, and the lines that tell the result (written then: the load goes on until the demo
+    ends, and meets the pods going)."""
+    log = CACHE / "demo-operator.log"
+    operator = start_operator(args.kubeconfig, NAMESPACE, args.prometheus_url, log)
+    name = body["metadata"]["name"]
+    say(f"operator running (log: {log}); applying {name} and sending load to {url}")
+    try:
+        install_crd(api_client)
+        apply(api_client, body)
+        load.start(url, body["spec"]["model"].get("servedName", name), args.timeout)
+        watch = Watch(api_client, body, SCENARIOS[args.scenario], load)
+        status = watch.run(args.timeout)
+    finally:
+        stop_operator(operator, api_client, NAMESPACE)
+    lines = [result_line(name, status), *demo_load_lines(status, load)]
+    if SCENARIOS[args.scenario].gateway:
+        lines += gateway_lines(url, load.result, watch.failed_unrouted)
+    return status, [*lines, *caveat_lines(body["spec"], status)]
+
+
+def main() -> None:
+    args = parse_args()
     api_client = config.new_client_from_config(config_file=args.kubeconfig)  # type: ignore[no-untyped-call]
     core = client.CoreV1Api(api_client)
     namespaces: list[Any] = core.list_namespace().items
     if NAMESPACE not in {n.metadata.name for n in namespaces}:
         core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name=NAMESPACE)))
     scenario = SCENARIOS[args.scenario]
-    sample = Path("crds") / "samples" / scenario.sample
-    body = yaml.safe_load((checkout() / sample).read_text())
-    name = body["metadata"]["name"]
-    say(
-        f"scenario {args.scenario}: {sample} ({body['spec']['speculative']['method']}), load at "
-        f"concurrency {scenario.concurrency}"
-    )
-    log = Path(os.environ.get("SPECGATE_CACHE", Path.home() / ".cache" / "specgate")) / "demo-operator.log"
-    operator = start_operator(args.kubeconfig, NAMESPACE, args.prometheus_url, log)
-    say(f"operator running (log: {log}); applying {name} and sending load through its Service")
+    body = scenario_body(args.scenario, scenario)
     try:
-        install_crd(api_client)
-        apply(api_client, body)
-        served = body["spec"]["model"].get("servedName", name)
-        load = Load(scenario)
-        load.start(args.bridge_url, name, served, args.timeout)
-        status = Watch(api_client, body, scenario, load).run(args.timeout)
-    except TooSlow as slow:
-        say(f"STOPPED: {slow}.")
+        with ExitStack() as lab:
+            url = f"{args.bridge_url}/svc/{NAMESPACE}/{body['metadata']['name']}"
+            if scenario.gateway:
+                url = lab.enter_context(demo_gateway(api_client, args.kubeconfig, body, args.keep))
+            status, lines = roll_out(args, api_client, body, Load(scenario), url)
+    except (TooSlow, GatewaySetupError) as stopped:
+        say(f"STOPPED: {stopped}.")
         sys.exit(2)
-    finally:
-        stop_operator(operator, api_client, NAMESPACE)
-    print(result_line(name, status), flush=True)
-    for line in demo_load_lines(status, load):
+    for line in lines:
         print(line, flush=True)
-    for line in caveat_lines(body["spec"], status):
-        print(line, flush=True)
-    expected = scenario.expected_phase
-    if status.get("phase") != expected:
+    if status.get("phase") != scenario.expected_phase:
         say(
-            f"expected phase {expected}: see the operator log {log} and engine logs under $SPECGATE_CACHE/cluster"
+            f"expected phase {scenario.expected_phase}: see the operator log {CACHE / 'demo-operator.log'} "
+            "and engine logs under $SPECGATE_CACHE/cluster"
         )
         sys.exit(1)
 

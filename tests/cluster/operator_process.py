@@ -7,8 +7,7 @@ import re
 import signal
 import subprocess
 import sys
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -19,6 +18,7 @@ from tests.conftest import ROOT
 
 from specgate import api
 from specgate.render import LABEL_DEPLOYMENT, LABEL_TRACK, Track
+from specgate_lab.kube import wait_for as wait_for  # where the tests have always imported it from
 
 
 def run(*argv: str, **kwargs: Any) -> str:
@@ -26,23 +26,6 @@ def run(*argv: str, **kwargs: Any) -> str:
     done = subprocess.run(argv, capture_output=True, text=True, **kwargs)
     assert done.returncode == 0, f"{' '.join(argv)} failed:\n{done.stdout}\n{done.stderr}"
     return done.stdout
-
-
-def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 1.0) -> Any:
-    """Poll until predicate() is truthy; fail with what was awaited."""
-    deadline = time.monotonic() + timeout
-    last_error: Exception | None = None
-    while time.monotonic() < deadline:
-        try:
-            value = predicate()
-            if value:
-                return value
-        except ApiException as exc:
-            if exc.status != 404:
-                raise
-            last_error = exc
-        time.sleep(interval)
-    raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} ({last_error or 'no match'})")
 
 
 OPERATOR_INTERVAL_SECONDS = 2  # between reconciles of one object

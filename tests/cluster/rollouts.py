@@ -7,8 +7,8 @@ import copy
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager, nullcontext, suppress
+from collections.abc import Callable, Sequence
+from contextlib import nullcontext, suppress
 from dataclasses import dataclass
 from datetime import datetime
 from itertools import pairwise
@@ -18,12 +18,14 @@ from typing import Any
 from kubernetes import client
 from tests.cluster.capacity import CapacityMonitor
 from tests.cluster.figures import report as report  # where the tests have always imported it from
-from tests.cluster.operator_process import Operator, create_sd, get_sd, wait_for
+from tests.cluster.operator_process import Operator, create_sd, get_sd
 from tests.conftest import ROOT, tiny
 
 from specgate import api
 from specgate.rollout import HISTORY_LIMIT
 from specgate_lab.crds import install_crd
+from specgate_lab.kube import fake_gpu_node as fake_gpu_node  # where the tests have always imported them from
+from specgate_lab.kube import pin_to_node as pin_to_node
 from specgate_lab.loadgen import LoadResult, run_load
 
 SETTLED = {"Promoted", "RolledBack", "Failed", "Paused"}
@@ -75,53 +77,6 @@ def fast_rollout(**overrides: Any) -> dict[str, Any]:
     for key, value in overrides.items():
         rollout[key] = {**rollout[key], **value} if isinstance(value, dict) and key in rollout else value
     return rollout
-
-
-FAKE_NODE_TAINT = "specgate.dev/test-node"
-
-
-@contextmanager
-def fake_gpu_node(
-    api_client: client.ApiClient, name: str, gpus: int, taint: str, pod_cidr: str | None = None
-) -> Iterator[str]:
-    """A kwok node with `gpus` GPUs that only pods tolerating `taint` (see pin_to_node) may use;
-    kwok gives its pods addresses from `pod_cidr` where set (tests/cluster/gateway.py)."""
-    core = client.CoreV1Api(api_client)
-    capacity = {"cpu": "64", "memory": "512Gi", "pods": "250", "nvidia.com/gpu": str(gpus)}
-    core.create_node(
-        {
-            "apiVersion": "v1",
-            "kind": "Node",
-            "metadata": {
-                "name": name,
-                "annotations": {"kwok.x-k8s.io/node": "fake"},
-                "labels": {"kubernetes.io/hostname": name, "type": "kwok"},
-            },
-            "spec": {
-                "taints": [{"key": FAKE_NODE_TAINT, "value": taint, "effect": "NoSchedule"}],
-                **({"podCIDR": pod_cidr, "podCIDRs": [pod_cidr]} if pod_cidr else {}),
-            },
-            "status": {"allocatable": capacity, "capacity": capacity},
-        }
-    )
-    try:
-        wait_for(
-            lambda: any(
-                c.type == "Ready" and c.status == "True" for c in core.read_node(name).status.conditions or []
-            ),
-            60,
-            f"node {name} Ready",
-        )
-        yield name
-    finally:
-        core.delete_node(name)
-
-
-def pin_to_node(body: dict[str, Any], node: str, taint: str) -> None:
-    """Schedule the object's pods on the fake_gpu_node `node` only."""
-    body["spec"]["nodeSelector"] = {"kubernetes.io/hostname": node}
-    toleration = {"key": FAKE_NODE_TAINT, "operator": "Equal", "value": taint, "effect": "NoSchedule"}
-    body["spec"]["tolerations"].append(toleration)
 
 
 class Load:

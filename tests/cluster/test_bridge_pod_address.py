@@ -1,5 +1,5 @@
 """The lab's bridge runs an engine pod's engine on the pod's own address where this host can bind it
-(issue 41): a pod on a node whose podCIDR is in the routed pod range (tests/cluster/gateway.py) gets
+(issue 41): a pod on a node whose podCIDR is in the routed pod range (specgate_lab.gateway) gets
 its simulated engine on <pod IP>:8000, the rendered "http" containerPort its EndpointSlice names,
 and Prometheus and the bridge's Service router reach it there.
 

@@ -1,6 +1,6 @@
 """The lab's gateway (issue 41): Traefik splits an HTTPRoute's traffic by weight between two Services
 whose Pods kwok runs on a node with a local pod CIDR, each pod's address served by a real HTTP
-server (tests/cluster/gateway.py says why the pod range is not 127.0.0.0/8).
+server (specgate_lab.gateway says why the pod range is not 127.0.0.0/8).
 
 Needs `make gateway` (a prerequisite of `make test`) and root for the pod range's route."""
 
@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 from kubernetes import client
 from tests.cluster.gateway import (
+    CLASS_LABEL,
     GATEWAY,
     GROUP,
     LISTENER,
-    TEST_LABEL,
     VERSION,
     condition,
     gateway_class,
@@ -83,12 +83,12 @@ def pod_node(api_client: client.ApiClient, namespace: str, pod_range: str) -> It
         metadata=client.V1ObjectMeta(
             name=name,
             annotations={"kwok.x-k8s.io/node": "fake"},
-            labels={"kubernetes.io/hostname": name, "type": "kwok", TEST_LABEL: namespace},
+            labels={"kubernetes.io/hostname": name, "type": "kwok", CLASS_LABEL: namespace},
         ),
         spec=client.V1NodeSpec(
             pod_cidr=cidr,
             pod_cidrs=[cidr],
-            taints=[client.V1Taint(key=TEST_LABEL, value=namespace, effect="NoSchedule")],
+            taints=[client.V1Taint(key=CLASS_LABEL, value=namespace, effect="NoSchedule")],
         ),
         status=client.V1NodeStatus(allocatable=resources, capacity=resources),
     )
@@ -104,7 +104,7 @@ def engine_pod(api_client: client.ApiClient, namespace: str, node: str, track: s
         metadata=client.V1ObjectMeta(name=f"{track}-0", labels={"track": track}),
         spec=client.V1PodSpec(
             node_selector={"kubernetes.io/hostname": node},
-            tolerations=[client.V1Toleration(key=TEST_LABEL, operator="Exists", effect="NoSchedule")],
+            tolerations=[client.V1Toleration(key=CLASS_LABEL, operator="Exists", effect="NoSchedule")],
             containers=[
                 client.V1Container(
                     name="engine",

@@ -1,6 +1,6 @@
 """Rollouts through a real gateway (issue 41): router GatewayAPI, Traefik splitting the HTTPRoute
 specgate writes between the tracks' Services, simulated engines on pod addresses the gateway
-reaches (tests/cluster/gateway.py). The split is measured from the engines' own request counters;
+reaches (specgate_lab.gateway). The split is measured from the engines' own request counters;
 the load goes through the gateway only, so a request the gateway sends to a pod that is gone fails
 at the client, as does a stream cut in flight (the lab's Traefik is built without the race that
 cuts some of them anyway: hack/build-binaries.sh).
@@ -13,29 +13,16 @@ import json
 import time
 import urllib.parse
 import urllib.request
-from contextlib import ExitStack
 from dataclasses import dataclass, field
 from typing import Any, cast
 
 import pytest
 from kubernetes import client
-from tests.cluster.conftest import CACHE, Rollouts, side_by_side
-from tests.cluster.gateway import (
-    GATEWAY,
-    GROUP,
-    LISTENER,
-    VERSION,
-    gateway_class,
-    install_gateway_api_crds,
-    lab_gateway,
-    local_pod_range,
-    pod_cidr,
-    traefik,
-)
+from tests.cluster.conftest import Rollouts, side_by_side
+from tests.cluster.gateway import GATEWAY, GROUP, LISTENER, VERSION, gateway_lab
 from tests.cluster.rollouts import (
     SETTLED,
     Rollout,
-    fake_gpu_node,
     history_time,
     pin_to_node,
     report,
@@ -110,14 +97,10 @@ def gateway_rollout(lab: dict[str, Any], name: str, alpha: str, **traffic: Any) 
     body["spec"]["rollout"]["canaryReplicas"] = CANARY
     load = LoadResult()
     samples: list[Sample] = []
-    with ExitStack() as stack:
-        stack.enter_context(local_pod_range())
-        install_gateway_api_crds(lab["kubeconfig"], str(CACHE / "bin" / "kubectl"))
-        node = f"gw-{namespace}"
-        stack.enter_context(fake_gpu_node(api_client, node, REPLICAS + 1, namespace, pod_cidr=pod_cidr()))
+    node = f"gw-{namespace}"
+    log = lab["log_dir"] / "traefik.log"
+    with gateway_lab(api_client, lab["kubeconfig"], namespace, node, REPLICAS + 1, log) as port:
         pin_to_node(body, node, namespace)
-        port = stack.enter_context(traefik(lab["kubeconfig"], namespace, lab["log_dir"] / "traefik.log"))
-        lab_gateway(api_client, namespace, stack.enter_context(gateway_class(api_client, namespace)), port)
         run = run_rollout(
             body=body,
             until=settled_and_routed,

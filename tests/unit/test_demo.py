@@ -8,10 +8,22 @@ import json
 import pytest
 from tests.conftest import load_sample
 
+from specgate import api
 from specgate_lab.bridge import PIN_CPU_ANNOTATION
-from specgate_lab.demo import SCENARIOS, Load, caveat_lines, demo_load_lines, result_line
+from specgate_lab.demo import (
+    SCENARIOS,
+    Load,
+    caveat_lines,
+    demo_load_lines,
+    gateway_lines,
+    result_line,
+    route_line,
+    routed,
+    through_gateway,
+)
 from specgate_lab.demo_sizing import Calibration, TooSlow, calibrate, size
-from specgate_lab.loadgen import Completion
+from specgate_lab.gateway import GATEWAY
+from specgate_lab.loadgen import Completion, LoadResult
 
 STATUS = {
     "phase": "Promoted",
@@ -140,3 +152,31 @@ def test_a_demo_short_of_traffic_names_its_own_load() -> None:
     [line] = demo_load_lines(short, load)
     assert "the demo's own load is that traffic: 1 request(s) in flight of 32 tokens" in line
     assert "SCENARIO=tiny" in line
+
+
+def test_the_gateway_scenario_routes_simulated_engines_by_gateway_api_at_the_default_latency_gates() -> None:
+    body = load_sample(SCENARIOS["gateway"].sample)
+    through_gateway(body)
+    spec = api.parse_spec(body["spec"])  # as the API server's schema and rules see it
+    assert spec.rollout.traffic is not None and spec.rollout.traffic.router == "GatewayAPI"
+    assert body["spec"]["rollout"]["traffic"]["httpRoute"]["parentRefs"][0]["name"] == GATEWAY
+    assert body["spec"]["podAnnotations"] == {"specgate.dev/lab-engine": "sim"}
+    # The simulator's steps meet the default latency gates: no speedup caveat under the result.
+    assert "maxP99" not in "\n".join(caveat_lines(body["spec"], STATUS))
+
+
+def test_the_route_lines_show_both_weights_and_what_the_gateway_served() -> None:
+    load = LoadResult(requests=120, errors=3)
+    load.failures.update({"HTTP 404": 2, "ClientPayloadError after 3 chunks": 1})
+    traffic = {"route": "r", "desired": {"baseline": 75, "canary": 25}}
+    assert route_line(traffic, load).endswith(
+        "route r weights baseline/canary: desired 75/25, actual -; the gateway served 120 requests, 3 failed"
+    )
+    assert (
+        not routed({"traffic": traffic})
+        and routed({})
+        and routed({"traffic": {**traffic, "actual": traffic["desired"]}})
+    )
+    [line] = gateway_lines("http://gw", load, failed_unrouted=2)
+    assert "served 120 requests and failed 3: 2 before the route carried weights, 1 after" in line
+    assert "HTTP 404: 2, ClientPayloadError after 3 chunks: 1" in line
