@@ -14,4 +14,6 @@ rm -f "$STATE"/targets/*.json "$STATE"/targets/*/*.json
 if [ -x "$CACHE/bin/kwokctl" ]; then
   "$CACHE/bin/kwokctl" delete cluster --name specgate >/dev/null 2>&1 || true
 fi
+# The lab gateway's pod range, routed to lo by the tests and the demo that need it (specgate_lab.gateway).
+ip route del local 198.18.0.0/16 dev lo 2>/dev/null || true
 echo "[cluster-down] stopped" >&2

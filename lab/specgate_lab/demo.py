@@ -406,12 +406,8 @@ def demo_gateway(
         finally:
             if not keep:
                 remove_rollout(api_client, body["metadata"]["name"])
-    made = f"node {GATEWAY_NODE}, Gateway {GATEWAY}, its GatewayClass and the route of {POD_RANGE} to lo"
-    say(
-        f"kept {body['metadata']['name']}, {made} (Traefik stopped)"
-        if keep
-        else f"removed {made} (the route only where this run added it)"
-    )
+    made = f"node {GATEWAY_NODE}, Gateway {GATEWAY} and its GatewayClass"
+    say(f"kept {body['metadata']['name']}, {made} (Traefik stopped)" if keep else f"removed {made}")
 
 
 def remove_rollout(api_client: client.ApiClient, name: str) -> None:

@@ -14,10 +14,8 @@ from __future__ import annotations
 import os
 import random
 import subprocess
-import threading
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
@@ -52,59 +50,22 @@ def pod_cidr() -> str:
     return f"198.18.{random.randint(1, 254)}.0/24"
 
 
-@dataclass
-class _SharedRoute:
-    """POD_RANGE's route to lo as the rollouts holding it at once (threads of one process) share it."""
-
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    holders: int = 0
-    added: bool = False  # by the first holder: the last one removes it
-
-
-_ROUTE = _SharedRoute()
-
-
-def hold_pod_range() -> str:
-    """POD_RANGE routed to lo, so that a server can bind any address in it and be reached there: the
-    first holder adds the route (where missing), the last to release_pod_range removes what was
-    added here. Fails, naming the command, without root."""
-    with _ROUTE.lock:
-        if _ROUTE.holders == 0:
-            _ROUTE.added = _add_local_route()
-        _ROUTE.holders += 1
-    return POD_RANGE
-
-
-def release_pod_range() -> None:
-    with _ROUTE.lock:
-        _ROUTE.holders -= 1
-        if _ROUTE.holders == 0 and _ROUTE.added:
-            subprocess.run(["ip", "route", "del", "local", POD_RANGE, "dev", "lo"], check=True)
-
-
-@contextmanager
-def local_pod_range() -> Iterator[str]:
-    """hold_pod_range for the block."""
-    routed = hold_pod_range()
-    try:
-        yield routed
-    finally:
-        release_pod_range()
-
-
-def _add_local_route() -> bool:
-    """Route POD_RANGE to lo unless it is; True when added here."""
+def route_pod_range() -> str:
+    """POD_RANGE routed to lo, so that a server can bind any address in it and be reached there. The
+    route is the lab's, as its cluster is: added where missing, removed by hack/cluster-down.sh, never
+    by a test or the demo (two processes side by side would take it from each other). Fails, naming
+    the command, without root."""
     shown = subprocess.run(
         ["ip", "route", "show", "table", "local", "exact", POD_RANGE], capture_output=True, text=True
     )
     if shown.returncode == 0 and "dev lo" in shown.stdout:
-        return False
+        return POD_RANGE
     added = subprocess.run(ROUTE_COMMAND, capture_output=True, text=True)
-    if added.returncode != 0:
+    if added.returncode != 0 and "File exists" not in added.stderr:  # added beside us meanwhile
         raise GatewaySetupError(
             f"cannot route {POD_RANGE} to lo ({added.stderr.strip()}): as root, `{' '.join(ROUTE_COMMAND)}`"
         )
-    return True
+    return POD_RANGE
 
 
 def traefik_binary() -> str:
@@ -270,8 +231,7 @@ def gateway_lab(
     install_gateway_api_crds(kubeconfig, str(KUBECTL))
     with ExitStack() as stack:
         undo: Callable[..., Any] = (lambda *_: None) if keep else stack.callback
-        hold_pod_range()
-        undo(release_pod_range)
+        route_pod_range()
         create_fake_gpu_node(api_client, node, gpus, namespace, pod_cidr=pod_cidr())
         undo(client.CoreV1Api(api_client).delete_node, node)
         port = stack.enter_context(traefik(kubeconfig, namespace, log))

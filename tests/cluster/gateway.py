@@ -23,8 +23,8 @@ from specgate_lab.gateway import gateway_class as gateway_class
 from specgate_lab.gateway import gateway_lab as gateway_lab
 from specgate_lab.gateway import install_gateway_api_crds as install_gateway_api_crds
 from specgate_lab.gateway import lab_gateway as lab_gateway
-from specgate_lab.gateway import local_pod_range as local_pod_range
 from specgate_lab.gateway import pod_cidr as pod_cidr
+from specgate_lab.gateway import route_pod_range as route_pod_range
 from specgate_lab.gateway import traefik as traefik
 
 

@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 from kubernetes import client
 from tests.cluster.conftest import CACHE
-from tests.cluster.gateway import get, local_pod_range, pod_cidr
+from tests.cluster.gateway import get, pod_cidr, route_pod_range
 from tests.cluster.operator_process import wait_for
 from tests.cluster.rollouts import fake_gpu_node, pin_to_node, sim_rollout
 
@@ -61,7 +61,8 @@ def test_the_bridge_runs_an_engine_on_its_pods_address_and_containerport(
 ) -> None:
     core = client.CoreV1Api(api_client)
     node = f"addr-{namespace}"
-    with local_pod_range(), fake_gpu_node(api_client, node, 1, namespace, pod_cidr=pod_cidr()) as node:
+    route_pod_range()
+    with fake_gpu_node(api_client, node, 1, namespace, pod_cidr=pod_cidr()) as node:
         core.create_namespaced_pod(namespace, engine_pod(namespace, node))
 
         def ready_ip() -> str | None:

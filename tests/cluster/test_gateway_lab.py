@@ -27,9 +27,9 @@ from tests.cluster.gateway import (
     get,
     install_gateway_api_crds,
     lab_gateway,
-    local_pod_range,
     pod_cidr,
     route_parent,
+    route_pod_range,
     traefik,
 )
 from tests.cluster.operator_process import wait_for
@@ -66,9 +66,8 @@ class Handler(BaseHTTPRequestHandler):
 
 
 @pytest.fixture(scope="module")
-def pod_range() -> Iterator[str]:
-    with local_pod_range() as routed:
-        yield routed
+def pod_range() -> str:
+    return route_pod_range()
 
 
 @pytest.fixture
