@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 import yaml
+from tests.unit.handler_fakes import json_patched
 from tests.unit.openapi_check import problems
 
 from specgate import api, render
@@ -123,21 +124,6 @@ USERS_ROUTE: dict[str, Any] = {
 }  # fmt: skip
 
 
-def patched(route: dict[str, Any], patch: list[dict[str, Any]]) -> dict[str, Any]:
-    """RFC 6902 for the two ops rule_patch writes: test (refuse on a mismatch) and add (set)."""
-    route = copy.deepcopy(route)
-    for op in patch:
-        *parents, leaf = op["path"].strip("/").split("/")
-        node: Any = route
-        for part in parents:
-            node = node[int(part)] if isinstance(node, list) else node[part]
-        if op["op"] == "test":
-            assert node.get(leaf) == op["value"], f"test failed at {op['path']}"
-        else:
-            node[leaf] = op["value"]
-    return route
-
-
 def existing(**rule: Any) -> api.ExistingRoute:
     return api.ExistingRoute.model_validate({"name": "chat", **rule})
 
@@ -157,7 +143,7 @@ def test_the_patch_of_a_users_rule_sets_its_backends_and_nothing_else(
             ],
         },
     ]
-    after = patched(USERS_ROUTE, patch)
+    after = json_patched(USERS_ROUTE, patch)
     assert problems(after, httproute_schema) == []
     before = copy.deepcopy(USERS_ROUTE)
     before["spec"]["rules"][1]["backendRefs"] = after["spec"]["rules"][1]["backendRefs"]
@@ -185,7 +171,7 @@ def test_a_missing_rule_names_the_field_and_the_rules_there_are() -> None:
 
 
 def test_the_routes_weights_are_read_as_shares_of_the_two_tracks() -> None:
-    route = patched(
+    route = json_patched(
         USERS_ROUTE, render.rule_patch(USERS_ROUTE, existing(ruleName="chat"), OWNER, Weights(80, 20))
     )
     assert render.route_weights(route, 1, OWNER) == Weights(80, 20)
