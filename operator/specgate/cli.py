@@ -206,6 +206,7 @@ def render_timeline(name: str, status: SpeculativeDeploymentStatus) -> str:
             f"blocks of {_num(g.window_seconds)}s, alpha={_num(g.alpha)}, at {g.checked_at}"
             + (f"; spread {_num(g.spread)} per token, {g.spread_source}" if g.spread_source else "")
         )
+    lines += _route_lines(status)
     if status.mix_drift:
         d = status.mix_drift
         lines.append(f"  drift    sd {d.standard_deviation:g} over {d.timescale_seconds:g}s: {d.source}")
@@ -219,6 +220,26 @@ def render_timeline(name: str, status: SpeculativeDeploymentStatus) -> str:
         s = status.k_schedule
         lines.append(f"  schedule {json.dumps(s.ranges)} ({s.source.value}: {s.message})")
     return "\n".join(lines) + "\n"
+
+
+def _route_lines(status: SpeculativeDeploymentStatus) -> list[str]:
+    """The route's weights (router GatewayAPI): what specgate sets, what the Gateways accepted."""
+    traffic = status.traffic
+    if traffic is None:
+        return []
+
+    def split(w: api.RouteWeights | None) -> str:
+        return "-" if w is None else f"{w.baseline}/{w.canary}"
+
+    step = (
+        f"; alpha passed at the initial weight at {status.initial_step_passed}"
+        if status.initial_step_passed
+        else ""
+    )
+    return [
+        f"  route    HTTPRoute {traffic.route} baseline/canary: desired {split(traffic.desired)}, "
+        f"accepted {split(traffic.actual)}{step}"
+    ]
 
 
 def _benchmark_lines(bench: BenchmarkStatus | None) -> list[str]:

@@ -12,6 +12,7 @@ from tests.unit.rollout_driver import Run, make_spec, metrics, ready, spec_body
 
 from specgate import api, render
 from specgate.api import Phase
+from specgate.cli import render_timeline
 from specgate.observation import RouteState
 from specgate.rollout import Reason
 from specgate.traffic import Weights
@@ -288,3 +289,18 @@ def test_without_spare_pods_the_capacity_floor_bounds_the_initial_weight() -> No
     analysing = run.step(baseline=ready(2), canary=ready(2), route=plain)
     run.expect(Phase.ANALYZING)
     assert analysing.route_weights == Weights(66, 34)
+
+
+def test_kubectl_specgate_status_shows_the_routes_weights_and_the_initial_step() -> None:
+    status = api.SpeculativeDeploymentStatus(
+        traffic=api.TrafficStatus(route="chat", desired=api.RouteWeights(baseline=75, canary=25)),
+        initial_step_passed="2026-11-27T21:00:00Z",
+    )
+    lines = render_timeline("llama", status).splitlines()
+    assert (
+        "  route    HTTPRoute chat baseline/canary: desired 75/25, accepted -; alpha passed at the "
+        "initial weight at 2026-11-27T21:00:00Z"
+    ) in lines
+    assert not [
+        x for x in render_timeline("llama", api.SpeculativeDeploymentStatus()).splitlines() if "route" in x
+    ]
