@@ -11,9 +11,10 @@ from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
+from unittest.mock import ANY
 
 import pytest
-from tests.conftest import load_sample
+from tests.conftest import ROOT, load_sample
 from tests.unit.rollout_driver import T0, Run, make_spec, metrics, ready
 
 from specgate import api, bench_driver, benchmark, render
@@ -247,6 +248,127 @@ def test_the_job_runs_the_driver_against_the_track_service_without_a_gpu() -> No
     assert (flag("--request-rate"), flag("--num-prompts")) == ("4.0", "50")
     assert "--input-len" not in args  # only the random dataset takes it
     assert flag("--temperature") == "0.0"
+
+
+def test_the_job_is_a_batch_v1_job_run_once_measuring_from_the_model_cache_and_the_datasets() -> None:
+    """The whole Job, written out: a batch/v1 Job whose pod never restarts (a failed benchmark is a
+    verdict), deleted a day after it finished, its container `benchmark` on the serving image with a
+    CPU client's requests, the model cache (HF_HOME, where --tokenizer is read) but not /dev/shm (no
+    tensor-parallel workers), the ConfigMap of prompts read-only at /datasets, and the serving pods' placement
+    (a toleration's tolerationSeconds in Kubernetes' spelling)."""
+    spec = api.parse_spec(
+        {
+            "model": {"name": "meta-llama/Llama-3.1-8B-Instruct"},
+            "image": "vllm/vllm-openai:v0.32.0",
+            "env": [
+                {"name": "HF_TOKEN", "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "token"}}}
+            ],
+            "modelCache": {"claimName": "hf-cache"},
+            "nodeSelector": {"pool": "gpu"},
+            "tolerations": [
+                {
+                    "key": "nvidia.com/gpu",
+                    "operator": "Exists",
+                    "effect": "NoExecute",
+                    "tolerationSeconds": 300,
+                }
+            ],
+            "speculative": {"method": "eagle3", "draftModel": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"},
+            "rollout": {
+                "measurement": "benchmark",
+                "benchmark": {
+                    "dataset": "custom",
+                    "datasetPath": "/datasets/chat.jsonl",
+                    "datasetFrom": {"configMap": "prompts"},
+                    "timeout": "20m",
+                },
+            },
+        }
+    )
+    labels = {
+        "app.kubernetes.io/managed-by": "specgate",
+        "specgate.dev/deployment": "llama",
+        "specgate.dev/benchmark": "canary",
+    }
+    driver = (ROOT / "operator" / "specgate" / "bench_driver.py").read_text()
+    assert render.benchmark_job(spec, OWNER, Track.CANARY, 7) == {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": "llama-bench-canary-7",
+            "namespace": "ml",
+            "labels": labels,
+            "ownerReferences": [
+                {
+                    "apiVersion": "specgate.dev/v1alpha1",
+                    "kind": "SpeculativeDeployment",
+                    "name": "llama",
+                    "uid": "u-1",
+                    "controller": True,
+                    "blockOwnerDeletion": True,
+                }
+            ],
+        },
+        "spec": {
+            "backoffLimit": 0,
+            "activeDeadlineSeconds": 1200,
+            "ttlSecondsAfterFinished": 86400,
+            "template": {
+                "metadata": {"labels": labels},
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [
+                        {
+                            "name": "benchmark",
+                            "image": "vllm/vllm-openai:v0.32.0",
+                            "command": ["python3", "-c", driver],
+                            "env": [
+                                {
+                                    "name": "HF_TOKEN",
+                                    "valueFrom": {"secretKeyRef": {"name": "hf-token", "key": "token"}},
+                                },
+                                {"name": "HF_HOME", "value": "/root/.cache/huggingface"},
+                                # what it holds: checked by the test above
+                                {"name": "SPECGATE_BENCH_CONFIG", "value": ANY},
+                            ],
+                            "volumeMounts": [
+                                {"name": "model-cache", "mountPath": "/root/.cache/huggingface"},
+                                {"name": "datasets", "mountPath": "/datasets", "readOnly": True},
+                            ],
+                            "resources": {"requests": {"cpu": "1", "memory": "2Gi"}},
+                            "terminationMessagePolicy": "FallbackToLogsOnError",
+                        }
+                    ],
+                    "volumes": [
+                        {"name": "model-cache", "persistentVolumeClaim": {"claimName": "hf-cache"}},
+                        {"name": "datasets", "configMap": {"name": "prompts"}},
+                    ],
+                    "nodeSelector": {"pool": "gpu"},
+                    "tolerations": [
+                        {
+                            "key": "nvidia.com/gpu",
+                            "operator": "Exists",
+                            "effect": "NoExecute",
+                            "tolerationSeconds": 300,
+                        }
+                    ],
+                },
+            },
+        },
+    }
+
+
+@pytest.mark.parametrize(("timeout", "seconds"), [("500ms", 1), ("1s", 1), ("90s", 90)])
+def test_the_jobs_deadline_is_the_timeout_in_whole_seconds_and_at_least_1(timeout: str, seconds: int) -> None:
+    """Kubernetes requires a positive activeDeadlineSeconds: a timeout under a second gives 1 s."""
+    job = render.benchmark_job(bench_spec(timeout=timeout), OWNER, Track.BASELINE, 1)
+    assert job["spec"]["activeDeadlineSeconds"] == seconds
+
+
+def test_the_job_runs_the_benchmark_image_where_one_is_given() -> None:
+    """benchmark.image (an image with vLLM's benchmark) replaces spec.image in the Job."""
+    job = render.benchmark_job(bench_spec(image="vllm/vllm-openai:v0.33.0"), OWNER, Track.BASELINE, 1)
+    assert job["spec"]["template"]["spec"]["containers"][0]["image"] == "vllm/vllm-openai:v0.33.0"
 
 
 def test_the_job_pod_schedules_and_pulls_as_the_vllm_pods_do_but_takes_no_gpu() -> None:

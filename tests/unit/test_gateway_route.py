@@ -2,7 +2,8 @@
 own HTTPRoute CRD (standard channel), read from the sigs.k8s.io/gateway-api Go module at test time.
 
 openapi_check applies the schema as the API server would (defaults, structure, bounds, CEL); the
-authoritative check, a create against a real API server with these CRDs, is a cluster test."""
+authoritative check, a create against a real API server with these CRDs, is a cluster test. Reading a
+route back (its rule's weights for the two tracks, and whether its Gateways accepted them) is here too."""
 
 from __future__ import annotations
 
@@ -19,6 +20,7 @@ from tests.unit.handler_fakes import json_patched
 from tests.unit.openapi_check import problems
 
 from specgate import api, render
+from specgate.observation import RouteState
 from specgate.render import Owner
 from specgate.traffic import Weights
 
@@ -182,3 +184,131 @@ def test_the_routes_weights_are_read_as_shares_of_the_two_tracks() -> None:
     assert render.route_weights(route, 1, OWNER) == Weights(50, 50)
     assert render.route_weights(USERS_ROUTE, 1, OWNER) is None  # not (yet) the tracks' Services
     assert render.route_weights(USERS_ROUTE, 5, OWNER) is None
+
+
+def test_without_a_rule_at_the_index_there_are_no_weights_and_a_rule_index_to_fix() -> None:
+    """A position past the route's rules (one the route lost since) routes to no track, and so does a
+    route without spec (the CRD requires one; the reader does not count on it): no weights, and a
+    ruleIndex there is refused naming the field, not a crash of the reconcile."""
+    assert render.route_weights(USERS_ROUTE, 2, OWNER) is None  # rules 0 and 1 only
+    bare: dict[str, Any] = {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
+                            "metadata": {"name": "chat", "namespace": "ml"}}  # fmt: skip
+    assert render.route_weights(bare, 0, OWNER) is None
+    with pytest.raises(LookupError, match=r"HTTPRoute chat has 0 rules, so no rule 0"):
+        render.rule_index(bare, existing(ruleIndex=0))
+
+
+def with_refs(*refs: dict[str, Any]) -> dict[str, Any]:
+    """USERS_ROUTE with the chat rule's backendRefs replaced by `refs`."""
+    route = copy.deepcopy(USERS_ROUTE)
+    route["spec"]["rules"][1]["backendRefs"] = list(refs)
+    return route
+
+
+def test_a_backend_without_weight_or_kind_is_a_service_of_weight_1() -> None:
+    """Gateway API's BackendRef defaults: kind Service (group core) and weight 1, as a person writing
+    the rule may leave them out."""
+    route = with_refs(
+        {"name": "llama-baseline", "port": 8000, "weight": 3}, {"name": "llama-canary", "port": 8000}
+    )
+    assert render.route_weights(route, 1, OWNER) == Weights(75, 25)
+
+
+def test_a_rule_with_another_backend_than_the_tracks_services_has_no_track_weights() -> None:
+    """Traffic that goes elsewhere too (a third backend, or a backend of another kind that shares the
+    canary Service's name) is not split between the two tracks: no weights to measure by."""
+    baseline = {"kind": "Service", "name": "llama-baseline", "port": 8000, "weight": 50}
+    canary = {"kind": "Service", "name": "llama-canary", "port": 8000, "weight": 50}
+    pool = {
+        "group": "inference.networking.k8s.io",
+        "kind": "InferencePool",
+        "name": "llama-canary",
+        "weight": 50,
+    }
+    assert render.route_weights(with_refs(baseline, canary), 1, OWNER) == Weights(50, 50)
+    assert render.route_weights(with_refs(baseline, pool), 1, OWNER) is None
+    assert render.route_weights(with_refs(baseline, canary, {**pool, "name": "llama-pool"}), 1, OWNER) is None
+
+
+# --- route_state: the rule's weights as its Gateways accepted them ---
+
+INFERENCE = {"name": "inference", "namespace": "gateways", "sectionName": "http"}
+INTERNAL = {"name": "internal", "namespace": "gateways"}
+OWNED_TRAFFIC = api.Traffic.model_validate(
+    {"router": "GatewayAPI", "httpRoute": {"parentRefs": [INFERENCE, INTERNAL]}}
+)
+OWNED_ROUTE: dict[str, Any] = {
+    "apiVersion": "gateway.networking.k8s.io/v1",
+    "kind": "HTTPRoute",
+    "metadata": {"name": "llama", "namespace": "ml"},
+    "spec": {
+        "parentRefs": [INFERENCE, INTERNAL],
+        "rules": [
+            {
+                "backendRefs": [
+                    {"kind": "Service", "name": "llama-baseline", "port": 8000, "weight": 75},
+                    {"kind": "Service", "name": "llama-canary", "port": 8000, "weight": 25},
+                ]
+            }
+        ],
+    },
+}  # HTTPRoute llama as specgate applies it for OWNED_TRAFFIC (labels, ownerReferences left out)
+EXISTING_TRAFFIC = api.Traffic.model_validate(
+    {"router": "GatewayAPI", "existingRoute": {"name": "chat", "ruleName": "chat"}}
+)
+
+
+def reported(route: dict[str, Any], *parent_refs: dict[str, Any]) -> dict[str, Any]:
+    """The route Accepted and ResolvedRefs at its generation by the Gateways of parent_refs (as
+    status.parents names them: namespace and sectionName as set in the route's parentRef)."""
+    generation = 4
+    conditions = [
+        {"type": kind, "status": "True", "reason": kind, "observedGeneration": generation}
+        for kind in ("Accepted", "ResolvedRefs")
+    ]
+    return {
+        **route,
+        "metadata": {**route["metadata"], "generation": generation},
+        "status": {
+            "parents": [
+                {"parentRef": ref, "controllerName": "example.com/gateway", "conditions": conditions}
+                for ref in parent_refs
+            ]
+        },
+    }
+
+
+def test_a_missing_route_holds_the_analysis_and_only_specgates_own_is_yet_to_come() -> None:
+    """specgate creates its own route (it does not exist *yet*); the user's route is the user's to
+    create or to name rightly."""
+    assert render.route_state(None, OWNED_TRAFFIC, OWNER) == RouteState(
+        hold="HTTPRoute llama does not exist yet"
+    )
+    assert render.route_state(None, EXISTING_TRAFFIC, OWNER) == RouteState(
+        hold="HTTPRoute chat does not exist"
+    )
+
+
+def test_the_owned_routes_weights_count_once_every_gateway_it_names_accepted_them() -> None:
+    """The owned route's one rule (index 0) is read once both Gateways of its parentRefs, each named
+    by name, namespace and sectionName as the route names it, accepted its generation; a Gateway yet
+    to report holds the analysis, whatever the other reported."""
+    both = render.route_state(reported(OWNED_ROUTE, INFERENCE, INTERNAL), OWNED_TRAFFIC, OWNER)
+    assert both == RouteState(weights=Weights(75, 25))
+    one = render.route_state(reported(OWNED_ROUTE, INFERENCE), OWNED_TRAFFIC, OWNER)
+    assert one == RouteState(hold="parent Gateway internal: has not reported on the HTTPRoute yet")
+
+
+def test_the_users_routes_rule_is_read_once_its_gateways_accepted_it() -> None:
+    """existingRoute: the named rule's weights once every Gateway in the route's status accepted it;
+    a rule that is not there holds the analysis with the field to fix."""
+    patch = render.rule_patch(USERS_ROUTE, existing(ruleName="chat"), OWNER, Weights(80, 20))
+    route = reported(json_patched(USERS_ROUTE, patch), {"name": "inference"})
+    assert render.route_state(route, EXISTING_TRAFFIC, OWNER) == RouteState(weights=Weights(80, 20))
+    renamed = api.Traffic.model_validate(
+        {"router": "GatewayAPI", "existingRoute": {"name": "chat", "ruleName": "completions"}}
+    )
+    assert render.route_state(route, renamed, OWNER) == RouteState(
+        hold="spec.rollout.traffic.existingRoute.ruleName: HTTPRoute chat has no rule named 'completions' "
+        "(its rules: ['health', 'chat']): name the rule in the route or fix ruleName"
+    )
