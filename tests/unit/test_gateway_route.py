@@ -186,16 +186,10 @@ def test_the_routes_weights_are_read_as_shares_of_the_two_tracks() -> None:
     assert render.route_weights(USERS_ROUTE, 5, OWNER) is None
 
 
-def test_without_a_rule_at_the_index_there_are_no_weights_and_a_rule_index_to_fix() -> None:
-    """A position past the route's rules (one the route lost since) routes to no track, and so does a
-    route without spec (the CRD requires one; the reader does not count on it): no weights, and a
-    ruleIndex there is refused naming the field, not a crash of the reconcile."""
+def test_without_a_rule_at_the_index_there_are_no_weights() -> None:
+    """A position past the route's rules (one the route lost since) routes to no track: no weights,
+    not a crash of the reconcile."""
     assert render.route_weights(USERS_ROUTE, 2, OWNER) is None  # rules 0 and 1 only
-    bare: dict[str, Any] = {"apiVersion": "gateway.networking.k8s.io/v1", "kind": "HTTPRoute",
-                            "metadata": {"name": "chat", "namespace": "ml"}}  # fmt: skip
-    assert render.route_weights(bare, 0, OWNER) is None
-    with pytest.raises(LookupError, match=r"HTTPRoute chat has 0 rules, so no rule 0"):
-        render.rule_index(bare, existing(ruleIndex=0))
 
 
 def with_refs(*refs: dict[str, Any]) -> dict[str, Any]:
