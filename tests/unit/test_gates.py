@@ -14,15 +14,18 @@ from hypothesis import strategies as st
 
 from specgate import api
 from specgate.gates import (
+    MIN_DESIGN_WINDOWS,
     MIN_WINDOWS,
     NO_DRIFT,
     AcceptanceWindow,
     GateResult,
     Histogram,
+    Load,
     Verdict,
     acceptance_gate,
     acceptance_interval,
     confidence_radius,
+    decide_at_deadline,
     drift_from_history,
     fallback_drift,
     histogram_quantile,
@@ -343,7 +346,8 @@ def test_too_few_samples_for_the_tolerance_names_the_buckets() -> None:
     """Equal distributions whose P99 sits near a wide bucket's top: 1000 samples cannot tell 10 %."""
     result = latency_gate(shaped(0.04), shaped(0.04), max_regression=0.10)
     assert result.verdict == Verdict.INSUFFICIENT_DATA
-    assert "25-50 ms" in result.message and "finer buckets" in result.message
+    assert "with buckets 25-50 ms (canary) and 25-50 ms (baseline)" in result.message
+    assert "finer buckets" in result.message
 
 
 def test_a_p99_beyond_the_last_bucket_is_never_a_pass() -> None:
@@ -351,6 +355,7 @@ def test_a_p99_beyond_the_last_bucket_is_never_a_pass() -> None:
     h = Histogram(bounds, (0.0, 980.0, 100_000.0))
     result = latency_gate(h, h, max_regression=0.10, min_count=1)
     assert result.verdict == Verdict.INSUFFICIENT_DATA and "beyond the last bucket edge" in result.message
+    assert "(above 25 ms); add higher buckets" in result.message  # the last finite edge, in ms
 
 
 def test_latency_needs_samples_on_both_tracks() -> None:
@@ -581,3 +586,79 @@ def test_the_measured_drift_replaces_the_fallback_and_says_so() -> None:
     )
     result = spec_acceptance_gate(THREE_MINUTES_AT_062, limits, short, window_seconds=15.0)
     assert result.message.endswith("; drift: " + short.source)
+
+
+def test_a_load_prints_its_figures_or_a_question_mark_where_unmeasured() -> None:
+    """The load comparison's message names both loads; a figure Prometheus did not give is '?'."""
+    assert str(Load(3, 1.234, 5.0)) == "1.23 req/s and 5.00 running per pod (3 pods)"
+    assert str(Load(2, None, None)) == "? req/s and ? running per pod (2 pods)"
+    assert str(Load(1, None, 0.5)) == "? req/s and 0.50 running per pod (1 pods)"
+
+
+def deadline_case(estimate: float, verdict: Verdict = Verdict.INSUFFICIENT_DATA) -> GateResult:
+    """An acceptance result with its estimate and interval (the SPRT ran) and the given verdict."""
+    return GateResult(verdict, estimate, estimate - 0.1, estimate + 0.1, 5000, "SPRT log-LR 0.1")
+
+
+@pytest.mark.parametrize(
+    ("estimate", "verdict", "zone"),
+    [
+        (0.5, Verdict.PASS, "at or above 0.5, inside"),  # exactly at the gate: the gate is a minimum
+        (0.75, Verdict.PASS, "at or above 0.5, inside"),  # on the zone's edge (0.25 exactly in binary)
+        (0.76, Verdict.PASS, "at or above 0.5, outside"),
+        (0.25, Verdict.FAIL, "below 0.5, inside"),
+        (0.2, Verdict.FAIL, "below 0.5, outside"),
+    ],
+)
+def test_the_deadline_decides_by_the_estimates_side_and_says_where_it_lay(
+    estimate: float, verdict: Verdict, zone: str
+) -> None:
+    """At maxAnalysisDuration an undecided test with its data takes the estimate's side of the gate
+    (at the gate counts as above, as minAcceptanceRate is a minimum) and says whether the estimate lay
+    inside the indifference zone (its edges included) or outside it."""
+    result = decide_at_deadline(deadline_case(estimate), 0.5, 0.25)
+    assert result.verdict == verdict
+    assert result.message == (
+        f"SPRT log-LR 0.1; decided at maxAnalysisDuration by the estimate's side of the gate ({zone} "
+        "the indifference zone)"
+    )
+
+
+def test_the_deadline_leaves_a_verdict_and_a_test_without_its_data_as_they_are() -> None:
+    """A Pass or Fail stands as it is, whatever the estimate's side; a test that has an estimate but
+    not yet its interval (too few drafts or windows: acceptance_gate's early answer) stays
+    InsufficientData, which rolls back as Inconclusive."""
+    for verdict in (Verdict.PASS, Verdict.FAIL):
+        decided = deadline_case(0.3 if verdict == Verdict.PASS else 0.7, verdict)
+        assert decide_at_deadline(decided, 0.5, 0.05) == decided
+    windows = [AcceptanceWindow(10, 40, 30)] * 2  # fewer than MIN_WINDOWS
+    short = acceptance_gate(windows, 0.5)
+    assert short.verdict == Verdict.INSUFFICIENT_DATA and short.estimate == 0.75 and short.lower is None
+    assert decide_at_deadline(short, 0.5, 0.05) == short
+    assert (
+        decide_at_deadline(
+            GateResult(Verdict.INSUFFICIENT_DATA, None, None, None, 0, "no drafts"), 0.5, 0.05
+        ).verdict
+        == Verdict.INSUFFICIENT_DATA
+    )
+
+
+def test_a_design_effect_needs_its_windows_and_an_alpha_strictly_between_0_and_1() -> None:
+    """MIN_DESIGN_WINDOWS windows are enough; a history where every draft token was accepted, or none
+    was, has no binomial spread to compare with, so no design effect."""
+    rng = np.random.default_rng(23)
+    enough = clustered_windows(rng, MIN_DESIGN_WINDOWS, requests=20, tokens=50, mean=0.6, concentration=2.0)
+    assert history_design_effect(enough) is not None
+    assert history_design_effect(enough[:-1]) is None
+    for accepted in (0.0, 1000.0):
+        assert history_design_effect([AcceptanceWindow(250, 1000, accepted)] * MIN_DESIGN_WINDOWS) is None
+
+
+def test_a_history_too_short_for_a_drift_names_its_length_in_hours() -> None:
+    """27 one-minute blocks are 0.45 h, shown as 0.5 h, with the spec's fallback drift."""
+    history = [AcceptanceWindow(50, 1000, 600, end=60.0 * (i + 1)) for i in range(27)]
+    drift = drift_from_history(history, 60.0, api.Gates(), "the incumbent's")
+    assert (
+        drift.source
+        == "spec mixDrift (fallback: the incumbent's history of 0.5 h is too short or too sparse)"
+    )
