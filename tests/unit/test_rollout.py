@@ -880,6 +880,17 @@ def test_a_status_from_an_operator_without_template_hashes_is_adopted_and_a_paus
     assert Reason.NEW_GENERATION not in [h.reason for h in run.status.history[1:]]
 
 
+def test_a_status_without_template_hashes_before_promotion_is_adopted_without_a_passed_template() -> None:
+    """An analysis from an operator without template hashes is adopted as this spec's rollout, but
+    no template has passed the gates yet: passedTemplateHash stays unset until promotion."""
+    run = Run()
+    run.to_analyzing()
+    run.status = run.status.model_copy(update={"template_hash": None})
+    run.step(baseline=ready(1), canary=ready(1))
+    run.expect(Phase.ANALYZING)
+    assert (run.status.template_hash, run.status.passed_template_hash) == (TEMPLATE, None)
+
+
 # --- latency at production figures (vLLM's buckets, seed 004's EAGLE winner) ---
 
 VLLM_BOUNDS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, math.inf)
