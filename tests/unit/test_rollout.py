@@ -1335,3 +1335,15 @@ def test_a_latency_verdict_still_missing_at_the_deadline_is_not_decided_by_the_a
     assert (run.phase, run.status.verdict) == (Phase.ANALYZING, "InsufficientData")
     run.step(after=540, baseline=ready(1), canary=ready(1), **beyond)
     assert (run.phase, run.status.reason) == (Phase.ROLLING_BACK, Reason.INCONCLUSIVE), run.status.message
+
+
+def test_a_mix_drift_history_of_0s_reads_no_incumbent_history() -> None:
+    """gates.mixDriftHistory 0s turns the measured drift off: nothing of the replaced promoted
+    config is read (the spec's fallback drift is used)."""
+    spec = make_spec(gates={"minDrafts": 100, "minLatencySamples": 50, "mixDriftHistory": "0s"})
+    status = at(
+        Phase.ANALYZING,
+        incumbent_since=api.iso(T0 - timedelta(hours=5)),
+        incumbent_until=api.iso(T0 - timedelta(minutes=1)),
+    )
+    assert rollout.incumbent_window(spec, status) is None
