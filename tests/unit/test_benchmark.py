@@ -819,3 +819,141 @@ def test_benchmark_mode_refuses_an_alpha_mixed_with_other_traffic(served: float,
     if phase == Phase.ROLLING_BACK:
         assert run.status.reason == Reason.MEASUREMENT_FAILED
         assert "finished 400 requests during its benchmark, which sent 100" in (run.status.message or "")
+
+
+# --- the rollout, benchmark mode: what status and Events say ---
+
+
+def test_a_running_benchmark_names_its_job_prompts_and_concurrency() -> None:
+    """While a track's Job runs, status says which Job (or that it is still to be created), how
+    many prompts and at which concurrency points, and the Job is requested for that track."""
+    run = Run(bench_spec())
+    run.step(baseline=ready(2))
+    run.step(baseline=ready(2))
+    d = run.step(after=35, baseline=ready(2))
+    assert (d.benchmark_track, run.status.reason) == ("baseline", Reason.RUNNING_BENCHMARK)
+    assert run.status.message == "benchmarking baseline with its Job: 50 prompts at concurrency 1, 8"
+    d = run.step(baseline=ready(2), baseline_job=BenchmarkJob(job("baseline"), exists=True))
+    assert d.benchmark_track == "baseline"
+    assert run.status.message == (
+        "benchmarking baseline with llama-bench-baseline-1: 50 prompts at concurrency 1, 8"
+    )
+
+
+def test_the_canary_analysis_says_its_benchmark_is_running() -> None:
+    """In Analyzing the verdict waits for the canary's Job: InsufficientData, "benchmark running",
+    and a RunningBenchmark Event naming the Job to be created."""
+    run = to_canary_analysis()
+    d = run.step(after=40, baseline=ready(1), canary=ready(1))
+    assert (d.benchmark_track, run.phase, run.status.verdict) == (
+        "canary",
+        Phase.ANALYZING,
+        "InsufficientData",
+    )
+    assert (run.status.reason, run.status.message) == (Reason.ANALYZING, "benchmark running")
+    assert (
+        "Normal",
+        Reason.RUNNING_BENCHMARK,
+        "benchmarking canary with its Job: 50 prompts at concurrency 1, 8",
+    ) in [(e.type, e.reason, e.message) for e in d.events]
+
+
+def test_status_keeps_when_each_benchmark_job_started_and_completed() -> None:
+    """status.benchmark records the Job's own start and completion times (the canary's completion is
+    what the verdict waits its scrapes from)."""
+    run = Run(bench_spec())
+    to_baseline_benchmark(run)
+    started, completed = run.now - timedelta(seconds=30), run.now + timedelta(seconds=5)
+    done = replace(
+        finished(job("baseline"), report(point(1, 20, 10), point(8, 22, 11))), start=started, end=completed
+    )
+    run.step(baseline=ready(2), baseline_job=done)
+    run.expect(Phase.CANARY)
+    bench = run.status.benchmark
+    assert bench is not None and bench.baseline is not None
+    assert (bench.baseline.job, bench.baseline.start_time, bench.baseline.completion_time) == (
+        "llama-bench-baseline-1",
+        api.iso(started),
+        api.iso(completed),
+    )
+
+
+def test_a_finished_benchmark_is_read_from_status_once_its_job_is_gone() -> None:
+    """A Job deleted after it finished (its TTL, a person) is not run again: the figures kept in
+    status stand, for the baseline (measured beside its traffic window) and for the canary (whose
+    verdict waits for the last scrapes after the Job)."""
+    run = Run(bench_spec("both"))
+    run.step(baseline=ready(2))
+    run.step(baseline=ready(2))
+    run.step(after=35, baseline=ready(2), baseline_job=BenchmarkJob(job("baseline")))
+    done = finished(job("baseline"), report(point(1, 20, 10), point(8, 22, 11)))
+    run.step(baseline=ready(2), baseline_job=done)
+    run.expect(Phase.BASELINE)  # benchmarked; the traffic window is not over yet
+    d = run.step(after=60, baseline=ready(2), baseline_metrics=metrics())
+    run.expect(Phase.CANARY)
+    assert d.benchmark_track is None
+    canary_run = to_canary_analysis()
+    canary_run.now += timedelta(seconds=40)
+    canary = report(point(1, 20, 8, 0.8), point(8, 21, 9, 0.8))
+    just_done = replace(finished(job("canary"), canary), start=canary_run.now, end=canary_run.now)
+    acceptance = windows(0.8)
+    canary_run.step(
+        after=5, baseline=ready(1), canary=ready(1), canary_job=just_done, canary_job_acceptance=acceptance
+    )
+    assert canary_run.status.message == "benchmark done; waiting for its last scrapes"
+    d = canary_run.step(after=30, baseline=ready(1), canary=ready(1), canary_job_acceptance=acceptance)
+    canary_run.expect(Phase.PROMOTING)
+    assert d.benchmark_track is None
+
+
+def test_an_agreeing_benchmark_alpha_raises_no_disagreement_event() -> None:
+    """The benchmark's alpha 0.8 and Prometheus' 0.79 agree (within 0.02): promotion's only Event
+    is GatesPassed, though status records the 0.01 difference."""
+    run = to_canary_analysis()
+    canary = report(point(1, 20, 8, 0.8), point(8, 21, 9, 0.8))
+    d = run.step(after=40, baseline=ready(1), canary=ready(1), canary_job=finished(job("canary"), canary),
+                 canary_job_acceptance=windows(0.79))  # fmt: skip
+    run.expect(Phase.PROMOTING)
+    assert [(e.type, e.reason) for e in d.events] == [("Normal", Reason.GATES_PASSED)]
+    assert run.status.benchmark is not None and run.status.benchmark.alpha_disagreement == 0.01
+
+
+def test_the_disagreement_event_says_by_how_much_the_alphas_differ() -> None:
+    run = to_canary_analysis()
+    canary = report(point(1, 20, 8, 0.9), point(8, 21, 9, 0.9))
+    d = run.step(after=40, baseline=ready(1), canary=ready(1), canary_job=finished(job("canary"), canary),
+                 canary_job_acceptance=windows(0.8))  # fmt: skip
+    assert [e.message for e in d.events if e.reason == Reason.ALPHA_DISAGREEMENT] == [
+        "the benchmark's alpha 0.900 and Prometheus' 0.800 differ by 0.100 (> 0.02); the gate used Prometheus'"
+    ]
+
+
+BACKOFF = "Job BackoffLimitExceeded: Job has reached the specified backoff limit"
+
+
+@pytest.mark.parametrize(
+    ("message", "why"),
+    [
+        (None, ""),  # the pod never wrote its report
+        (report(point(1, 20, 10), point(8, 22, 11)), ""),  # every point reported, then the pod failed
+        (report(error="concurrency 1: FileNotFoundError: x.jsonl"),
+         " (the benchmark failed: concurrency 1: FileNotFoundError: x.jsonl)"),
+    ],
+    ids=["no-report", "complete-report", "driver-error"],
+)  # fmt: skip
+def test_a_failed_baseline_job_names_the_drivers_error_only_where_it_reported_one(
+    message: str | None, why: str
+) -> None:
+    """A failed Job's rollback message adds the driver's error in parentheses where its report has
+    one, nothing where it has none; the rollout stops before any canary with a Warning Event."""
+    run = Run(bench_spec())
+    to_baseline_benchmark(run)
+    d = run.step(baseline=ready(2), baseline_job=finished(job("baseline"), message, failure=BACKOFF))
+    assert (run.phase, run.status.reason) == (Phase.ROLLED_BACK, Reason.MEASUREMENT_FAILED)
+    expected = (
+        f"baseline benchmark: Job llama-bench-baseline-1 failed: {BACKOFF}{why}; the canary was never started"
+    )
+    assert run.status.message == expected
+    assert [(e.type, e.reason, e.message) for e in d.events] == [
+        ("Warning", Reason.MEASUREMENT_FAILED, expected)
+    ]

@@ -14,7 +14,7 @@ from specgate import api, render
 from specgate.api import Phase
 from specgate.cli import render_timeline
 from specgate.observation import RouteState
-from specgate.rollout import Reason
+from specgate.rollout import Event, Reason
 from specgate.traffic import Weights
 
 OWNED = {"router": "GatewayAPI", "httpRoute": {"parentRefs": [{"name": "inference", "namespace": "gw"}]}}
@@ -303,4 +303,42 @@ def test_kubectl_specgate_status_shows_the_routes_weights_and_the_initial_step()
     ) in lines
     assert not [
         x for x in render_timeline("llama", api.SpeculativeDeploymentStatus()).splitlines() if "route" in x
+    ]
+
+
+def test_a_rollback_held_by_the_route_says_what_waits_and_warns_once() -> None:
+    """The canary's pod stays while the Gateways have not accepted the baseline's weight: status
+    names what waits and why, with one Warning Event (a route that is not accepted needs a person),
+    not one per look."""
+    run = gateway_run()
+    low = {"baseline_metrics": metrics(), "canary_metrics": metrics(0.2)}
+    run.step(after=70, baseline=ready(1), canary=ready(1), route=HALF, **low)
+    run.expect(Phase.ROLLING_BACK)
+    held = run.step(baseline=ready(1), canary=ready(1), route=NOT_ACCEPTED)
+    message = (
+        "the canary's scale-down waits for the HTTPRoute: "
+        "parent Gateway inference: Accepted is False (NotAllowedByListeners: )"
+    )
+    assert (run.status.reason, run.status.message) == (Reason.ROUTE_NOT_ACCEPTED, message)
+    assert held.events == (Event("Warning", Reason.ROUTE_NOT_ACCEPTED, message),)
+    again = run.step(baseline=ready(1), canary=ready(1), route=NOT_ACCEPTED)
+    assert again.events == ()
+
+
+def test_alpha_passed_at_the_initial_weight_says_so_and_what_comes_next() -> None:
+    """Alpha passes at the 10 % initial weight: status and its Event say at which weight, with the
+    acceptance figures, and that alpha and latency are analysed next at the load-matched weight."""
+    run = initial_step_run()
+    good = {"baseline_metrics": metrics(), "canary_metrics": metrics(0.8)}
+    d = run.step(
+        after=70, baseline=ready(4), canary=ready(1), route=RouteState(weights=Weights(90, 10)), **good
+    )
+    message = run.status.message or ""
+    assert run.status.reason == Reason.INITIAL_STEP_PASSED
+    assert message.startswith("alpha passed at the initial canary weight 10% (alpha ")
+    assert message.endswith(
+        "); the canary now gets its load-matched weight, where alpha and latency are analysed"
+    )
+    assert [(e.type, e.reason, e.message) for e in d.events] == [
+        ("Normal", Reason.INITIAL_STEP_PASSED, message)
     ]

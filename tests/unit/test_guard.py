@@ -6,7 +6,7 @@ import math
 import random
 import sys
 from dataclasses import replace
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import numpy as np
@@ -217,3 +217,57 @@ def test_a_history_longer_than_a_range_query_answers_is_cut_to_its_newest_10000_
     assert window is not None and window.end == now
     assert now - window.start <= timedelta(seconds=15 * 10_000)
     assert now - window.start > timedelta(seconds=15 * 9_999)
+
+
+def promoted_at(promoted: datetime) -> api.SpeculativeDeploymentStatus:
+    """A status Promoted since `promoted`: all the windows below read of it."""
+    return api.SpeculativeDeploymentStatus(phase=api.Phase.PROMOTED, phase_since=api.iso(promoted))
+
+
+PROMOTION = datetime(2026, 11, 22, 12, 0, tzinfo=UTC)
+
+
+def test_a_guard_window_shorter_than_a_minute_looks_back_a_minute() -> None:
+    """guard.window 30s is read as 1m (its field says at least 1m is used): ten minutes after the
+    promotion the latency window is the last minute, on the 15 s grid."""
+    spec = make_spec(guard={"window": "30s"})
+    now = PROMOTION + timedelta(minutes=10)
+    assert rollout.measurement_window(spec, promoted_at(PROMOTION), now) == Window(
+        PROMOTION + timedelta(minutes=9), now
+    )
+
+
+def test_a_guard_window_holds_at_least_one_acceptance_window_of_a_slow_scrape() -> None:
+    """Scraped every 2 min, an acceptance window is 2 min: a 1m guard window would hold part of one
+    (100 s here). 11 min 40 s after the promotion it starts at the 4th two-minute mark (8 min)."""
+    spec = make_spec(guard={"window": "60s"}, metrics={"scrapeInterval": "120s"})
+    now = PROMOTION + timedelta(minutes=11, seconds=40)
+    assert rollout.measurement_window(spec, promoted_at(PROMOTION), now) == Window(
+        PROMOTION + timedelta(minutes=8), now
+    )
+
+
+def test_just_after_the_promotion_the_guard_window_starts_at_the_promotion() -> None:
+    """30 s after the promotion the window (30m) reaches back before it: it starts at the
+    promotion, not a window later."""
+    now = PROMOTION + timedelta(seconds=30)
+    assert rollout.measurement_window(make_spec(), promoted_at(PROMOTION), now) == Window(PROMOTION, now)
+
+
+def test_at_the_promotion_instant_the_guard_has_nothing_to_query() -> None:
+    assert rollout.measurement_window(make_spec(), promoted_at(PROMOTION), PROMOTION) is None
+
+
+def test_the_first_block_of_the_guards_history_is_read_the_moment_it_ends() -> None:
+    """A block after the promotion, its first 60 s block has ended: the range query reads it (a
+    window of that one block's end)."""
+    now = PROMOTION + timedelta(seconds=60)
+    assert rollout.guard_history_window(make_spec(), promoted_at(PROMOTION), now, 60.0) == Window(now, now)
+
+
+def test_a_disabled_guard_reads_no_alpha_history() -> None:
+    spec = make_spec(guard={"enabled": False})
+    assert (
+        rollout.guard_history_window(spec, promoted_at(PROMOTION), PROMOTION + timedelta(hours=1), 60.0)
+        is None
+    )

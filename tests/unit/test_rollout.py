@@ -880,6 +880,17 @@ def test_a_status_from_an_operator_without_template_hashes_is_adopted_and_a_paus
     assert Reason.NEW_GENERATION not in [h.reason for h in run.status.history[1:]]
 
 
+def test_a_status_without_template_hashes_before_promotion_is_adopted_without_a_passed_template() -> None:
+    """An analysis from an operator without template hashes is adopted as this spec's rollout, but
+    no template has passed the gates yet: passedTemplateHash stays unset until promotion."""
+    run = Run()
+    run.to_analyzing()
+    run.status = run.status.model_copy(update={"template_hash": None})
+    run.step(baseline=ready(1), canary=ready(1))
+    run.expect(Phase.ANALYZING)
+    assert (run.status.template_hash, run.status.passed_template_hash) == (TEMPLATE, None)
+
+
 # --- latency at production figures (vLLM's buckets, seed 004's EAGLE winner) ---
 
 VLLM_BOUNDS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, math.inf)
@@ -1205,3 +1216,134 @@ def test_each_canary_keeps_its_step_cost_and_a_new_draft_length_adds_its_own() -
     edit(run, speculative={"method": "draft_model", "draftModel": "other", "numSpeculativeTokens": 4})
     rollout_with(25.0)
     assert [(c.k, c.config) for c in run.status.step_costs] == [(4, "m vllm draft_model other")]
+
+
+def test_a_crash_looping_baseline_is_unhealthy_at_once_and_still_waited_for() -> None:
+    """A baseline pod in CrashLoopBackOff needs no deadline: BaselineUnhealthy (Degraded) with a
+    Warning Event naming the pod, and its replicas still asked for (nothing to roll back to)."""
+    run = Run()
+    crashing = TrackState(exists=True, replicas=2, failure="pod b-1: CrashLoopBackOff")
+    d = run.step(baseline=crashing)
+    message = "baseline is unhealthy: pod b-1: CrashLoopBackOff"
+    assert (run.phase, run.status.reason, run.status.message) == (
+        Phase.BASELINE,
+        Reason.BASELINE_UNHEALTHY,
+        message,
+    )
+    assert d.events[-1] == rollout.Event("Warning", Reason.BASELINE_UNHEALTHY, message)
+    assert (d.baseline_replicas, degraded(run)) == (2, "True")
+
+
+def test_a_quiet_baseline_waits_until_the_max_duration_has_passed_then_warns_inconclusive() -> None:
+    """A baseline without traffic says why it waits (MeasuringBaseline) until maxAnalysisDuration
+    (10m) has passed, not at the instant it is reached; then it stops Inconclusive, which a Warning
+    Event reports."""
+    run = Run()
+    run.step(baseline=ready(2))
+    began = run.now  # the Baseline phase began here
+    quiet = replace(metrics(), itl=Histogram(ITL_BOUNDS, (0.0,) * len(ITL_BOUNDS)))
+    waiting = "baseline has too little traffic to measure (0 step stall samples, need 50): send traffic to the Service"
+    run.step(after=120, baseline=ready(2), baseline_metrics=quiet)
+    assert (run.phase, run.status.reason, run.status.message) == (
+        Phase.BASELINE,
+        Reason.MEASURING_BASELINE,
+        waiting,
+    )
+    run.now = began + timedelta(minutes=10) - timedelta(seconds=10)
+    run.step(baseline=ready(2), baseline_metrics=quiet)  # exactly maxAnalysisDuration
+    assert (run.phase, run.status.reason) == (Phase.BASELINE, Reason.MEASURING_BASELINE)
+    d = run.step(after=1, baseline=ready(2), baseline_metrics=quiet)
+    stopped = f"{waiting} (for maxAnalysisDuration)"
+    assert (run.phase, run.status.reason, run.status.message) == (
+        Phase.ROLLED_BACK,
+        Reason.INCONCLUSIVE,
+        stopped,
+    )
+    assert d.events == (rollout.Event("Warning", Reason.INCONCLUSIVE, stopped),)
+
+
+def test_a_baseline_without_metrics_past_the_budget_stops_and_never_creates_a_canary() -> None:
+    """Prometheus unreadable for metricsUnavailableBudget (2m) while the baseline is measured: the
+    rollout stops before its canary, saying why, and later looks still ask for no canary."""
+    run = Run()
+    run.step(baseline=ready(2))
+    run.step(after=95, baseline=ready(2), metrics_error="connection refused")
+    run.expect(Phase.BASELINE)
+    run.step(after=120, baseline=ready(2), metrics_error="connection refused")
+    assert (run.phase, run.status.reason, run.status.message) == (
+        Phase.ROLLED_BACK,
+        Reason.METRICS_UNAVAILABLE,
+        "metrics unavailable for 2m: connection refused; the canary was never started",
+    )
+    d = run.step(baseline=ready(2))
+    assert (run.phase, d.baseline_replicas, d.canary_replicas) == (Phase.ROLLED_BACK, 2, None)
+
+
+def test_a_finished_rollback_reports_rolled_back_with_a_warning_event() -> None:
+    """The guard tripped; once the baseline is Ready again the rollback ends RolledBack, still
+    GuardTripped, with a Warning Event (a person must look at it)."""
+    run = Run()
+    run.to_promoted()
+    run.step(after=60, canary=ready(2), canary_metrics=metrics(0.8, latency=0.4))
+    run.expect(Phase.ROLLING_BACK)
+    why = run.status.message or ""
+    assert why.startswith("latency regressed over the last 30m: P99 ITL")
+    d = run.step(baseline=ready(2), canary=ready(1))
+    run.expect(Phase.ROLLED_BACK)
+    assert d.events == (rollout.Event("Warning", Reason.GUARD_TRIPPED, why),)
+
+
+def test_a_rollback_without_its_history_entry_keeps_the_reason_in_status() -> None:
+    """A RollingBack status with no history entry for it (written by hand or by an older operator):
+    it ends RolledBack with the reason status has, and no message is made up for it."""
+    status = at(Phase.ROLLING_BACK, reason=Reason.GUARD_TRIPPED, message="alpha dropped")
+    d = rollout.decide(make_spec(), status, Observation(generation=1, baseline=ready(2)), T0)
+    assert (d.status.phase, d.status.reason, d.status.message) == (
+        Phase.ROLLED_BACK,
+        Reason.GUARD_TRIPPED,
+        "",
+    )
+    assert d.events == (rollout.Event("Warning", Reason.GUARD_TRIPPED, ""),)
+
+
+def test_a_rollback_stalls_only_once_past_the_progress_deadline_and_says_what_it_waits_for() -> None:
+    """RollingBack since a minute before T0 with the baseline half Ready: at exactly progressDeadline
+    (5m) it still waits; a second later it is RollbackStalled, naming the baseline's pods."""
+    status = at(Phase.ROLLING_BACK, reason=Reason.GUARD_TRIPPED, message="alpha dropped")
+    children = {"baseline": HALF_READY, "canary": ready(1)}
+    deadline = T0 + timedelta(minutes=4)
+    d = rollout.decide(make_spec(), status, Observation(generation=1, **children), deadline)
+    assert (d.status.phase, d.status.reason) == (Phase.ROLLING_BACK, Reason.GUARD_TRIPPED)
+    later = deadline + timedelta(seconds=1)
+    d = rollout.decide(make_spec(), status, Observation(generation=1, **children), later)
+    assert (d.status.phase, d.status.reason, d.status.message) == (
+        Phase.ROLLING_BACK,
+        Reason.ROLLBACK_STALLED,
+        "rollback stalled: waiting for baseline: 1/2 ready after progressDeadline 5m; the canary keeps "
+        "serving until the baseline is Ready",
+    )
+
+
+def test_a_latency_verdict_still_missing_at_the_deadline_is_not_decided_by_the_acceptance_rule() -> None:
+    """Both tracks' P99 step stall lies beyond the last bucket (2.5 s): no latency verdict. At
+    maxAnalysisDuration only the acceptance test is decided by its estimate's side of the gate; the
+    latency one stays InsufficientData, and the rollout is Inconclusive, not promoted."""
+    run = Run()
+    run.to_analyzing()
+    beyond = {"baseline_metrics": metrics(latency=3.0), "canary_metrics": metrics(0.8, latency=3.0)}
+    run.step(after=70, baseline=ready(1), canary=ready(1), **beyond)
+    assert (run.phase, run.status.verdict) == (Phase.ANALYZING, "InsufficientData")
+    run.step(after=540, baseline=ready(1), canary=ready(1), **beyond)
+    assert (run.phase, run.status.reason) == (Phase.ROLLING_BACK, Reason.INCONCLUSIVE), run.status.message
+
+
+def test_a_mix_drift_history_of_0s_reads_no_incumbent_history() -> None:
+    """gates.mixDriftHistory 0s turns the measured drift off: nothing of the replaced promoted
+    config is read (the spec's fallback drift is used)."""
+    spec = make_spec(gates={"minDrafts": 100, "minLatencySamples": 50, "mixDriftHistory": "0s"})
+    status = at(
+        Phase.ANALYZING,
+        incumbent_since=api.iso(T0 - timedelta(hours=5)),
+        incumbent_until=api.iso(T0 - timedelta(minutes=1)),
+    )
+    assert rollout.incumbent_window(spec, status) is None

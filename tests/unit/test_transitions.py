@@ -276,3 +276,134 @@ def test_an_edit_fixed_after_failing_during_a_rollback_still_waits_for_rolled_ba
     assert (run.status.canary, run.status.verdict) == figures
     run.step(baseline=ready(2), canary=TrackState(exists=True))
     assert (run.phase, run.status.history[-1].reason) == (Phase.BASELINE, Reason.NEW_GENERATION)
+
+
+INVALID = "invalid spec: spec.speculative.draftModel: draftModel is required"
+CONDITIONS_OF_FAILED = {
+    "Available": "False",
+    "Progressing": "False",
+    "Degraded": "True",
+    "Ready": "False",
+    "Reconciling": "False",
+    "Stalled": "True",
+}
+
+
+def test_a_failed_spec_is_recorded_in_status_history_conditions_and_a_warning_event() -> None:
+    """An invalid edit of a promoted rollout: Failed since now, the phase to resume, one history
+    entry and one Warning Event with the message users read, and every condition says Failed (for
+    the edit's generation): Degraded and Stalled, no longer Available or Ready."""
+    run = Run()
+    run.to_promoted()
+    later = run.now + timedelta(seconds=30)
+    d = rollout.invalid_spec(BAD_DRAFT, run.status, 2, later)
+    status = d.status
+    assert (status.phase, status.reason, status.message) == (Phase.FAILED, Reason.INVALID_SPEC, INVALID)
+    assert (status.phase_since, status.resume_phase, status.observed_generation) == (
+        api.iso(later),
+        Phase.PROMOTED,
+        2,
+    )
+    assert status.history[-1] == api.HistoryEntry(
+        time=api.iso(later), phase=Phase.FAILED, reason=Reason.INVALID_SPEC, message=INVALID
+    )
+    assert {c.type: c.status for c in status.conditions} == CONDITIONS_OF_FAILED
+    assert {(c.reason, c.message, c.observed_generation) for c in status.conditions} == {
+        (Reason.INVALID_SPEC, INVALID, 2)
+    }
+    assert d.events == (rollout.Event("Warning", Reason.INVALID_SPEC, INVALID),)
+    assert d.touch_children is False
+
+
+def test_the_same_failure_seen_again_changes_nothing_but_another_bad_edit_is_a_new_failure() -> None:
+    """Each reconcile of the same invalid generation finds it Failed as before: phaseSince, history
+    and Events stay. A second invalid edit (a new generation), even with the same error, is a new
+    failure: since now, in the history, and a Warning Event."""
+    run = Run()
+    run.to_analyzing()
+    first = rollout.invalid_spec(BAD_DRAFT, run.status, 2, run.now).status
+    again = rollout.invalid_spec(BAD_DRAFT, first, 2, run.now + timedelta(minutes=5))
+    assert (again.status.phase_since, again.status.history, again.events) == (
+        api.iso(run.now),
+        first.history,
+        (),
+    )
+    edited = run.now + timedelta(minutes=10)
+    second = rollout.invalid_spec(BAD_DRAFT, again.status, 3, edited)
+    assert (second.status.phase_since, second.status.resume_phase) == (api.iso(edited), Phase.ANALYZING)
+    assert second.status.history == [
+        *first.history,
+        api.HistoryEntry(
+            time=api.iso(edited), phase=Phase.FAILED, reason=Reason.INVALID_SPEC, message=INVALID
+        ),
+    ]
+    assert second.events == (rollout.Event("Warning", Reason.INVALID_SPEC, INVALID),)
+
+
+def test_a_fixed_spec_resumes_with_the_reason_and_message_the_phase_was_entered_with() -> None:
+    """RolledBack for a low alpha, an invalid edit, the spec restored: RolledBack again with its own
+    reason and message (not the Failed one's), a history entry and a Normal Event saying why."""
+    run = Run()
+    run.to_analyzing()
+    run.step(after=70, baseline=ready(2), canary=ready(1), canary_metrics=metrics(0.2))
+    run.expect(Phase.ROLLED_BACK)
+    rolled_back = run.status.message
+    fail_and_restore(run)
+    d = run.step(baseline=ready(2), canary=TrackState(exists=True))
+    why = "the spec is valid again and the pods' template is unchanged"
+    assert (run.phase, run.status.reason, run.status.message) == (
+        Phase.ROLLED_BACK,
+        Reason.ACCEPTANCE_BELOW_GATE,
+        rolled_back,
+    )
+    assert run.status.history[-1] == api.HistoryEntry(
+        time=api.iso(run.now), phase=Phase.ROLLED_BACK, reason=Reason.RESUMED, message=why
+    )
+    assert d.events == (rollout.Event("Normal", Reason.RESUMED, f"{why}; resuming RolledBack"),)
+
+
+def test_a_resumed_phase_whose_entry_left_the_history_says_it_resumed() -> None:
+    """A promoted config paused and unpaused 15 times (a person, then Argo CD's self-heal): the 30
+    newest history entries are the pauses and the resumes, so the one why Promoted began is gone. A
+    spec fixed after an invalid edit then resumes Promoted saying so (the guard is off here, so no
+    look of the guard rewrites it)."""
+    run = Run(make_spec(guard={"enabled": False}))
+    run.to_promoted()
+    for _ in range(15):
+        for paused in (True, False):
+            edit(run, paused=paused)
+            run.step(baseline=TrackState(exists=True), canary=ready(2))
+    assert {(h.phase, h.reason) for h in run.status.history} == {
+        (Phase.PAUSED, Reason.PAUSED),
+        (Phase.PROMOTED, Reason.RESUMED),
+    }
+    fail_and_restore(run)
+    d = run.step(baseline=TrackState(exists=True), canary=ready(2))
+    message = "the spec is valid again and the pods' template is unchanged; resuming Promoted"
+    assert (run.phase, run.status.reason, run.status.message) == (Phase.PROMOTED, Reason.RESUMED, message)
+    assert (d.baseline_replicas, d.canary_replicas) == (0, 2)
+
+
+def test_an_invalid_edit_of_a_rollout_paused_for_a_retry_still_waits_for_the_retry() -> None:
+    """Paused by onInconclusive Pause (no phase to resume: only a retry goes on), then an invalid
+    edit fixed: Paused again with its reason, holding both tracks, until spec.rollout.retry begins
+    a new rollout."""
+    run = Run(make_spec(onInconclusive="Pause"))
+    run.to_analyzing()
+    quiet = {"baseline_metrics": metrics(), "canary_metrics": metrics(None)}
+    run.step(after=610, baseline=ready(1), canary=ready(1), **quiet)
+    assert (run.phase, run.status.resume_phase) == (Phase.PAUSED, None)
+    run.generation += 1
+    run.status = rollout.invalid_spec(BAD_DRAFT, run.status, run.generation, run.now).status
+    assert run.status.resume_phase == Phase.PAUSED
+    run.generation += 1
+    d = run.step(baseline=ready(1), canary=ready(1))
+    assert (run.phase, run.status.reason, run.status.resume_phase) == (
+        Phase.PAUSED,
+        Reason.INCONCLUSIVE,
+        None,
+    )
+    assert (d.baseline_replicas, d.canary_replicas, d.keep_template) == (1, 1, {"baseline", "canary"})
+    edit(run, retry=1)
+    run.step(baseline=ready(1), canary=ready(1))
+    assert (run.phase, run.status.history[-1].reason) == (Phase.BASELINE, Reason.NEW_GENERATION)
