@@ -12,8 +12,12 @@ Equivalent mutants (no test can tell them apart) are listed in EQUIVALENT with t
 
 from __future__ import annotations
 
+import ast
+import difflib
+import functools
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -46,16 +50,92 @@ EQUIVALENT: dict[str, str] = {
     "returns min(want_c, max(want_c, room)) = want_c, which _shrink returned already",
     "specgate.capacity.x_step_toward__mutmut_50": "`want_b >= baseline.replicas`: as mutant 39, for "
     "the baseline",
+    "specgate.render.x_route_state__mutmut_28": "`http_route is not None or existing is None`: "
+    "httpRoute and existingRoute exclude each other (api.RULES, a CEL rule), so `or` reads as `and`",
     **{
-        name: "zip's strict=None or left out is its default, not strict, as strict=False"
+        f"specgate.rollout.x_failed__mutmut_{n}": "the baseline's replicas 0 -> None or 1 in a decision "
+        "with touch_children=False: the handler applies no replica count"
+        for n in (69, 77)
+    },
+    "specgate.rollout.x__benchmark_gates__mutmut_12": "`or` -> `and`: differs only for a completed "
+    "Job without completionTime, which Kubernetes always sets (a failed Job takes the failure branch)",
+    **{
+        f"specgate.rollout.x__benchmark_run__mutmut_{n}": "`... or True`: differs only for a completed "
+        "Job without startTime or completionTime, which Kubernetes always sets"
+        for n in (64, 67)
+    },
+    **{
+        name: "samples 0 -> None or 1 on an InsufficientData result whose samples nothing reads (its "
+        "verdict and message do not use it, the deadline leaves a result without estimate as it is)"
         for name in (
-            "specgate.prometheus.xǁSeriesǁincreases__mutmut_6",
-            "specgate.prometheus.xǁSeriesǁincreases__mutmut_9",
-            "specgate.prometheus.x_observed_interval__mutmut_5",
-            "specgate.prometheus.x_observed_interval__mutmut_8",
+            "specgate.rollout.x__benchmark_gates__mutmut_28",
+            "specgate.rollout.x__benchmark_gates__mutmut_36",
+            "specgate.rollout.x__insufficient__mutmut_2",
+            "specgate.rollout.x__insufficient__mutmut_10",
+        )
+    },
+    **{
+        f"specgate.rollout.x__benchmark_figures__mutmut_{n}": "`... or True`: called only right after "
+        "the run was stored, so neither the runs nor the run is ever None there"
+        for n in (3, 12)
+    },
+    "specgate.rollout.x__benchmark_figures__mutmut_15": "next() without its default: gateConcurrency "
+    "must be one of the concurrency points (api) and parse_report refuses a report missing one",
+    "specgate.rollout.x_incumbent_window__mutmut_6": "`or` -> `and`: _restart sets incumbent_since and "
+    "incumbent_until together, so one is never None without the other",
+    **{
+        f"specgate.rollout.x__rolled_back__mutmut_{n}": "the canary's target always None: with a canary "
+        "Deployment None and 0 both scale it to 0, without one both create none"
+        for n in (2, 6)
+    },
+    **{
+        name: "`route.get('spec', None)` for `route.get('spec', {})`: the HTTPRoute CRD requires spec, "
+        "so the default is never read"
+        for name in (
+            "specgate.render.x_rule_index__mutmut_5",
+            "specgate.render.x_rule_index__mutmut_7",
+            "specgate.render.x__rule_refs__mutmut_5",
+            "specgate.render.x__rule_refs__mutmut_7",
         )
     },
 }
+
+
+# zip's strict only checks lengths: those this code zips are equal by construction (strict=True
+# asserts it), and strict=None or left out is not strict, as strict=False.
+ZIP_STRICT = re.compile(r",\s*strict=(True|False|None)|,\s*(?=\))")
+ZIP_STRICT_REASON = "only zip's strict changes, over sequences of equal length by construction"
+
+
+def why_equivalent(mutant: str) -> str | None:
+    """Why no test can kill `mutant` (EQUIVALENT, or a change of zip's strict alone), else None."""
+    if mutant in EQUIVALENT:
+        return EQUIVALENT[mutant]
+    removed, added = changed_lines(mutant)
+    stripped = [ZIP_STRICT.sub("", line) for line in removed], [ZIP_STRICT.sub("", line) for line in added]
+    zips = any("zip(" in line for line in removed)
+    return ZIP_STRICT_REASON if zips and removed and stripped[0] == stripped[1] else None
+
+
+@functools.cache
+def functions(module: str) -> dict[str, list[str]]:
+    """The lines of every function in mutmut's copy of `module` (its mutants and originals), by name."""
+    source = (MUTANTS / f"{module}.py").read_text()
+    lines = source.splitlines()
+    nodes = (n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef))
+    return {n.name: lines[n.lineno : n.end_lineno] for n in nodes}
+
+
+def changed_lines(mutant: str) -> tuple[list[str], list[str]]:
+    """(the original's lines the mutant removes, the lines it adds), below the def line."""
+    module, name = mutant.split(".")[1], mutant.rsplit(".", 1)[1]
+    table = functions(module)
+    original, mutated = table[name.rsplit("__mutmut_", 1)[0] + "__mutmut_orig"], table[name]
+    blocks = difflib.SequenceMatcher(None, original, mutated, autojunk=False).get_opcodes()
+    changed = [(i1, i2, j1, j2) for tag, i1, i2, j1, j2 in blocks if tag != "equal"]
+    return [line for i1, i2, _, _ in changed for line in original[i1:i2]], [
+        line for _, _, j1, j2 in changed for line in mutated[j1:j2]
+    ]
 
 
 def function_of(mutant: str) -> str:
@@ -93,15 +173,14 @@ def report() -> int:
             continue
         killed = sum(code in KILLED for code in judged.values())
         survivors = sorted(name for name, code in judged.items() if code in SURVIVED)
-        equivalent = [name for name in survivors if name in EQUIVALENT]
+        reasons = {name: why_equivalent(name) for name in survivors}
+        equivalent = [name for name in survivors if reasons[name]]
         rate = (killed + len(equivalent)) / len(judged)
         others = Counter(code for code in codes.values() if code not in KILLED | SURVIVED)
         print(f"{module}: {rate:.1%} killed or equivalent ({killed} killed, {len(equivalent)} equivalent, "
               f"{len(survivors) - len(equivalent)} survived of {len(judged)}; not judged: {dict(others)})")  # fmt: skip
         for name in survivors:
-            print(
-                f"  {'equivalent' if name in EQUIVALENT else 'SURVIVED'}: {name}  {EQUIVALENT.get(name, '')}"
-            )
+            print(f"  {'equivalent' if reasons[name] else 'SURVIVED'}: {name}  {reasons[name] or ''}")
         unexplained += len(survivors) - len(equivalent)
     print("show one: mutmut show NAME")
     return unexplained
