@@ -199,3 +199,17 @@ def test_a_rolling_track_is_not_lowered_while_proportional_scaling_could_take_it
         6,
         1,
     )
+
+
+def test_a_lowered_rolling_track_may_lose_ready_pods_a_steady_one_loses_unready_first() -> None:
+    """4 replicas, 2 Ready, lowered to 3. Not rolling, the ReplicaSet deletes the unready pod first
+    and both Ready pods stay. Rolling, the Deployment scales its ReplicaSets proportionally and may
+    take a Ready pod for the replica given up: 1 stays (within maxUnavailable 1 of 3)."""
+    assert Side(4, 2).kept(3) == 2
+    assert guaranteed(Side(4, 2), rolling=True, max_unavailable=1).kept(3) == 1
+
+
+def test_a_shrink_stops_at_its_target_where_the_floor_would_allow_more() -> None:
+    """Baseline 4 of 4, canary 1 of 1, targets (3, 1), floor 3: the floor would let the baseline go
+    to 2, but the target asks for 3 and no pod beyond it is removed."""
+    assert step_toward(Budget(4, max_surge=1, max_unavailable=1), Side(4, 4), Side(1, 1), (3, 1)) == (3, 1)
