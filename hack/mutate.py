@@ -50,6 +50,17 @@ EQUIVALENT: dict[str, str] = {
     "returns min(want_c, max(want_c, room)) = want_c, which _shrink returned already",
     "specgate.capacity.x_step_toward__mutmut_50": "`want_b >= baseline.replicas`: as mutant 39, for "
     "the baseline",
+    **{
+        f"specgate.capacity.x_step_toward__mutmut_{n}": "the baseline's growth computed also where "
+        "want_b <= its replicas: _grow then gives at most want_b, and the shrink's b is at least that"
+        for n in (53, 65)
+    },
+    **{
+        f"specgate.capacity.x__baseline_kept_above_its_replicas__mutmut_{n}": "computed also where "
+        "the baseline's Ready pods are at most its replicas: _shrink then keeps at least the pods "
+        "_needed gives, so the max in step_toward is unchanged"
+        for n in (2, 9)
+    },
     "specgate.render.x_route_state__mutmut_28": "`http_route is not None or existing is None`: "
     "httpRoute and existingRoute exclude each other (api.RULES, a CEL rule), so `or` reads as `and`",
     **{
