@@ -1347,3 +1347,91 @@ def test_a_mix_drift_history_of_0s_reads_no_incumbent_history() -> None:
         incumbent_until=api.iso(T0 - timedelta(minutes=1)),
     )
     assert rollout.incumbent_window(spec, status) is None
+
+
+def test_a_measured_drift_is_read_back_from_status_at_every_later_look() -> None:
+    """The steady history's drift (sd 0, design effect 1) is measured at the first look and kept in
+    status; its source shows in the acceptance test's message. The next look has no history to read
+    (the operator reads it only while status has no drift): it must judge with the kept drift, and
+    passes, where re-deciding without the history would fall back to mixDrift 0.09."""
+    run = Run()
+    to_rerollout(run)
+    measured = "drift: measured over 4.0 h of the promoted config's alpha (60s windows, design effect 1)"
+    run.step(
+        after=30,
+        baseline=ready(1),
+        canary=ready(1),
+        baseline_metrics=metrics(),
+        canary_metrics=NEAR_GATE,
+        incumbent_acceptance=steady_history(),
+        incumbent_window_seconds=60.0,
+    )
+    assert (run.phase, run.status.verdict) == (Phase.ANALYZING, "Pass")  # before the analysis window
+    assert measured in (run.status.message or "")
+    kept = run.status.mix_drift
+    run.step(
+        after=30, baseline=ready(1), canary=ready(1), baseline_metrics=metrics(), canary_metrics=NEAR_GATE
+    )
+    assert (run.phase, run.status.reason, run.status.mix_drift) == (
+        Phase.PROMOTING,
+        Reason.GATES_PASSED,
+        kept,
+    )
+    assert measured in (run.status.message or "")
+
+
+def test_a_mix_drift_history_of_0s_falls_back_to_the_spec_and_says_so() -> None:
+    """A rollout that replaces a promoted config, with gates.mixDriftHistory 0s: the measured drift
+    is off, so the spec's mixDrift 0.09 over mixDriftTimescale 3m is used, and status says why."""
+    run = Run(make_spec(gates={"minDrafts": 100, "minLatencySamples": 50, "mixDriftHistory": "0s"}))
+    to_rerollout(run)
+    run.step(
+        after=60, baseline=ready(1), canary=ready(1), baseline_metrics=metrics(), canary_metrics=NEAR_GATE
+    )
+    assert run.status.mix_drift == api.MixDriftStatus(
+        standard_deviation=0.09,
+        timescale_seconds=180.0,
+        source="spec mixDrift (fallback: mixDriftHistory is 0s)",
+    )
+    assert run.status.verdict == "InsufficientData"
+
+
+def test_status_keeps_the_drift_to_four_decimals_and_its_timescale_to_a_tenth_of_a_second() -> None:
+    """A first rollout keeps the spec's mixDrift 0.05678 and mixDriftTimescale 100.37s as status
+    shows them: sd 0.0568, timescale 100.4 s."""
+    gates_fields = {
+        "minDrafts": 100,
+        "minLatencySamples": 50,
+        "mixDrift": 0.05678,
+        "mixDriftTimescale": "100.37s",
+    }
+    run = Run(make_spec(gates=gates_fields))
+    run.to_analyzing()
+    run.step(
+        after=30, baseline=ready(1), canary=ready(1), baseline_metrics=metrics(), canary_metrics=NEAR_GATE
+    )
+    drift = run.status.mix_drift
+    assert drift is not None and (drift.standard_deviation, drift.timescale_seconds) == (0.0568, 100.4)
+
+
+def bursty_history() -> tuple[AcceptanceWindow, ...]:
+    """4 h of 60 s blocks of 4000 draft tokens at alpha 0.7, but every 40 minutes a minute of hard
+    prompts (alpha 0.6) followed by one of easy ones (0.8): no drift (blocks two or more apart
+    never move together), and a spread per token larger than independent tokens'."""
+    swing = {0: -400.0, 1: 400.0}
+    return tuple(
+        AcceptanceWindow(0.0, 4000.0, 2800.0 + swing.get(i % 40, 0.0), end=60.0 * (i + 1)) for i in range(240)
+    )
+
+
+def test_a_measured_design_effect_is_kept_to_one_decimal() -> None:
+    """bursty_history: 12 of its 240 blocks are off by 400 accepted tokens, a variance of
+    400^2 * 12 / 240 = 8000 per block (the pairs' negative lag-1 correlation does not lower it),
+    times 240 / 239 = 8033.5, over 4000 tokens: 2.0084 per token, against 0.7 * 0.3 = 0.21 for
+    independent tokens: a design effect of 9.56, which status keeps as 9.6 (the source, as 10)."""
+    run = rerollout_near_the_gate(incumbent_acceptance=bursty_history(), incumbent_window_seconds=60.0)
+    drift = run.status.mix_drift
+    assert drift is not None and (drift.standard_deviation, drift.design_effect) == (0.0, 9.6)
+    assert (
+        drift.source == "measured over 4.0 h of the promoted config's alpha (60s windows, design effect 10)"
+    )
