@@ -957,3 +957,26 @@ def test_a_failed_baseline_job_names_the_drivers_error_only_where_it_reported_on
     assert [(e.type, e.reason, e.message) for e in d.events] == [
         ("Warning", Reason.MEASUREMENT_FAILED, expected)
     ]
+
+
+def test_in_both_modes_a_failing_traffic_alpha_rolls_back_while_the_canary_benchmark_runs() -> None:
+    """measurement both: the production traffic's gates count beside the benchmark's. Alpha 0.2 on
+    the canary's traffic fails the acceptance gate, and the rollout rolls back without waiting for
+    the benchmark Job still running."""
+    run = Run(bench_spec("both"))
+    to_baseline_benchmark(run)
+    base = finished(job("baseline"), report(point(1, 20, 10), point(8, 22, 11)))
+    run.step(after=60, baseline=ready(2), baseline_job=base, baseline_metrics=metrics())
+    run.expect(Phase.CANARY)
+    run.step(baseline=ready(1), canary=ready(1))
+    run.expect(Phase.ANALYZING)
+    run.step(
+        after=100,
+        baseline=ready(1),
+        canary=ready(1),
+        baseline_metrics=metrics(),
+        canary_metrics=metrics(0.2),
+        canary_job=BenchmarkJob(job("canary"), exists=True),
+    )
+    assert (run.phase, run.status.reason) == (Phase.ROLLING_BACK, Reason.ACCEPTANCE_BELOW_GATE)
+    assert (run.status.message or "").startswith("alpha 0.200 ")

@@ -271,3 +271,69 @@ def test_a_disabled_guard_reads_no_alpha_history() -> None:
         rollout.guard_history_window(spec, promoted_at(PROMOTION), PROMOTION + timedelta(hours=1), 60.0)
         is None
     )
+
+
+def test_status_shows_the_guards_figures_rounded_as_users_read_them() -> None:
+    """20 blocks of 15 s after promotion, each 300 draft tokens with 154 accepted (alpha 0.51333,
+    under the gate 0.55 but not for long). The spread is the rollout's fallback drift (0.09 over
+    180 s): 0.51333 * 0.48667 = 0.24982 + 2 * 0.0081 * 180 * 300 / 15 = 58.32, so 58.56982 per
+    token; each block adds 2 * 0.05 * (0.55 * 300 - 154) / 58.56982 to the CUSUM, 20 of them
+    22 / 58.56982 = 0.37562; it trips at log(30 days / (0.1 * 15 s)) + 6 = 20.36248. Status keeps
+    3 decimals of the statistic, the threshold and the spread, 4 of alpha, and when it looked."""
+    run = Run()
+    run.to_promoted()
+    below = replace(metrics(0.8), acceptance=tuple(AcceptanceWindow(75, 300, 154) for _ in range(20)))
+    run.step(after=300, canary=ready(2), canary_metrics=below)
+    assert (run.phase, run.status.reason) == (api.Phase.PROMOTED, rollout.Reason.GUARDING)
+    shown = run.status.guard
+    assert shown is not None
+    assert (shown.statistic, shown.threshold, shown.alpha, shown.spread) == (0.376, 20.362, 0.5133, 58.57)
+    assert (shown.windows, shown.window_seconds, shown.checked_at) == (20, 15.0, api.iso(run.now))
+
+
+def test_a_block_ending_at_the_instant_of_the_look_is_judged() -> None:
+    """Prometheus bins a block's end at its last scrape: one that ends exactly now is complete."""
+    run = Run()
+    run.to_promoted()
+    now = (run.now + timedelta(seconds=60)).timestamp()
+    acceptance = tuple(AcceptanceWindow(50, 200, 160, end=now - 15 * (19 - i)) for i in range(20))
+    run.step(after=60, canary=ready(2), canary_metrics=replace(metrics(0.8), acceptance=acceptance))
+    assert run.status.guard is not None and run.status.guard.windows == 20
+
+
+def test_a_guard_without_canary_metrics_waits_out_the_budget_then_warns_that_it_is_blind() -> None:
+    """Prometheus answers but has no series of the canary (no error): the guard notes since when,
+    and once metricsUnavailableBudget (2m) has passed, to the second, it says it is blind (Degraded,
+    a Warning Event) while the gated config keeps serving (guard.onMetricsUnavailable Warn)."""
+    run = Run()
+    run.to_promoted()
+    run.step(canary=ready(2))
+    since = run.now
+    assert (run.phase, run.status.reason, run.status.message) == (
+        api.Phase.PROMOTED,
+        rollout.Reason.GUARDING,
+        f"guard: metrics unavailable since {api.iso(since)}: no metrics for the canary",
+    )
+    run.step(after=119, canary=ready(2))
+    assert run.status.reason == rollout.Reason.GUARDING
+    d = run.step(after=1, canary=ready(2))
+    blind = "guard is blind: metrics unavailable for 2m: no metrics for the canary; the gated config keeps serving"
+    assert (run.phase, run.status.reason, run.status.message) == (
+        api.Phase.PROMOTED,
+        rollout.Reason.METRICS_UNAVAILABLE,
+        blind,
+    )
+    assert d.events == (rollout.Event("Warning", rollout.Reason.METRICS_UNAVAILABLE, blind),)
+
+
+def test_a_metrics_error_blinds_the_guard_even_with_old_canary_figures_at_hand() -> None:
+    """A failed query (an error) with figures still passed along: the guard does not judge them,
+    it notes the error."""
+    run = Run()
+    run.to_promoted()
+    run.step(canary=ready(2), canary_metrics=metrics(0.8), metrics_error="connection refused")
+    assert (run.status.reason, run.status.message, run.status.metrics_unavailable_since) == (
+        rollout.Reason.GUARDING,
+        f"guard: metrics unavailable since {api.iso(run.now)}: connection refused",
+        api.iso(run.now),
+    )

@@ -32,7 +32,7 @@ from specgate import api, gates, measurements, render, rollout
 from specgate.api import Phase
 from specgate.cli import render_timeline
 from specgate.gates import AcceptanceWindow, Histogram, Load
-from specgate.observation import Observation, TrackMetrics, TrackState
+from specgate.observation import Observation, TrackMetrics, TrackState, Window
 from specgate.rollout import Decision, Reason
 
 
@@ -1347,3 +1347,229 @@ def test_a_mix_drift_history_of_0s_reads_no_incumbent_history() -> None:
         incumbent_until=api.iso(T0 - timedelta(minutes=1)),
     )
     assert rollout.incumbent_window(spec, status) is None
+
+
+def test_a_measured_drift_is_read_back_from_status_at_every_later_look() -> None:
+    """The steady history's drift (sd 0, design effect 1) is measured at the first look and kept in
+    status; its source shows in the acceptance test's message. The next look has no history to read
+    (the operator reads it only while status has no drift): it must judge with the kept drift, and
+    passes, where re-deciding without the history would fall back to mixDrift 0.09."""
+    run = Run()
+    to_rerollout(run)
+    measured = "drift: measured over 4.0 h of the promoted config's alpha (60s windows, design effect 1)"
+    run.step(
+        after=30,
+        baseline=ready(1),
+        canary=ready(1),
+        baseline_metrics=metrics(),
+        canary_metrics=NEAR_GATE,
+        incumbent_acceptance=steady_history(),
+        incumbent_window_seconds=60.0,
+    )
+    assert (run.phase, run.status.verdict) == (Phase.ANALYZING, "Pass")  # before the analysis window
+    assert measured in (run.status.message or "")
+    kept = run.status.mix_drift
+    run.step(
+        after=30, baseline=ready(1), canary=ready(1), baseline_metrics=metrics(), canary_metrics=NEAR_GATE
+    )
+    assert (run.phase, run.status.reason, run.status.mix_drift) == (
+        Phase.PROMOTING,
+        Reason.GATES_PASSED,
+        kept,
+    )
+    assert measured in (run.status.message or "")
+
+
+def test_a_mix_drift_history_of_0s_falls_back_to_the_spec_and_says_so() -> None:
+    """A rollout that replaces a promoted config, with gates.mixDriftHistory 0s: the measured drift
+    is off, so the spec's mixDrift 0.09 over mixDriftTimescale 3m is used, and status says why."""
+    run = Run(make_spec(gates={"minDrafts": 100, "minLatencySamples": 50, "mixDriftHistory": "0s"}))
+    to_rerollout(run)
+    run.step(
+        after=60, baseline=ready(1), canary=ready(1), baseline_metrics=metrics(), canary_metrics=NEAR_GATE
+    )
+    assert run.status.mix_drift == api.MixDriftStatus(
+        standard_deviation=0.09,
+        timescale_seconds=180.0,
+        source="spec mixDrift (fallback: mixDriftHistory is 0s)",
+    )
+    assert run.status.verdict == "InsufficientData"
+
+
+def test_status_keeps_the_drift_to_four_decimals_and_its_timescale_to_a_tenth_of_a_second() -> None:
+    """A first rollout keeps the spec's mixDrift 0.05678 and mixDriftTimescale 100.37s as status
+    shows them: sd 0.0568, timescale 100.4 s."""
+    gates_fields = {
+        "minDrafts": 100,
+        "minLatencySamples": 50,
+        "mixDrift": 0.05678,
+        "mixDriftTimescale": "100.37s",
+    }
+    run = Run(make_spec(gates=gates_fields))
+    run.to_analyzing()
+    run.step(
+        after=30, baseline=ready(1), canary=ready(1), baseline_metrics=metrics(), canary_metrics=NEAR_GATE
+    )
+    drift = run.status.mix_drift
+    assert drift is not None and (drift.standard_deviation, drift.timescale_seconds) == (0.0568, 100.4)
+
+
+def bursty_history() -> tuple[AcceptanceWindow, ...]:
+    """4 h of 60 s blocks of 4000 draft tokens at alpha 0.7, but every 40 minutes a minute of hard
+    prompts (alpha 0.6) followed by one of easy ones (0.8): no drift (blocks two or more apart
+    never move together), and a spread per token larger than independent tokens'."""
+    swing = {0: -400.0, 1: 400.0}
+    return tuple(
+        AcceptanceWindow(0.0, 4000.0, 2800.0 + swing.get(i % 40, 0.0), end=60.0 * (i + 1)) for i in range(240)
+    )
+
+
+def test_a_measured_design_effect_is_kept_to_one_decimal() -> None:
+    """bursty_history: 12 of its 240 blocks are off by 400 accepted tokens, a variance of
+    400^2 * 12 / 240 = 8000 per block (the pairs' negative lag-1 correlation does not lower it),
+    times 240 / 239 = 8033.5, over 4000 tokens: 2.0084 per token, against 0.7 * 0.3 = 0.21 for
+    independent tokens: a design effect of 9.56, which status keeps as 9.6 (the source, as 10)."""
+    run = rerollout_near_the_gate(incumbent_acceptance=bursty_history(), incumbent_window_seconds=60.0)
+    drift = run.status.mix_drift
+    assert drift is not None and (drift.standard_deviation, drift.design_effect) == (0.0, 9.6)
+    assert (
+        drift.source == "measured over 4.0 h of the promoted config's alpha (60s windows, design effect 10)"
+    )
+
+
+def test_a_canary_crash_looping_during_the_analysis_rolls_back_at_once() -> None:
+    run = Run()
+    run.to_analyzing()
+    crashing = TrackState(exists=True, replicas=1, ready_replicas=0, failure="CrashLoopBackOff")
+    run.step(
+        after=20, baseline=ready(1), canary=crashing, baseline_metrics=metrics(), canary_metrics=metrics(0.8)
+    )
+    assert (run.phase, run.status.reason, run.status.message) == (
+        Phase.ROLLING_BACK,
+        Reason.CANARY_UNHEALTHY,
+        "canary is unhealthy: CrashLoopBackOff",
+    )
+
+
+def test_a_look_at_the_instant_the_canarys_warm_up_ends_judges_nothing_yet() -> None:
+    """The analysis window starts where the warm-up ends: at that instant it holds nothing, so the
+    status still says the canary is Ready and no verdict or figure is written."""
+    run = Run()
+    run.to_analyzing()  # now: the warm-up's end
+    d = run.step(
+        after=0, baseline=ready(1), canary=ready(1), baseline_metrics=metrics(), canary_metrics=metrics(0.8)
+    )
+    assert (run.phase, run.status.reason, run.status.verdict, run.status.canary) == (
+        Phase.ANALYZING,
+        Reason.CANARY_READY,
+        None,
+        None,
+    )
+    assert d.events == ()
+
+
+def test_the_analysis_message_gives_each_gates_result_in_turn() -> None:
+    """Half a minute into the analysis, status says the acceptance test's result, then the per-token
+    gate's (tolerance 10%), then the step stall's (50%), separated by semicolons."""
+    run = Run()
+    run.to_analyzing()
+    run.step(
+        after=30, baseline=ready(1), canary=ready(1), baseline_metrics=metrics(), canary_metrics=metrics(0.8)
+    )
+    message = run.status.message or ""
+    assert (run.phase, run.status.reason) == (Phase.ANALYZING, Reason.ANALYZING)
+    assert message.startswith("alpha 0.800 ")
+    assert "(fallback: no promoted config to measure it on); P99 per-token latency canary " in message
+    assert ": within 10%; P99 ITL (step stall) canary " in message
+    assert message.endswith(": within 50%")
+
+
+def test_missing_canary_metrics_without_an_error_are_noted_and_never_pass() -> None:
+    """Prometheus answered, but with no series of the canary: MetricsUnavailable from that look on."""
+    run = Run()
+    run.to_analyzing()
+    run.step(after=70, baseline=ready(1), canary=ready(1), baseline_metrics=metrics())
+    assert (run.phase, run.status.reason, run.status.verdict, run.status.message) == (
+        Phase.ANALYZING,
+        Reason.METRICS_UNAVAILABLE,
+        "MetricsUnavailable",
+        f"metrics unavailable since {api.iso(run.now)} (never a pass): no metrics for the track",
+    )
+
+
+def test_a_baseline_with_exactly_the_minimum_latency_samples_is_measured() -> None:
+    """minLatencySamples 50 and exactly 50 step-stall samples: enough."""
+    run = Run()
+    run.step(baseline=ready(2))
+    run.step(after=120, baseline=ready(2), baseline_metrics=replace(metrics(), itl=itl(0.04, count=50)))
+    run.expect(Phase.CANARY)
+
+
+def test_a_baseline_without_a_step_stall_histogram_counts_no_samples() -> None:
+    run = Run()
+    run.step(baseline=ready(2))
+    run.step(after=120, baseline=ready(2), baseline_metrics=replace(metrics(), itl=None))
+    assert (run.phase, run.status.message) == (
+        Phase.BASELINE,
+        "baseline has too little traffic to measure (0 step stall samples, need 50): send traffic to the Service",
+    )
+
+
+def test_a_sequential_baseline_short_of_both_histograms_names_both() -> None:
+    run = Run(make_spec(strategy="sequential"))
+    run.step(baseline=ready(2))
+    few = replace(metrics(), itl=itl(0.04, count=10), per_token=itl(0.03, count=10))
+    run.step(after=120, baseline=ready(2), baseline_metrics=few)
+    assert run.status.message == (
+        "baseline has too little traffic to measure (10 step stall samples, need 50; 10 per-token "
+        "samples, need 50): send traffic to the Service"
+    )
+
+
+def test_the_baseline_window_opens_only_after_the_warm_up() -> None:
+    """Ready at T0, warm-up 30s: at T0 + 30s there is nothing to query yet; a second later, that
+    second."""
+    spec = make_spec()
+    status = at(Phase.BASELINE, ready_since=api.iso(T0))
+    assert rollout.measurement_window(spec, status, T0 + timedelta(seconds=30)) is None
+    later = T0 + timedelta(seconds=31)
+    assert rollout.measurement_window(spec, status, later) == Window(T0 + timedelta(seconds=30), later)
+
+
+def test_the_analysis_window_opens_only_after_the_canarys_warm_up() -> None:
+    """Analyzing since T0 (the warm-up's end): nothing to query during the warm-up or at its end."""
+    spec = make_spec()
+    status = at(Phase.ANALYZING).model_copy(update={"phase_since": api.iso(T0)})
+    assert rollout.measurement_window(spec, status, T0 - timedelta(seconds=10)) is None
+    assert rollout.measurement_window(spec, status, T0) is None
+    later = T0 + timedelta(seconds=5)
+    assert rollout.measurement_window(spec, status, later) == Window(T0, later)
+
+
+@pytest.mark.parametrize("phase", [Phase.CANARY, Phase.PROMOTING, Phase.ROLLED_BACK])
+def test_outside_baseline_analysis_and_promoted_nothing_is_queried(phase: Phase) -> None:
+    """The guard is enabled (the default), yet its window is only the promoted config's."""
+    assert rollout.measurement_window(make_spec(), at(phase), T0 + timedelta(minutes=5)) is None
+
+
+def test_the_guard_does_not_compare_latency_at_a_load_unlike_the_stored_baselines() -> None:
+    """After promotion the canary is compared with the baseline stored at 2 requests per second
+    per pod: at 4 its longer step stall says nothing of the config, and the guard keeps guarding."""
+    run = Run()
+    run.to_promoted()
+    run.step(after=60, canary=ready(2), canary_metrics=metrics(0.8, latency=0.4, load=4.0))
+    assert (run.phase, run.status.reason) == (Phase.PROMOTED, Reason.GUARDING), run.status.message
+
+
+def test_the_drift_allowance_follows_the_windows_length_as_scraped() -> None:
+    """Scraped every 60 s, 8 acceptance windows span 8 minutes: a 3-minute swing of sd 0.09 averages
+    down to a variance of 0.0081 * 0.49 = 0.0040 over them (read as 15 s windows, 2 minutes, it
+    would be 0.0081 * 0.81 = 0.0066). 32,000 draft tokens at alpha 0.7 then give an SPRT log-LR of
+    about 2 * 0.05 * 0.15 / 0.0040 = 3.8, over log(0.95 / 0.05) = 2.9: a Pass."""
+    run = Run(make_spec(metrics={"scrapeInterval": "60s"}))
+    run.to_analyzing()
+    minutes = replace(metrics(0.7), acceptance=tuple(AcceptanceWindow(1000, 4000, 2800) for _ in range(8)))
+    run.step(
+        after=480, baseline=ready(1), canary=ready(1), baseline_metrics=metrics(), canary_metrics=minutes
+    )
+    assert (run.phase, run.status.verdict) == (Phase.PROMOTING, "Pass"), run.status.message
