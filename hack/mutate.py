@@ -99,6 +99,13 @@ EQUIVALENT: dict[str, str] = {
         "Deployment None and 0 both scale it to 0, without one both create none"
         for n in (2, 6)
     },
+    "specgate.rollout.x__analyzing__mutmut_33": "`results = traffic` for `results += traffic`: "
+    "results is the empty list there",
+    **{
+        f"specgate.rollout.x__figures__mutmut_{n}": "the branch for no baseline figures: _figures runs "
+        "only from _baseline right after _traffic_baseline stored them"
+        for n in (2, 4, 5)
+    },
     **{
         name: "`route.get('spec', None)` for `route.get('spec', {})`: the HTTPRoute CRD requires spec, "
         "so the default is never read"
