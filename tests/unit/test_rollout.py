@@ -1089,7 +1089,8 @@ def test_a_rerollout_measures_the_drift_on_the_promoted_configs_history() -> Non
     """The rollout that replaces a promoted config reads its last mixDriftHistory (4 h) on the canary
     track, up to the new rollout's start, once: a steady history measures no drift, so three minutes
     at 0.62 pass where the fallback mixDrift 0.09 would not yet; status says which drift and whence,
-    and keeps it (a later look without the history uses the same)."""
+    and keeps it (that a later look judges with it is
+    test_a_measured_drift_is_read_back_from_status_at_every_later_look's)."""
     run = Run()
     began = to_rerollout(run)
     promoted = next(h.time for h in run.status.history if h.phase == Phase.PROMOTED)
