@@ -808,3 +808,78 @@ def test_no_drift_and_no_design_effect_leave_the_message_without_a_drift_source(
     result = spec_acceptance_gate(THREE_MINUTES_AT_062, api.Gates(), drift, window_seconds=15.0)
     assert result.verdict == Verdict.PASS
     assert "drift" not in result.message
+
+
+def minute_windows(
+    alphas: list[float | None], tokens: float = 1000.0, seconds: float = 60.0
+) -> list[AcceptanceWindow]:
+    """A history of windows of `seconds` at the given alphas (None: a window without drafts),
+    `tokens` draft tokens each, accepted tokens rounded to a whole count as counters hold them."""
+    return [
+        AcceptanceWindow(0.0, 0.0, 0.0, end=seconds * (i + 1))
+        if alpha is None
+        else AcceptanceWindow(tokens / 4, tokens, float(round(alpha * tokens)), end=seconds * (i + 1))
+        for i, alpha in enumerate(alphas)
+    ]
+
+
+def test_exactly_an_hour_of_history_is_enough_to_measure_the_drift() -> None:
+    """MIN_DRIFT_HISTORY_SECONDS is the least history measured: 60 one-minute windows are 60 blocks
+    of a minute, an hour exactly, and measured (a constant alpha: no drift)."""
+    measured = measure_mix_drift(minute_windows([0.6] * 60), 60.0)
+    assert measured is not None and measured[0] == 0.0
+
+
+def test_an_hour_of_a_slow_scrapes_windows_is_enough_to_measure_the_drift() -> None:
+    """A 2-minute scrape gives 8-minute history windows (4 scrapes each), each its own block: 8 of
+    them span 64 minutes, over an hour, and blocks 2 apart (16 min, within a quarter of the blocks
+    and within 30 minutes) share no request, so their covariance is fitted: a measurement."""
+    measured = measure_mix_drift(minute_windows([0.6] * 8, seconds=480.0), 480.0)
+    assert measured is not None and measured[0] == 0.0
+
+
+def test_a_history_with_an_alpha_in_exactly_half_its_blocks_is_measured() -> None:
+    """Two hours of one-minute blocks, every other minute without drafts and the last one with:
+    60 of 120 blocks have an alpha, exactly half, which is enough. One of them holds a single
+    draft token (accepted): a quiet minute's alpha, 1, is still an alpha."""
+    alphas: list[float | None] = [None if i % 2 == 0 else 0.6 for i in range(120)]
+    history = minute_windows(alphas)
+    history[1] = AcceptanceWindow(1.0, 1.0, 1.0, end=120.0)
+    assert measure_mix_drift(history, 60.0) is not None
+
+
+def test_a_constant_alpha_seen_two_minutes_of_every_four_measures_no_drift() -> None:
+    """Blocks two minutes apart are never both seen (two minutes on, two off): that lag has no
+    covariance to fit and adds nothing; the others are 0 for a constant alpha, so no drift."""
+    alphas: list[float | None] = [0.6 if i % 4 < 2 else None for i in range(240)]
+    measured = measure_mix_drift(minute_windows(alphas), 60.0)
+    assert measured is not None and measured[0] == 0.0
+
+
+def test_a_swing_seen_two_minutes_of_every_four_is_measured() -> None:
+    """alpha 0.6 + 0.1 sin(2 pi t / 40 min) over 4 h (sd 0.1 / sqrt(2) = 0.071), seen two minutes of
+    every four at a million draft tokens a minute: no pair of blocks two minutes apart, but the
+    longer lags still show the swing, measured within a factor of about 1.5."""
+    alphas: list[float | None] = [
+        0.6 + 0.1 * math.sin(2 * math.pi * i / 40) if i % 4 < 2 else None for i in range(240)
+    ]
+    measured = measure_mix_drift(minute_windows(alphas, tokens=1e6), 60.0)
+    assert measured is not None and 0.05 < measured[0] < 0.11
+
+
+@pytest.mark.parametrize(("amplitude", "drifts"), [(0.0003, False), (0.005, True)])
+def test_a_swing_under_a_tenth_of_a_point_is_no_drift(amplitude: float, drifts: bool) -> None:
+    """MIN_DRIFT_SD: a tenth of a point of alpha is no drift for any gate. alpha 0.6 +- 0.0003,
+    switching every 10 minutes for 4 h at a million draft tokens a minute (no sampling noise to
+    speak of), is a clear swing far under it: sd 0. The same swing at +- 0.005 is measured."""
+    alphas: list[float | None] = [0.6 + amplitude * (1 if (i // 10) % 2 == 0 else -1) for i in range(240)]
+    measured = measure_mix_drift(minute_windows(alphas, tokens=1e6), 60.0)
+    assert measured is not None and (measured[0] > 0.001 if drifts else measured[0] == 0.0)
+
+
+def test_a_steady_ramp_is_fitted_at_the_longest_timescale_tried() -> None:
+    """alpha rising steadily from 0.5 to 0.6 over 4 h moves slower than any swing the history can
+    tell from a level, so the fit takes the slowest timescale it tries: an eighth of the history
+    (30 min) at most, and on the grid of factors 1.1 more than a ninth of it (26.7 min)."""
+    measured = measure_mix_drift(minute_windows([0.5 + 0.1 * i / 240 for i in range(240)], tokens=1e6), 60.0)
+    assert measured is not None and 4 * 3600 / 9 < measured[1] <= 4 * 3600 / 8
