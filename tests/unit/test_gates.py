@@ -21,9 +21,12 @@ from specgate.gates import (
     GateResult,
     Histogram,
     Load,
+    MixDrift,
     Verdict,
     acceptance_gate,
     acceptance_interval,
+    cdf,
+    comparable_load,
     confidence_radius,
     decide_at_deadline,
     drift_from_history,
@@ -662,3 +665,221 @@ def test_a_history_too_short_for_a_drift_names_its_length_in_hours() -> None:
         drift.source
         == "spec mixDrift (fallback: the incumbent's history of 0.5 h is too short or too sparse)"
     )
+
+
+def test_a_p99_in_the_first_bucket_is_named_from_0_ms() -> None:
+    """99.5 % of the samples at or below 10 ms: the P99 lies in the first bucket, which starts at 0
+    (histogram_quantile interpolates it from 0), so the undecided message names 0-10 ms."""
+    result = latency_gate(shaped(0.005), shaped(0.005))
+    assert result.verdict == Verdict.INSUFFICIENT_DATA
+    assert "with buckets 0-10 ms (canary) and 0-10 ms (baseline)" in result.message
+
+
+def test_a_p99_exactly_at_a_bucket_edge_lies_in_the_bucket_below_it() -> None:
+    """990 of 1000 samples at or below 10 ms: the P99's rank 990 is reached at the edge le=10 ms
+    (Prometheus counts a sample at the edge in the bucket below), so that bucket, 0-10 ms, holds it."""
+    h = Histogram(BOUNDS, (990.0, 1000.0, 1000.0, 1000.0, 1000.0, 1000.0, 1000.0))
+    result = latency_gate(h, h)
+    assert result.verdict == Verdict.INSUFFICIENT_DATA
+    assert "P99 ITL canary 10.0 ms" in result.message
+    assert "with buckets 0-10 ms (canary) and 0-10 ms (baseline) over 1000 samples" in result.message
+
+
+def test_one_sample_a_track_lies_in_the_bucket_that_counted_it() -> None:
+    """minLatencySamples 1 allows a verdict on one sample a track: the P99 (rank 0.99) and its
+    bracket lie in the bucket that counted the sample (5 ms: 0-10 ms), not beyond the last edge."""
+    h = observed([0.005], BOUNDS)
+    result = latency_gate(h, h, min_count=1)
+    assert result.verdict == Verdict.INSUFFICIENT_DATA
+    assert "beyond the last bucket edge" not in result.message
+    assert "with buckets 0-10 ms (canary) and 0-10 ms (baseline) over 1 samples" in result.message
+
+
+def test_a_p99_bracket_past_the_last_rank_is_held_at_the_highest_sample() -> None:
+    """At 100 samples the P99's upper rank 0.99 + 1.96 sqrt(0.99 * 0.01 / 100) = 1.0095 passes 1:
+    it is read at rank 1, the top of the bucket that holds the last sample (20 ms), not beyond
+    the last edge. Low rank 97.05: 10 + 10 * 47.05 / 50 = 19.4 ms; P99 10 + 10 * 49 / 50 = 19.8 ms.
+    Equal tracks then pass: 20 <= 1.1 * 19.41."""
+    h = Histogram((0.01, 0.02, 0.05, INF), (50.0, 100.0, 100.0, 100.0))
+    result = latency_gate(h, h)
+    assert result.verdict == Verdict.PASS
+    assert result.message.startswith("P99 ITL canary 19.8 ms [19.4, 20.0] vs baseline 19.8 ms [19.4, 20.0]")
+
+
+def test_the_cdf_interpolates_inside_a_bucket_from_0() -> None:
+    """cdf is histogram_quantile's inverse: 5 ms is half of the first bucket (0-10 ms, 100 of 200
+    samples), so 50 / 200; 17.5 ms is half of the second (50 more), so 125 / 200."""
+    h = Histogram((0.01, 0.025, INF), (100.0, 150.0, 200.0))
+    assert cdf(h, 0.005) == pytest.approx(0.25)
+    assert cdf(h, 0.0175) == pytest.approx(0.625)
+
+
+@pytest.mark.parametrize(
+    ("canary", "baseline"),
+    [
+        (Load(2, 10.0, 8.0), Load(2, 9.0, 4.0)),  # request rates 10 % apart, running 50 %
+        (Load(2, 1.0, 8.0), Load(2, 2.0, 7.0)),  # running 12.5 % apart, request rates 50 %
+        (Load(2, 0.75, None), Load(2, 1.0, None)),  # exactly the tolerance: 0.25 of the larger, 1
+        (Load(2, None, 8.0), Load(2, 2.0, 7.0)),  # no canary request rate: running decides
+        (Load(2, 0.0, 0.0), Load(2, 0.0, 0.0)),  # idle pods carry the same load
+    ],
+    ids=["rates", "running", "at-the-tolerance", "canary-rate-unknown", "idle"],
+)
+def test_loads_are_comparable_when_either_figure_is_within_the_tolerance(
+    canary: Load, baseline: Load
+) -> None:
+    """Comparable: the request rate per pod or the running requests per pod within the tolerance
+    (25 % here) of the larger, its edge included; a figure unmeasured on either side is not held
+    against the comparison; two idle tracks differ by nothing."""
+    assert comparable_load(canary, baseline, 0.25) is None
+
+
+@pytest.mark.parametrize(
+    ("canary", "baseline"),
+    [
+        (Load(2, 0.5, 8.0), Load(2, 0.2, None)),  # 0.3 / 0.5 = 60 % apart at under 1 req/s
+        (Load(2, 2.0, 8.0), Load(2, 1.0, 5.0)),  # 50 % and 37.5 % apart
+    ],
+    ids=["slow-rates", "both-figures"],
+)
+def test_loads_further_apart_than_the_tolerance_are_not_comparable(canary: Load, baseline: Load) -> None:
+    """Relative differences are of the larger load, whatever its size (0.5 req/s is no less a
+    load than 5): beyond the tolerance on every figure measured on both sides, the loads differ."""
+    assert comparable_load(canary, baseline, 0.25) == (
+        f"loads differ by more than 25%: canary {canary}, baseline {baseline}"
+    )
+
+
+def test_the_specs_min_drafts_and_error_rate_reach_the_acceptance_gate() -> None:
+    """spec_acceptance_gate judges with the spec's minDrafts and errorRate: three minutes at 0.62
+    hold 600 drafts, short of minDrafts 1000; at errorRate 0.01 Wald's Pass bound is
+    log(0.99 / 0.01) = 4.6, and the steady windows' log-LR 71.3 (their binomial spread, whatever
+    the error rate) clears it."""
+    fewer = spec_acceptance_gate(
+        THREE_MINUTES_AT_062, api.Gates.model_validate({"minDrafts": 1000}), NO_DRIFT
+    )
+    assert fewer.verdict == Verdict.INSUFFICIENT_DATA
+    assert fewer.message.startswith("600 drafts in 12 windows, need 1000 drafts")
+    strict = spec_acceptance_gate(
+        THREE_MINUTES_AT_062, api.Gates.model_validate({"errorRate": 0.01}), NO_DRIFT
+    )
+    assert strict.verdict == Verdict.PASS and "SPRT log-LR 71.3 >= 4.6" in strict.message
+
+
+@pytest.mark.parametrize(
+    ("timescale", "window_seconds", "log_lr"),
+    [(720.0, 15.0, "0.9"), (180.0, 60.0, "2.2")],
+    ids=["12-minute-timescale", "minute-windows"],
+)
+def test_the_drifts_timescale_and_the_windows_length_reach_the_acceptance_gate(
+    timescale: float, window_seconds: float, log_lr: str
+) -> None:
+    """The drift's variance over the span seen is sd^2 * 2 (x - 1 + e^-x) / x^2, x = span / tau,
+    and the log-LR 2 * 0.05 * (1488 - 0.55 * 2400) / (0.2356 + 2400 * that) (the binomial spread
+    with pseudo-counts, 1489 * 913 / 2402^2 = 0.2356). Twelve 15 s windows against tau 12 min:
+    x = 0.25, variance 0.0081 * 0.9216 = 0.007465, log-LR 0.93. Twelve 1-minute windows span
+    12 minutes against tau 3 min: x = 4, variance 0.0081 * 0.3773 = 0.003056, log-LR 2.22."""
+    drift = MixDrift(0.09, timescale, "spec mixDrift (fallback: a first rollout)")
+    result = spec_acceptance_gate(THREE_MINUTES_AT_062, api.Gates(), drift, window_seconds=window_seconds)
+    assert result.verdict == Verdict.INSUFFICIENT_DATA
+    assert f"SPRT log-LR {log_lr} within (-2.9, 2.9)" in result.message
+    assert f"mix drift sd 0.09 over {timescale:g}s" in result.message
+
+
+def test_a_measured_design_effect_reaches_the_acceptance_gate_and_is_named() -> None:
+    """A steady history's design effect of 100 sets the spread at 100 * 0.62 * 0.38 = 23.56 per
+    draft token (the identical windows show none of their own), so the log-LR is
+    2 * 0.05 * 168 / 23.56 = 0.71, not the binomial spread's 71.3; the message names the source."""
+    drift = MixDrift(0.0, 180.0, "measured over 4.0 h of its alpha (15s windows, design effect 100)", 100.0)
+    result = spec_acceptance_gate(THREE_MINUTES_AT_062, api.Gates(), drift, window_seconds=15.0)
+    assert result.verdict == Verdict.INSUFFICIENT_DATA
+    assert "SPRT log-LR 0.7 within (-2.9, 2.9)" in result.message
+    assert result.message.endswith("; drift: " + drift.source)
+
+
+@pytest.mark.parametrize(
+    "drift",
+    [NO_DRIFT, MixDrift(0.0, 180.0, "measured over 4.0 h of its alpha (15s windows)")],
+    ids=["benchmark", "steady-without-design-effect"],
+)
+def test_no_drift_and_no_design_effect_leave_the_message_without_a_drift_source(drift: MixDrift) -> None:
+    """The drift's source is named only where a drift or a design effect was measured: with
+    neither, the gate judged the windows' own spread alone and says nothing of a drift."""
+    result = spec_acceptance_gate(THREE_MINUTES_AT_062, api.Gates(), drift, window_seconds=15.0)
+    assert result.verdict == Verdict.PASS
+    assert "drift" not in result.message
+
+
+def minute_windows(
+    alphas: list[float | None], tokens: float = 1000.0, seconds: float = 60.0
+) -> list[AcceptanceWindow]:
+    """A history of windows of `seconds` at the given alphas (None: a window without drafts),
+    `tokens` draft tokens each, accepted tokens rounded to a whole count as counters hold them."""
+    return [
+        AcceptanceWindow(0.0, 0.0, 0.0, end=seconds * (i + 1))
+        if alpha is None
+        else AcceptanceWindow(tokens / 4, tokens, float(round(alpha * tokens)), end=seconds * (i + 1))
+        for i, alpha in enumerate(alphas)
+    ]
+
+
+def test_exactly_an_hour_of_history_is_enough_to_measure_the_drift() -> None:
+    """MIN_DRIFT_HISTORY_SECONDS is the least history measured: 60 one-minute windows are 60 blocks
+    of a minute, an hour exactly, and measured (a constant alpha: no drift)."""
+    measured = measure_mix_drift(minute_windows([0.6] * 60), 60.0)
+    assert measured is not None and measured[0] == 0.0
+
+
+def test_an_hour_of_a_slow_scrapes_windows_is_enough_to_measure_the_drift() -> None:
+    """A 2-minute scrape gives 8-minute history windows (4 scrapes each), each its own block: 8 of
+    them span 64 minutes, over an hour, and blocks 2 apart (16 min, within a quarter of the blocks
+    and within 30 minutes) share no request, so their covariance is fitted: a measurement."""
+    measured = measure_mix_drift(minute_windows([0.6] * 8, seconds=480.0), 480.0)
+    assert measured is not None and measured[0] == 0.0
+
+
+def test_a_history_with_an_alpha_in_exactly_half_its_blocks_is_measured() -> None:
+    """Two hours of one-minute blocks, every other minute without drafts and the last one with:
+    60 of 120 blocks have an alpha, exactly half, which is enough. One of them holds a single
+    draft token (accepted): a quiet minute's alpha, 1, is still an alpha."""
+    alphas: list[float | None] = [None if i % 2 == 0 else 0.6 for i in range(120)]
+    history = minute_windows(alphas)
+    history[1] = AcceptanceWindow(1.0, 1.0, 1.0, end=120.0)
+    assert measure_mix_drift(history, 60.0) is not None
+
+
+def test_a_constant_alpha_seen_two_minutes_of_every_four_measures_no_drift() -> None:
+    """Blocks two minutes apart are never both seen (two minutes on, two off): that lag has no
+    covariance to fit and adds nothing; the others are 0 for a constant alpha, so no drift."""
+    alphas: list[float | None] = [0.6 if i % 4 < 2 else None for i in range(240)]
+    measured = measure_mix_drift(minute_windows(alphas), 60.0)
+    assert measured is not None and measured[0] == 0.0
+
+
+def test_a_swing_seen_two_minutes_of_every_four_is_measured() -> None:
+    """alpha 0.6 + 0.1 sin(2 pi t / 40 min) over 4 h (sd 0.1 / sqrt(2) = 0.071), seen two minutes of
+    every four at a million draft tokens a minute: no pair of blocks two minutes apart, but the
+    longer lags still show the swing, measured within a factor of about 1.5."""
+    alphas: list[float | None] = [
+        0.6 + 0.1 * math.sin(2 * math.pi * i / 40) if i % 4 < 2 else None for i in range(240)
+    ]
+    measured = measure_mix_drift(minute_windows(alphas, tokens=1e6), 60.0)
+    assert measured is not None and 0.05 < measured[0] < 0.11
+
+
+@pytest.mark.parametrize(("amplitude", "drifts"), [(0.0003, False), (0.005, True)])
+def test_a_swing_under_a_tenth_of_a_point_is_no_drift(amplitude: float, drifts: bool) -> None:
+    """MIN_DRIFT_SD: a tenth of a point of alpha is no drift for any gate. alpha 0.6 +- 0.0003,
+    switching every 10 minutes for 4 h at a million draft tokens a minute (no sampling noise to
+    speak of), is a clear swing far under it: sd 0. The same swing at +- 0.005 is measured."""
+    alphas: list[float | None] = [0.6 + amplitude * (1 if (i // 10) % 2 == 0 else -1) for i in range(240)]
+    measured = measure_mix_drift(minute_windows(alphas, tokens=1e6), 60.0)
+    assert measured is not None and (measured[0] > 0.001 if drifts else measured[0] == 0.0)
+
+
+def test_a_steady_ramp_is_fitted_at_the_longest_timescale_tried() -> None:
+    """alpha rising steadily from 0.5 to 0.6 over 4 h moves slower than any swing the history can
+    tell from a level, so the fit takes the slowest timescale it tries: an eighth of the history
+    (30 min) at most, and on the grid of factors 1.1 more than a ninth of it (26.7 min)."""
+    measured = measure_mix_drift(minute_windows([0.5 + 0.1 * i / 240 for i in range(240)], tokens=1e6), 60.0)
+    assert measured is not None and 4 * 3600 / 9 < measured[1] <= 4 * 3600 / 8
