@@ -107,6 +107,26 @@ EQUIVALENT: dict[str, str] = {
         for n in (2, 4, 5)
     },
     **{
+        f"specgate.gates.x__bracket__mutmut_{n}": "`low or 1.0` / `high or 1.0`: the operator's ranks "
+        "(q 0.99, z 1.96, at least one sample) are above 0, so no estimate is 0 or None"
+        for n in (31, 33)
+    },
+    "specgate.gates.x__bucket_edges__mutmut_24": "`count >= 0`: the ranks passed are above 0, so "
+    "`count >= rank` already means count > 0",
+    "specgate.gates.x__drift_blocks__mutmut_21": "`and` for `or`: differs only where some windows have "
+    "an end and others not; the operator sets end on every window",
+    "specgate.gates.x__drift_blocks__mutmut_31": "accepted tokens negated: every block's alpha and the "
+    "mean flip sign, and the fit reads only products of centred values",
+    "specgate.gates.x_measure_mix_drift__mutmut_42": "`/` for `//` inside int(): equal for the "
+    "positive block lengths a history has",
+    "specgate.gates.x_measure_mix_drift__mutmut_57": "`<` for `<=` history / 8: a timescale of the "
+    "grid equals it only for histories under the hour measure_mix_drift needs",
+    **{
+        f"specgate.gates.x_measure_mix_drift__mutmut_{n}": "`>=` for `>`: differs only at an exact "
+        "float tie of the fitted variance with its bound"
+        for n in (131, 133)
+    },
+    **{
         name: "`route.get('spec', None)` for `route.get('spec', {})`: the HTTPRoute CRD requires spec, "
         "so the default is never read"
         for name in (
