@@ -111,6 +111,8 @@ EQUIVALENT: dict[str, str] = {
         "(q 0.99, z 1.96, at least one sample) are above 0, so no estimate is 0 or None"
         for n in (31, 33)
     },
+    "specgate.gates.x__heavier_tail__mutmut_16": "`break` for the first `continue`: bounds ascend, so "
+    "once an edge is skipped as beyond the baseline's last finite one, every later edge is too",
     "specgate.gates.x__bucket_edges__mutmut_24": "`count >= 0`: the ranks passed are above 0, so "
     "`count >= rank` already means count > 0",
     "specgate.gates.x__drift_blocks__mutmut_21": "`and` for `or`: differs only where some windows have "
