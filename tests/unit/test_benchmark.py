@@ -14,7 +14,7 @@ from typing import Any
 from unittest.mock import ANY
 
 import pytest
-from tests.conftest import ROOT, load_sample
+from tests.conftest import load_sample
 from tests.unit.rollout_driver import T0, Run, make_spec, metrics, ready
 
 from specgate import api, bench_driver, benchmark, render
@@ -290,7 +290,7 @@ def test_the_job_is_a_batch_v1_job_run_once_measuring_from_the_model_cache_and_t
         "specgate.dev/deployment": "llama",
         "specgate.dev/benchmark": "canary",
     }
-    driver = (ROOT / "operator" / "specgate" / "bench_driver.py").read_text()
+    driver = Path(bench_driver.__file__).read_text()  # the file the Job runs, where it is installed
     assert render.benchmark_job(spec, OWNER, Track.CANARY, 7) == {
         "apiVersion": "batch/v1",
         "kind": "Job",
