@@ -14,7 +14,7 @@ from specgate import api, render, rollout
 from specgate.api import Phase
 from specgate.cli import render_timeline
 from specgate.observation import Observation, RouteState, TrackState
-from specgate.rollout import Event, Reason
+from specgate.rollout import Decision, Event, Reason
 from specgate.traffic import Weights
 
 OWNED = {"router": "GatewayAPI", "httpRoute": {"parentRefs": [{"name": "inference", "namespace": "gw"}]}}
@@ -433,3 +433,36 @@ def test_status_traffic_has_no_accepted_weights_where_the_route_was_not_read() -
     assert rollout.traffic_status("llama", decision, Observation(generation=1), None) == api.TrafficStatus(
         route="llama", desired=api.RouteWeights(baseline=50, canary=50), actual=None, original=None
     )
+
+
+def to_canary_behind_the_route() -> tuple[Run, Decision]:
+    """A GatewayAPI rollout of 2 replicas entering Canary (its Deployment not created yet)."""
+    run = Run(make_spec(traffic=OWNED))
+    plain = RouteState(weights=Weights(100, 0))
+    run.step(baseline=ready(2), route=plain)
+    run.step(baseline=ready(2), route=plain)
+    entered = run.step(after=95, baseline=ready(2), baseline_metrics=metrics(), route=plain)
+    run.expect(Phase.CANARY)
+    return run, entered
+
+
+def test_a_canary_without_a_deployment_gets_no_weight() -> None:
+    """Canary begins: the canary's Deployment does not exist yet, so no pod of it can serve, and
+    the route keeps all traffic on the baseline."""
+    _, entered = to_canary_behind_the_route()
+    assert (entered.baseline_replicas, entered.canary_replicas, entered.route_weights) == (
+        2,
+        1,
+        Weights(100, 0),
+    )
+
+
+def test_a_rollback_asks_for_no_canary_pod_where_the_canary_has_no_deployment() -> None:
+    """The canary's Deployment never came (rejected, or deleted by a person): past progressDeadline
+    the rollout rolls back, and while the route cannot be read it still asks for no canary pod."""
+    run, _ = to_canary_behind_the_route()
+    half = TrackState(exists=True, replicas=2, ready_replicas=1)
+    run.step(after=301, baseline=half, canary=TrackState(), route=RouteState(weights=Weights(100, 0)))
+    assert (run.phase, run.status.reason) == (Phase.ROLLING_BACK, Reason.CANARY_UNHEALTHY)
+    d = run.step(baseline=half, canary=TrackState())
+    assert (d.baseline_replicas, d.canary_replicas) == (2, 0)
