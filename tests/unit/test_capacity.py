@@ -5,8 +5,13 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from tests.unit.rollout_driver import Run, make_spec, metrics, ready, spec_body
 
+from specgate import api, render, rollout
+from specgate.api import Phase
 from specgate.capacity import Budget, Side, guaranteed, may_roll, step_toward
+from specgate.observation import TrackState
+from specgate.render import Track
 
 
 def walk(budget: Budget, start: tuple[int, int], target: tuple[int, int]) -> list[int]:
@@ -213,3 +218,94 @@ def test_a_shrink_stops_at_its_target_where_the_floor_would_allow_more() -> None
     """Baseline 4 of 4, canary 1 of 1, targets (3, 1), floor 3: the floor would let the baseline go
     to 2, but the target asks for 3 and no pod beyond it is removed."""
     assert step_toward(Budget(4, max_surge=1, max_unavailable=1), Side(4, 4), Side(1, 1), (3, 1)) == (3, 1)
+
+
+# --- the rollout's replicas and templates within the budget (rollout.py; mutation testing, issue 42) ---
+
+B, C = Track.BASELINE, Track.CANARY
+
+
+def test_a_deployment_already_on_the_spec_template_is_not_held_however_few_pods_are_ready() -> None:
+    """Holding a template guards a roll to a new one; a baseline that already runs the spec's
+    template (1 of 2 Ready, the canary gone) has nothing to roll, so it is applied, not held."""
+    spec = make_spec(maxSurge=0, maxUnavailable=1)
+    digest = "rendered-now"
+    baseline = TrackState(
+        exists=True,
+        replicas=2,
+        ready_replicas=1,
+        template_hash=render.template_hash(spec, B),
+        rendered=digest,
+    )
+    assert rollout.templates_to_wait(spec, {B: digest}, {B: baseline, C: TrackState()}, {B: 2}) == frozenset()
+
+
+def test_a_new_baseline_template_counts_no_canary_pod_that_goes_this_reconcile() -> None:
+    """A new baseline template (an edit) beside a canary scaled to 0 in the same reconcile: the
+    canary's Ready pod is gone by the time the roll takes one of the baseline's, so the roll would
+    leave no pod of the floor's 1 and the template waits."""
+    spec = make_spec(maxSurge=0, maxUnavailable=1)
+    digest = "rendered-now"
+    baseline = TrackState(
+        exists=True, replicas=1, ready_replicas=1, template_hash="an older spec", rendered="old"
+    )
+    canary = TrackState(
+        exists=True,
+        replicas=1,
+        ready_replicas=1,
+        template_hash=render.template_hash(spec, C),
+        rendered=digest,
+    )
+    states = {B: baseline, C: canary}
+    assert rollout.templates_to_wait(spec, {B: digest, C: digest}, states, {B: 1, C: 0}) == {B}
+    assert rollout.templates_to_wait(spec, {B: digest, C: digest}, states, {B: 1, C: 1}) == frozenset()
+
+
+def test_a_canary_re_render_waits_for_the_baselines_roll() -> None:
+    """An operator upgrade re-renders both tracks; the baseline's is applied and still rolling: the
+    canary's waits (two rolls at once could each take a Ready pod)."""
+    spec = make_spec(maxSurge=0, maxUnavailable=1)
+    on_spec = {t: render.template_hash(spec, t) for t in (B, C)}
+    baseline = TrackState(
+        exists=True, replicas=1, ready_replicas=1, template_hash=on_spec[B], rendered="new", rolling=True
+    )
+    canary = TrackState(exists=True, replicas=1, ready_replicas=1, template_hash=on_spec[C], rendered="old")
+    assert rollout.templates_to_wait(spec, {B: "new", C: "new"}, {B: baseline, C: canary}, {B: 1, C: 1}) == {
+        C
+    }
+
+
+def to_canary_of(spec: api.SpeculativeDeploymentSpec) -> Run:
+    run = Run(spec)
+    n = spec.replicas
+    run.step(baseline=ready(n))
+    run.step(baseline=ready(n))
+    run.step(after=95, baseline=ready(n), baseline_metrics=metrics())
+    run.expect(Phase.CANARY)
+    return run
+
+
+def test_the_baseline_keeps_every_pod_the_canary_does_not_take() -> None:
+    """4 replicas, 1 canary pod, maxUnavailable 1: once the canary is Ready the baseline gives up
+    one pod, to 3, not down to the one pod a side-by-side comparison would need."""
+    run = to_canary_of(api.parse_spec({**spec_body(maxUnavailable=1), "replicas": 4}))
+    d = run.step(baseline=ready(4), canary=ready(1))
+    run.expect(Phase.ANALYZING)
+    assert (d.baseline_replicas, d.canary_replicas) == (3, 1)
+
+
+def test_one_replica_with_a_spare_gpu_keeps_its_baseline_pod_beside_the_canary() -> None:
+    """replicas 1, maxSurge 1: the canary runs on the spare GPU beside the baseline's pod, so that
+    both are measured side by side."""
+    run = to_canary_of(api.parse_spec({**spec_body(), "replicas": 1}))
+    d = run.step(baseline=ready(1), canary=ready(1))
+    run.expect(Phase.ANALYZING)
+    assert (d.baseline_replicas, d.canary_replicas) == (1, 1)
+
+
+def test_one_replica_without_a_spare_gpu_gives_the_baselines_pod_to_the_canary() -> None:
+    """replicas 1, maxSurge 0, maxUnavailable 1: no GPU for a second pod, so the baseline's pod
+    goes as the canary's starts (nothing serves between, as maxUnavailable 1 allows)."""
+    run = to_canary_of(api.parse_spec({**spec_body(maxSurge=0, maxUnavailable=1), "replicas": 1}))
+    d = run.last
+    assert d is not None and (d.baseline_replicas, d.canary_replicas) == (0, 1)

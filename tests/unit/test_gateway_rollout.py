@@ -8,13 +8,13 @@ from typing import Any
 
 import pytest
 from tests.unit.handler_fakes import FakeKube, reconcile_step
-from tests.unit.rollout_driver import Run, make_spec, metrics, ready, spec_body
+from tests.unit.rollout_driver import Run, edit, make_spec, metrics, ready, spec_body
 
-from specgate import api, render
+from specgate import api, render, rollout
 from specgate.api import Phase
 from specgate.cli import render_timeline
-from specgate.observation import RouteState
-from specgate.rollout import Event, Reason
+from specgate.observation import Observation, RouteState, TrackState
+from specgate.rollout import Decision, Event, Reason
 from specgate.traffic import Weights
 
 OWNED = {"router": "GatewayAPI", "httpRoute": {"parentRefs": [{"name": "inference", "namespace": "gw"}]}}
@@ -342,3 +342,127 @@ def test_alpha_passed_at_the_initial_weight_says_so_and_what_comes_next() -> Non
     assert [(e.type, e.reason, e.message) for e in d.events] == [
         ("Normal", Reason.INITIAL_STEP_PASSED, message)
     ]
+
+
+# --- what waits for the route, and what status says of it (mutation testing, issue 42) ---
+
+
+def test_an_unread_route_holds_the_analysis_saying_so() -> None:
+    """The HTTPRoute could not be read this reconcile: the analysis does not start, and status says
+    why (an unknown route is not one that routes as specgate set)."""
+    run = gateway_run()
+    d = run.step(after=100, baseline=ready(1), canary=ready(1), baseline_metrics=metrics())
+    assert (run.phase, run.status.reason, run.status.message) == (
+        Phase.ANALYZING,
+        Reason.ROUTE_NOT_ACCEPTED,
+        "the analysis waits for the HTTPRoute: the HTTPRoute has not been read",
+    )
+    assert (d.baseline_replicas, d.canary_replicas, d.route_weights) == (1, 1, Weights(50, 50))
+
+
+def test_a_rule_without_the_tracks_services_says_exactly_what_is_missing() -> None:
+    run = gateway_run()
+    run.step(after=100, baseline=ready(1), canary=ready(1), route=RouteState(), baseline_metrics=metrics())
+    assert run.status.message == (
+        "the analysis waits for the HTTPRoute: the HTTPRoute's rule does not send traffic to the "
+        "baseline's and the canary's Services yet"
+    )
+
+
+def test_the_service_router_sets_no_route_weights() -> None:
+    """traffic.router Service (the default): the replica ratio splits traffic; no route is written."""
+    run = Run()
+    run.to_analyzing()
+    assert run.last is not None and run.last.route_weights is None
+
+
+def test_promotion_held_by_the_route_says_the_baselines_scale_down_waits() -> None:
+    """Promoting while the Gateways have not accepted the weights: the baseline's pod stays, and
+    status and one Warning Event say that its scale-down waits for the HTTPRoute, and why."""
+    run = gateway_run()
+    passing = {"baseline_metrics": metrics(), "canary_metrics": metrics(0.8)}
+    run.step(after=70, baseline=ready(1), canary=ready(1), route=HALF, **passing)
+    run.expect(Phase.PROMOTING)
+    growing = TrackState(exists=True, replicas=2, ready_replicas=1)
+    d = run.step(baseline=ready(1), canary=growing, route=NOT_ACCEPTED)
+    message = (
+        "the baseline's scale-down waits for the HTTPRoute: "
+        "parent Gateway inference: Accepted is False (NotAllowedByListeners: )"
+    )
+    assert (run.phase, run.status.reason, run.status.message) == (
+        Phase.PROMOTING,
+        Reason.ROUTE_NOT_ACCEPTED,
+        message,
+    )
+    assert d.events == (Event("Warning", Reason.ROUTE_NOT_ACCEPTED, message),)
+    assert d.baseline_replicas == 1
+
+
+def test_a_new_rollout_begins_with_its_own_initial_step() -> None:
+    """Alpha passed at the initial weight in the last rollout; a new draft length must pass it again
+    at 10 % before its canary gets its load-matched weight."""
+    run = initial_step_run()
+    good = {"baseline_metrics": metrics(), "canary_metrics": metrics(0.8)}
+    run.step(after=70, baseline=ready(4), canary=ready(1), route=RouteState(weights=Weights(90, 10)), **good)
+    assert run.status.initial_step_passed is not None
+    edit(run, speculative={"method": "draft_model", "draftModel": "d", "numSpeculativeTokens": 2})
+    run.step(baseline=ready(4), canary=ready(1), route=RouteState(weights=Weights(90, 10)))
+    run.expect(Phase.BASELINE)
+    assert run.status.initial_step_passed is None
+
+
+def test_at_the_initial_weight_the_baseline_beside_the_canary_stays_within_max_surge() -> None:
+    """4 replicas, 2 canary pods, maxSurge 1: beside them the baseline keeps 3 pods (4 + 1 - 2), not
+    all 4; at 3 Ready baseline pods the capacity floor (4) bounds the canary's weight to 25 %."""
+    body = spec_body(traffic={**OWNED, "initialCanaryWeight": 10}, canaryReplicas=2)
+    run = Run(api.parse_spec({**body, "replicas": 4}))
+    plain = RouteState(weights=Weights(100, 0))
+    run.step(baseline=ready(4), route=plain)
+    run.step(baseline=ready(4), route=plain)
+    run.step(after=95, baseline=ready(4), baseline_metrics=metrics(), route=plain)
+    run.expect(Phase.CANARY)
+    run.step(baseline=ready(4), canary=ready(2), route=plain)
+    run.expect(Phase.ANALYZING)
+    d = run.step(baseline=ready(4), canary=ready(2), route=RouteState(weights=Weights(75, 25)))
+    assert (d.baseline_replicas, d.canary_replicas, d.route_weights) == (3, 2, Weights(75, 25))
+
+
+def test_status_traffic_has_no_accepted_weights_where_the_route_was_not_read() -> None:
+    run = gateway_run()
+    decision = run.step(baseline=ready(1), canary=ready(1))
+    assert rollout.traffic_status("llama", decision, Observation(generation=1), None) == api.TrafficStatus(
+        route="llama", desired=api.RouteWeights(baseline=50, canary=50), actual=None, original=None
+    )
+
+
+def to_canary_behind_the_route() -> tuple[Run, Decision]:
+    """A GatewayAPI rollout of 2 replicas entering Canary (its Deployment not created yet)."""
+    run = Run(make_spec(traffic=OWNED))
+    plain = RouteState(weights=Weights(100, 0))
+    run.step(baseline=ready(2), route=plain)
+    run.step(baseline=ready(2), route=plain)
+    entered = run.step(after=95, baseline=ready(2), baseline_metrics=metrics(), route=plain)
+    run.expect(Phase.CANARY)
+    return run, entered
+
+
+def test_a_canary_without_a_deployment_gets_no_weight() -> None:
+    """Canary begins: the canary's Deployment does not exist yet, so no pod of it can serve, and
+    the route keeps all traffic on the baseline."""
+    _, entered = to_canary_behind_the_route()
+    assert (entered.baseline_replicas, entered.canary_replicas, entered.route_weights) == (
+        2,
+        1,
+        Weights(100, 0),
+    )
+
+
+def test_a_rollback_asks_for_no_canary_pod_where_the_canary_has_no_deployment() -> None:
+    """The canary's Deployment never came (rejected, or deleted by a person): past progressDeadline
+    the rollout rolls back, and while the route cannot be read it still asks for no canary pod."""
+    run, _ = to_canary_behind_the_route()
+    half = TrackState(exists=True, replicas=2, ready_replicas=1)
+    run.step(after=301, baseline=half, canary=TrackState(), route=RouteState(weights=Weights(100, 0)))
+    assert (run.phase, run.status.reason) == (Phase.ROLLING_BACK, Reason.CANARY_UNHEALTHY)
+    d = run.step(baseline=half, canary=TrackState())
+    assert (d.baseline_replicas, d.canary_replicas) == (2, 0)
