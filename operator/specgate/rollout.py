@@ -516,7 +516,8 @@ def _restart(step: _Step) -> _Step:
     """A new rollout: forget the last one's figures and begin again from the baseline, noting the
     promoted config it replaces (if one serves), whose history measures the mix's drift."""
     status = step.status
-    serving = Phase.PROMOTED in (status.phase, status.resume_phase if status.phase == Phase.PAUSED else None)
+    # Paused or Failed, resume_phase is the phase the pods are still in (it is None in every other).
+    serving = Phase.PROMOTED in (status.phase, status.resume_phase)
     promoted = _entered(status, Phase.PROMOTED) if serving else None
     pending = step.update(
         incumbent_since=promoted.time if promoted else None,

@@ -119,6 +119,22 @@ def test_fixing_a_failed_spec_with_another_template_begins_a_new_rollout() -> No
     assert (d.baseline_replicas, d.canary_replicas, d.keep_template) == (2, 1, frozenset({"canary"}))
 
 
+def test_a_new_rollout_after_a_failed_edit_of_a_promoted_config_replaces_it_as_incumbent() -> None:
+    """Promoted, then a bad edit (Failed, the promoted pods still serving), then fixed to a new draft:
+    the new rollout replaces the promoted config, whose history measures the mix's drift, as it
+    does after a valid edit (it found no incumbent here before)."""
+    run = Run()
+    run.to_promoted()
+    promoted = next(h.time for h in run.status.history if h.phase == Phase.PROMOTED)
+    run.generation += 1
+    run.status = rollout.invalid_spec(BAD_DRAFT, run.status, run.generation, run.now).status
+    assert (run.phase, run.status.resume_phase) == (Phase.FAILED, Phase.PROMOTED)
+    edit(run, speculative={"method": "draft_model", "draftModel": "d", "numSpeculativeTokens": 2})
+    run.step(baseline=TrackState(exists=True), canary=ready(2))
+    assert (run.phase, run.status.history[-1].reason) == (Phase.BASELINE, Reason.NEW_GENERATION)
+    assert (run.status.incumbent_since, run.status.incumbent_until) == (promoted, api.iso(run.now))
+
+
 def test_fixing_a_failed_spec_back_to_the_same_template_resumes_the_analysis() -> None:
     """Failed during the analysis, then restored: Analyzing resumes with the canary as it is (no
     new rollout) and judges its metrics again."""
