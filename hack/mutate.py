@@ -129,6 +129,30 @@ EQUIVALENT: dict[str, str] = {
         for n in (131, 133)
     },
     **{
+        f"specgate.rollout.xǁ_Stepǁenter__mutmut_{n}": "the branch for entering the current phase: no "
+        "handler enters its own phase"
+        for n in (8, 9, 10, 11)
+    },
+    **{
+        f"specgate.rollout.x__baseline__mutmut_{n}": "a canary target of None for 0: _replicas reads "
+        "`canary_replicas or 0`, and gives None where no canary Deployment exists either way"
+        for n in (4, 8)
+    },
+    **{
+        f"specgate.rollout.x__roll_back__mutmut_{n}": "warning=None or left out: both make a Normal Event"
+        for n in (20, 24)
+    },
+    "specgate.rollout.x__roll_back__mutmut_11": "canary target None for 0: differs only without a "
+    "canary Deployment, where neither runs a pod, and the next _rolling_back asks for 0",
+    "specgate.rollout.x_templates_to_wait__mutmut_3": "max_surge: not read on this path (roll_keeps_floor, "
+    "may_roll and _side use replicas and maxUnavailable)",
+    "specgate.rollout.x__baseline_replicas_beside_canary__mutmut_10": "the dropped 0 of max(0, rest): "
+    "the API keeps canaryReplicas below max(replicas, 2), so rest is never negative",
+    "specgate.rollout.x__traffic_gates__mutmut_1": "latency's default: its one caller passes latency",
+    "specgate.rollout.x__initial_weight__mutmut_7": "the phase check: outside Canary and Analyzing the "
+    "canary's target is 0 (Baseline, a rollback), its pods are held (Paused), or the baseline shrinks "
+    "below the floor's share (Promoting, Promoted), so traffic.capped lowers no weight",
+    **{
         name: "`route.get('spec', None)` for `route.get('spec', {})`: the HTTPRoute CRD requires spec, "
         "so the default is never read"
         for name in (
