@@ -153,6 +153,18 @@ EQUIVALENT: dict[str, str] = {
     "canary's target is 0 (Baseline, a rollback), its pods are held (Paused), or the baseline shrinks "
     "below the floor's share (Promoting, Promoted), so traffic.capped lowers no weight",
     **{
+        f"specgate.rollout.x__restart__mutmut_{n}": "phase_since or metrics_unavailable_since left or "
+        "None: pending.enter(BASELINE) sets both again at once"
+        for n in (15, 23, 30)
+    },
+    "specgate.render.x_benchmark_job_name__mutmut_6": "rstrip('XX-.XX') strips '-' and '.' as "
+    "rstrip('-.') does, and a resource name has no 'X' (lowercase DNS)",
+    **{
+        f"specgate.render.x_template_hash__mutmut_{n}": "the spec dumped in python mode, not json: it "
+        "holds only str, int, float, bool, str enums, lists and dicts, which both modes give alike"
+        for n in (17, 20, 23, 24)
+    },
+    **{
         name: "`route.get('spec', None)` for `route.get('spec', {})`: the HTTPRoute CRD requires spec, "
         "so the default is never read"
         for name in (

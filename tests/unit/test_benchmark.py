@@ -980,3 +980,11 @@ def test_in_both_modes_a_failing_traffic_alpha_rolls_back_while_the_canary_bench
     )
     assert (run.phase, run.status.reason) == (Phase.ROLLING_BACK, Reason.ACCEPTANCE_BELOW_GATE)
     assert (run.status.message or "").startswith("alpha 0.200 ")
+
+
+def test_a_long_name_cut_after_a_dot_gives_a_valid_job_name() -> None:
+    """Cut to fit 63 characters, a name (a DNS subdomain: labels joined by '.') whose cut falls
+    after a '.' loses it: '.' then the suffix's '-' would begin a label with '-', a name the API
+    server refuses."""
+    owner = Owner(name="a" * 44 + "." + "b" * 10, namespace="ml", uid="u")  # 45 characters are kept
+    assert render.benchmark_job_name(owner, Track.BASELINE, 12) == "a" * 44 + "-bench-baseline-12"

@@ -102,6 +102,7 @@ def test_exactly_min_count_samples_are_judged_and_wide_buckets_cannot_tell() -> 
         "P99 ITL canary 76.0 ms [68.2, 80.0] vs baseline 76.0 ms [68.2, 80.0]: cannot tell 10% yet with "
         "buckets 40-80 ms (canary) and 40-80 ms (baseline) over 100 samples: " + CANNOT_TELL_TAIL
     )
+    assert (result.estimate, result.lower, result.upper) == pytest.approx((0.076, 0.0681993, 0.080), rel=1e-5)
 
 
 # --- quantiles beyond the last finite edge ---
@@ -121,6 +122,50 @@ def test_canary_upper_estimate_in_the_inf_bucket_is_never_a_pass() -> None:
         "P99 ITL canary 78.1 ms [74.4, 80.0] vs baseline 78.1 ms [74.4, 80.0]: the canary quantile lies "
         "beyond the last bucket edge (40-80 ms); add higher buckets"
     )
+
+
+def test_the_overflow_message_names_the_overflowing_tracks_bucket() -> None:
+    """Only the canary's upper estimate lies beyond the last edge: the message names the canary's
+    P99 bucket (40-80 ms), not the baseline's (20-40 ms), as the bucket a user should split."""
+    canary = hist(200, 300, 388, 394, 396)
+    baseline = hist(0, 304, 396, 396, 396)
+    # n = 396, ranks 388.1592, 392.04, 395.9208.
+    # canary, 40-80 ms holds 388..394 (6): P99 40 + 40 * 4.04 / 6 = 66.933, low 40 + 40 * 0.1592 / 6
+    #   = 41.061; the upper rank 395.92 > 394 lies in +Inf: 80.0, so the canary overflows.
+    # baseline, 20-40 ms holds 304..396 (92): P99 20 + 20 * 88.04 / 92 = 39.139, low 20 + 20 * 84.1592
+    #   / 92 = 38.296, high 20 + 20 * 91.9208 / 92 = 39.983: finite.
+    # Heavier tail: at 20 ms the baseline at 18.18 reads 304 * 9/11 / 396 = 0.628 < 300 / 396 = 0.758;
+    # at 40 ms (304 + 92 * 9/11) / 396 = 0.958 < 388 / 396 = 0.980; at 80 ms 1.0 (skipped): none.
+    # Fail needs 41.061 > 1.1 * 39.983 = 43.98: no.
+    result = latency_gate(baseline, canary)
+    assert result.verdict == Verdict.INSUFFICIENT_DATA
+    assert result.message == (
+        "P99 ITL canary 66.9 ms [41.1, 80.0] vs baseline 39.1 ms [38.3, 40.0]: the canary quantile lies "
+        "beyond the last bucket edge (40-80 ms); add higher buckets"
+    )
+    assert result.samples == 396
+
+
+def test_a_canary_whose_low_estimate_is_above_the_baselines_high_one_by_the_tolerance_fails() -> None:
+    """No edge shows a heavier tail (most of the canary is fast), but even the canary's low P99
+    estimate is more than 10 % above the baseline's high one: Fail, with both figures."""
+    canary = hist(0, 376, 396, 396, 396)
+    baseline = hist(0, 396, 396, 396, 396)
+    # n = 396, ranks 388.1592, 392.04, 395.9208.
+    # baseline, 10-20 ms holds 0..396: P99 10 + 10 * 392.04 / 396 = 19.9, low 19.802, high 19.998.
+    # canary, 20-40 ms holds 376..396 (20): P99 20 + 20 * 16.04 / 20 = 36.04, low 20 + 12.1592 = 32.159,
+    #   high 20 + 19.9208 = 39.921.
+    # Heavier tail: at 20 ms the baseline at 18.18 reads 0.818, the canary 376 / 396 = 0.949; at 40 ms
+    # and above the baseline reads 1.0 (skipped): none. 32.159 > 1.1 * 19.998 = 21.998: Fail (and not
+    # above 2.1 * 19.998 = 42.0, so the tolerance is 10 %, not 110 %).
+    result = latency_gate(baseline, canary)
+    assert result.verdict == Verdict.FAIL
+    assert result.message == (
+        "P99 ITL canary 36.0 ms [32.2, 39.9] vs baseline 19.9 ms [19.8, 20.0]: more than 10% worse "
+        "(32.2 > 20.0 ms + 10%)"
+    )
+    assert (result.estimate, result.lower, result.upper) == pytest.approx((0.03604, 0.0321592, 0.0399208))
+    assert result.samples == 396
 
 
 def test_baseline_lower_estimate_in_the_inf_bucket_is_never_a_pass() -> None:
@@ -175,6 +220,7 @@ def test_heavier_tail_at_level_exactly_the_quantile_fails_at_the_last_finite_edg
         "P99 ITL canary 80.0 ms [80.0, 80.0] vs baseline 40.0 ms [39.2, 80.0]: 2.5% of the canary's "
         "samples exceed 80 ms, against 1.0% of the baseline's above 72.7 ms (tolerance 10%)"
     )
+    assert (result.estimate, result.lower, result.upper, result.samples) == (0.08, 0.08, 0.08, 400)
 
 
 def test_heavier_tail_at_level_exactly_one_half_fails_a_canary_beyond_sampling_error() -> None:

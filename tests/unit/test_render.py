@@ -196,3 +196,30 @@ def test_a_k_schedule_per_batch_size_reaches_the_speculative_config() -> None:
     old = api.parse_spec(load_sample("tiny-cpu.yaml")["spec"])
     assert render.template_hash(spec) != render.template_hash(old)
     assert render.template_hash(spec, Track.BASELINE) == render.template_hash(old, Track.BASELINE)
+
+
+def test_a_draft_models_own_tensor_parallel_size_reaches_vllm_under_its_name() -> None:
+    """vLLM's --speculative-config reads a draft model's sharding as draft_tensor_parallel_size."""
+    spec = api.SpeculativeSpec(method=api.Method.DRAFT_MODEL, draft_model="d", draft_tensor_parallel_size=1)
+    assert render.speculative_config(spec) == {
+        "method": "draft_model",
+        "model": "d",
+        "num_speculative_tokens": 3,
+        "draft_tensor_parallel_size": 1,
+    }
+
+
+def test_a_toleration_reaches_the_pods_in_kubernetes_spelling() -> None:
+    """A NoExecute toleration's seconds are tolerationSeconds in a pod spec (Kubernetes ignores
+    an unknown toleration_seconds, and the pod would be evicted at once)."""
+    raw = load_sample("tiny-cpu.yaml")["spec"]
+    toleration = {
+        "key": "gpu-maintenance",
+        "operator": "Exists",
+        "effect": "NoExecute",
+        "tolerationSeconds": 300,
+    }
+    spec = api.parse_spec({**raw, "tolerations": [toleration]})
+    for track in Track:
+        pod = render.deployment(spec, OWNER, track, 1)["spec"]["template"]["spec"]
+        assert pod["tolerations"] == [toleration]
