@@ -174,3 +174,16 @@ def to_rerollout(run: Run) -> datetime:
 
 
 NEAR_GATE = metrics(0.62, windows=12)  # three minutes at 0.62: a Pass on a steady mix, not under 0.09
+
+
+def first_rerollout_look(run: Run, after: float) -> None:
+    """The re-rollout's first look at NEAR_GATE, reading the promoted config's steady 4 h history."""
+    run.step(
+        after=after,
+        baseline=ready(1),
+        canary=ready(1),
+        baseline_metrics=metrics(),
+        canary_metrics=NEAR_GATE,
+        incumbent_acceptance=steady_history(),
+        incumbent_window_seconds=60.0,
+    )

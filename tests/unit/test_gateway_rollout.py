@@ -38,6 +38,14 @@ def gateway_run() -> Run:
     return run
 
 
+def four_baseline_pods_measured(run: Run, route: RouteState) -> None:
+    """A 4-replica baseline Ready and measured on `route`: the rollout moves to Canary."""
+    run.step(baseline=ready(4), route=route)
+    run.step(baseline=ready(4), route=route)
+    run.step(after=95, baseline=ready(4), baseline_metrics=metrics(), route=route)
+    run.expect(Phase.CANARY)
+
+
 def test_the_analysis_waits_for_the_gateway_and_starts_its_window_when_it_accepts() -> None:
     """Gates that would pass do not promote while the route is not accepted: the analysis window
     starts over from the moment the Gateways route as specgate set, with the reason in status."""
@@ -282,10 +290,7 @@ def test_without_spare_pods_the_capacity_floor_bounds_the_initial_weight() -> No
     )
     run = Run(api.parse_spec({**body, "replicas": 4}))
     plain = RouteState(weights=Weights(100, 0))
-    run.step(baseline=ready(4), route=plain)
-    run.step(baseline=ready(4), route=plain)
-    run.step(after=95, baseline=ready(4), baseline_metrics=metrics(), route=plain)
-    run.expect(Phase.CANARY)
+    four_baseline_pods_measured(run, plain)
     analysing = run.step(baseline=ready(2), canary=ready(2), route=plain)
     run.expect(Phase.ANALYZING)
     assert analysing.route_weights == Weights(66, 34)
@@ -417,10 +422,7 @@ def test_at_the_initial_weight_the_baseline_beside_the_canary_stays_within_max_s
     body = spec_body(traffic={**OWNED, "initialCanaryWeight": 10}, canaryReplicas=2)
     run = Run(api.parse_spec({**body, "replicas": 4}))
     plain = RouteState(weights=Weights(100, 0))
-    run.step(baseline=ready(4), route=plain)
-    run.step(baseline=ready(4), route=plain)
-    run.step(after=95, baseline=ready(4), baseline_metrics=metrics(), route=plain)
-    run.expect(Phase.CANARY)
+    four_baseline_pods_measured(run, plain)
     run.step(baseline=ready(4), canary=ready(2), route=plain)
     run.expect(Phase.ANALYZING)
     d = run.step(baseline=ready(4), canary=ready(2), route=RouteState(weights=Weights(75, 25)))

@@ -20,6 +20,7 @@ from tests.unit.rollout_driver import (
     Run,
     collapsed,
     edit,
+    first_rerollout_look,
     itl,
     make_spec,
     metrics,
@@ -1097,15 +1098,7 @@ def test_a_rerollout_measures_the_drift_on_the_promoted_configs_history() -> Non
     assert (run.status.incumbent_since, run.status.incumbent_until) == (promoted, api.iso(began))
     window = rollout.incumbent_window(run.spec, run.status)
     assert window is not None and (window.start, window.end) == (began - timedelta(hours=4), began)
-    run.step(
-        after=60,
-        baseline=ready(1),
-        canary=ready(1),
-        baseline_metrics=metrics(),
-        canary_metrics=NEAR_GATE,
-        incumbent_acceptance=steady_history(),
-        incumbent_window_seconds=60.0,
-    )
+    first_rerollout_look(run, after=60)
     drift = run.status.mix_drift
     assert drift is not None and drift.standard_deviation == 0.0
     assert drift.source == "measured over 4.0 h of the promoted config's alpha (60s windows, design effect 1)"
@@ -1358,15 +1351,7 @@ def test_a_measured_drift_is_read_back_from_status_at_every_later_look() -> None
     run = Run()
     to_rerollout(run)
     measured = "drift: measured over 4.0 h of the promoted config's alpha (60s windows, design effect 1)"
-    run.step(
-        after=30,
-        baseline=ready(1),
-        canary=ready(1),
-        baseline_metrics=metrics(),
-        canary_metrics=NEAR_GATE,
-        incumbent_acceptance=steady_history(),
-        incumbent_window_seconds=60.0,
-    )
+    first_rerollout_look(run, after=30)
     assert (run.phase, run.status.verdict) == (Phase.ANALYZING, "Pass")  # before the analysis window
     assert measured in (run.status.message or "")
     kept = run.status.mix_drift
