@@ -38,6 +38,7 @@ from specgate.gates import (
     measure_mix_drift,
     mix_drift_variance,
     residual_variance,
+    span_seconds,
     spec_acceptance_gate,
     sprt_log_lr,
     wald_bounds,
@@ -883,3 +884,14 @@ def test_a_steady_ramp_is_fitted_at_the_longest_timescale_tried() -> None:
     (30 min) at most, and on the grid of factors 1.1 more than a ninth of it (26.7 min)."""
     measured = measure_mix_drift(minute_windows([0.5 + 0.1 * i / 240 for i in range(240)], tokens=1e6), 60.0)
     assert measured is not None and 4 * 3600 / 9 < measured[1] <= 4 * 3600 / 8
+
+
+def test_the_span_runs_from_the_first_windows_start_to_the_last_ones_end() -> None:
+    """The drift allowance fades with the span the windows cover, gaps included: 15 s windows ending
+    at 115, 130 and 175 s (those ending at 145 and 160 s were dropped) span 100 to 175 s, 75 s,
+    not the 45 s three windows would; without end times (a benchmark's) it is their count's."""
+    ends = [AcceptanceWindow(4, 16, 10, end=e) for e in (115.0, 130.0, 175.0)]
+    assert span_seconds(ends, 15.0) == 75.0
+    assert span_seconds(ends[:1], 15.0) == 15.0
+    assert span_seconds([AcceptanceWindow(4, 16, 10)] * 3, 15.0) == 45.0
+    assert span_seconds([], 15.0) == 0.0
