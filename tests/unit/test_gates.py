@@ -895,3 +895,19 @@ def test_the_span_runs_from_the_first_windows_start_to_the_last_ones_end() -> No
     assert span_seconds(ends[:1], 15.0) == 15.0
     assert span_seconds([AcceptanceWindow(4, 16, 10)] * 3, 15.0) == 45.0
     assert span_seconds([], 15.0) == 0.0
+
+
+def test_exactly_min_drafts_in_exactly_min_windows_are_judged_one_less_of_either_is_not() -> None:
+    """minDrafts (200) and MIN_WINDOWS (3) are minimums: at them the SPRT runs (its message gives the
+    estimate); one draft or one window fewer and the gate says what it has and needs."""
+    judged = [AcceptanceWindow(66, 264, 240), AcceptanceWindow(67, 268, 244), AcceptanceWindow(67, 268, 244)]
+    assert acceptance_gate(judged, 0.55).message.startswith("alpha 0.910 ")
+    fewer_drafts = [*judged[:2], AcceptanceWindow(66, 264, 240)]
+    assert (
+        acceptance_gate(fewer_drafts, 0.55).message
+        == "199 drafts in 3 windows, need 200 drafts and 3 windows"
+    )
+    two = [AcceptanceWindow(100, 400, 364)] * 2 + [AcceptanceWindow(math.nan, 400, 364)]
+    assert acceptance_gate(two, 0.55).message == (
+        "200 drafts in 2 windows, need 200 drafts and 3 windows (1 windows with NaN or negative increases dropped)"
+    )

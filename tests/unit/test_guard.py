@@ -20,6 +20,7 @@ from specgate.gates import (
     MIN_GUARD_BLOCKS,
     MIN_GUARD_REFERENCE_BLOCKS,
     AcceptanceWindow,
+    GuardResult,
     MixDrift,
     acceptance_guard,
     drift_spread,
@@ -336,4 +337,44 @@ def test_a_metrics_error_blinds_the_guard_even_with_old_canary_figures_at_hand()
         rollout.Reason.GUARDING,
         f"guard: metrics unavailable since {api.iso(run.now)}: connection refused",
         api.iso(run.now),
+    )
+
+
+def full_guard(windows: list[AcceptanceWindow]) -> GuardResult:
+    return acceptance_guard(
+        windows, GATE, indifference=DELTA, false_alarms_per_month=0.1, block_seconds=60.0, drift=STEADY
+    )
+
+
+def test_a_history_too_short_to_judge_says_how_much_it_has_and_needs() -> None:
+    """Seven blocks of 400 draft tokens at 0.62: not judged, not tripped, its alpha still shown, and
+    the message says what the guard has and what it judges from (8 blocks)."""
+    result = full_guard([AcceptanceWindow(100, 400, 248)] * (MIN_GUARD_BLOCKS - 1))
+    assert (result.tripped, result.statistic, result.alpha, result.windows) == (False, 0.0, 0.62, 7)
+    assert (
+        result.message
+        == "7 blocks, 2800 draft tokens: the guard judges from 8 blocks, with drafts in its older part"
+    )
+
+
+def test_eight_blocks_are_judged_and_the_message_names_the_budget_and_the_drop_it_catches() -> None:
+    """Exactly MIN_GUARD_BLOCKS blocks are judged: alpha, the CUSUM and where it trips (log 432,000
+    blocks + 6 = 19.0), the budget at gate + indifference (0.6) and the drop it catches (to 0.5)."""
+    result = full_guard([AcceptanceWindow(100, 400, 248)] * MIN_GUARD_BLOCKS)
+    assert (result.tripped, result.statistic, result.windows) == (False, 0.0, 8)
+    assert result.message.startswith(
+        "alpha 0.620 over 8 blocks of 60s; CUSUM 0.0, trips at 19.0 (0.1 false alarms per month at alpha "
+        "0.6, a drop to 0.5 is caught); spread "
+    )
+
+
+def test_quiet_older_blocks_leave_the_guard_without_a_spread_to_judge_by() -> None:
+    """Eight quiet minutes (no drafts) then four busy ones: the spread comes from the older part of
+    the history, which holds no draft tokens, so the guard does not judge yet."""
+    quiet, busy = AcceptanceWindow(0, 0, 0), AcceptanceWindow(100, 400, 100)
+    result = full_guard([quiet] * 8 + [busy] * 4)
+    assert (result.tripped, result.statistic, result.alpha) == (False, 0.0, 0.25)
+    assert (
+        result.message
+        == "12 blocks, 1600 draft tokens: the guard judges from 8 blocks, with drafts in its older part"
     )
