@@ -91,7 +91,9 @@ OFFSETS = (-0.20, -0.10, -DELTA, DELTA, 0.10)
 ROLLOUTS = ("first", "re")
 LOW_TRAFFIC = 3  # requests per window
 HISTORY_WINDOWS = int(api.parse_duration(GATES.mix_drift_history) // WINDOW_SECONDS)
-HISTORIES = 20  # incumbent histories per (requests, mix), taken in turn by the re-rollout trials
+# Incumbent histories per (requests, mix), taken in turn by the re-rollout trials: with 20, the one
+# steady history in 20 that read as a drift set a cell's mean stopping time.
+HISTORIES = 60
 INCUMBENT_ALPHA = GATE + 0.10  # the promoted config the re-rollout replaces (the drift is the mix's)
 BATCH = 300
 MAX_TRIALS = 1_200

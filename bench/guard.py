@@ -62,7 +62,9 @@ REFERENCE = HISTORY * 2 // 3
 RATES = (3, 20, 200)  # requests per 15 s window
 MIXES = {"steady": 0.0, "drift": DRIFT_SD}
 DROPS = (0.10, 0.15, 0.25)
-MONTHS = {3: 100, 20: 100, 200: 40}  # 200 a window: 24 s of simulation a month
+# A month at 3 or 20 requests a window simulates in about 1.3 s, at 200 in 24 s. 100 months left a
+# rate of 0.08 (8 trips) with an upper bound of 0.144 over a budget of 0.1; 300 tell 0.05 from 0.1.
+MONTHS = {3: 300, 20: 300, 200: 40}
 DELAY_TRIALS = 100
 MAX_DELAY_BLOCKS = 360  # six hours
 CHECKED_LOOKS = 40

@@ -510,6 +510,29 @@ def test_a_steady_mix_measures_exactly_no_drift_where_the_fit_is_noise() -> None
     assert all(m is not None and m[0] > 0.05 for m in drifting)
 
 
+def traffic_histories(seed: int, count: int, drift_sd: float) -> list[list[AcceptanceWindow]]:
+    """`count` 4 h histories of bench/traffic.py's requests (20 a 15 s window, a promoted config at
+    alpha 0.65) in the 60 s blocks the operator's range query reads."""
+    model = traffic.for_alpha(0.65, 20, window_seconds=15.0, drift_sd=drift_sd)
+    stream = traffic.windows(model, count * 960, np.random.default_rng(seed))
+    blocks = stream.reshape(-1, 4, 3).sum(axis=1)
+    return [
+        [AcceptanceWindow(0.0, n, a, end=60.0 * (i + 1)) for i, (_, n, a) in enumerate(history.tolist())]
+        for history in np.split(blocks, count)
+    ]
+
+
+def test_steady_request_traffic_reads_as_no_drift_and_a_drifting_mix_mostly_as_one() -> None:
+    """DRIFT_SIGNIFICANCE against long requests, not white noise: 40 steady histories of the
+    traffic model, of which 3 read as a drift at 3 standard errors (their heavy-tailed covariances
+    at neighbouring lags err together), all measure sd 0; of 10 histories of its drifting mix
+    (sd 0.35 logit over 3 min, about 0.09 in alpha), most still measure a drift (7 here)."""
+    steady = [measure_mix_drift(h, 60.0) for h in traffic_histories(5, 40, 0.0)]
+    assert all(m is not None and m[0] == 0.0 for m in steady)
+    drifting = [measure_mix_drift(h, 60.0) for h in traffic_histories(105, 10, traffic.DRIFT_SD)]
+    assert sum(m is not None and m[0] > 0.03 for m in drifting) >= 6
+
+
 def clustered_windows(
     rng: np.random.Generator, count: int, *, requests: int, tokens: int, mean: float, concentration: float
 ) -> list[AcceptanceWindow]:
