@@ -62,6 +62,7 @@ from specgate import api
 from specgate.gates import (
     HAC_LAGS,
     MIN_WINDOWS,
+    OVERSHOOT,
     AcceptanceWindow,
     MixDrift,
     Verdict,
@@ -71,7 +72,9 @@ from specgate.gates import (
     judged_windows,
     mix_drift_variance,
     spec_acceptance_gate,
+    sprt_bounds,
     sprt_log_lr,
+    sprt_step_sd,
     wald_bounds,
 )
 from specgate.prometheus import history_step
@@ -132,7 +135,7 @@ def drift_variances(drift: MixDrift) -> FloatArray:
 def verdicts_per_look(counts: FloatArray, drift: MixDrift) -> tuple[IntArray, IntArray]:
     """gates.acceptance_gate's verdict over windows 1..m for every m: the same arithmetic (windows
     without draft tokens left out, Newey-West spread over HAC_LAGS lags, chi-square bound, binomial
-    floor, the mix's drift, Wald's bounds), for all looks at once; and per look the side of the gate
+    floor, the mix's drift, Wald's bounds less the overshoot), for all looks at once; and per look the side of the gate
     its estimate is on where the test has its data (PASS or FAIL, else NONE: what
     gates.decide_at_deadline takes). counts: rows of drafts, draft tokens, accepted."""
     judged = counts[:, 1] > 0
@@ -172,7 +175,10 @@ def verdicts_per_look(counts: FloatArray, drift: MixDrift) -> tuple[IntArray, In
     at = judged_so_far[looks] - 1  # the look's last judged window
     drift_variance = drift_variances(drift)[looks]  # the span counts every window, empty ones too
     llr = 2 * DELTA * (alpha[at] - GATE) / (s2[at] / big_n[at] + drift_variance)
-    fail_at, pass_at = wald_bounds(ERROR_RATE)
+    step_sd = 2 * DELTA * np.sqrt(big_n[at] / j[at] * s2[at]) / (s2[at] + big_n[at] * drift_variance)
+    wald_fail, wald_pass = wald_bounds(ERROR_RATE)
+    shift = np.minimum(OVERSHOOT * step_sd, wald_pass / 2)
+    fail_at, pass_at = wald_fail + shift, wald_pass - shift
     verdict = np.where(llr >= pass_at, PASS, np.where(llr <= fail_at, FAIL, NONE))
     short = (drafts[at] < GATES.min_drafts) | (j[at] < MIN_WINDOWS)
     verdict[short] = NONE
@@ -199,12 +205,13 @@ def check_against_the_operator(
             continue
         usable = judged_windows(looked)
         variance = mix_drift_variance(drift.sd, drift.timescale_seconds, m * WINDOW_SECONDS)
-        llr = (
-            sprt_log_lr(usable, GATE, DELTA, ERROR_RATE, variance, drift.design_effect)
-            if usable
-            else math.nan
-        )
-        if not any(math.isclose(abs(llr), bound, rel_tol=1e-9) for bound in wald_bounds(ERROR_RATE)):
+        if not usable:
+            raise SystemExit(
+                f"vectorized gate {per_look[m - 1]} != acceptance_gate {result.verdict} at look {m}"
+            )
+        llr = sprt_log_lr(usable, GATE, DELTA, ERROR_RATE, variance, drift.design_effect)
+        step_sd = sprt_step_sd(usable, DELTA, ERROR_RATE, variance, drift.design_effect)
+        if not any(math.isclose(llr, bound, rel_tol=1e-9) for bound in sprt_bounds(ERROR_RATE, step_sd)):
             raise SystemExit(
                 f"vectorized gate {per_look[m - 1]} != acceptance_gate {result.verdict} at look {m}"
             )

@@ -1177,7 +1177,10 @@ class Measurement(StatusModel):
         "indifference against minAcceptanceRate - indifference; it passes at +acceptanceBound and fails "
         "at -acceptanceBound.",
     )
-    acceptance_bound: float | None = Field(None, description="Canary: log((1 - errorRate) / errorRate).")
+    acceptance_bound: float | None = Field(
+        None,
+        description="Canary: the log likelihood ratio's bound, log((1 - errorRate) / errorRate) less its expected overshoot of one window's step.",
+    )
     analysis_deadline: str | None = Field(
         None,
         description="Canary: when maxAnalysisDuration ends (RFC 3339): an acceptance test still between "

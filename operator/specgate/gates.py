@@ -13,10 +13,13 @@ Gaussian in the quasi-likelihood sense, x_i ~ N(+-delta * n_i, s^2 * n_i), so
 
     log LR = sum 2 * delta * n_i * x_i / (s^2 * n_i) = 2 * delta * (A - gate * N) / s^2
 
-(A, N: the sums). Pass when log LR >= log((1 - e) / e), Fail when it is <= log(e / (1 - e)), with
-e = error_rate for both wrong verdicts (a wrong Pass and a wrong Fail cost alike: the guard watches
-after promotion, a rollback can be retried); otherwise InsufficientData. The rule is called again
-at every reconcile with every window so far, which is what an SPRT is built for.
+(A, N: the sums). Pass when log LR >= log((1 - e) / e) - o, Fail when it is <= log(e / (1 - e)) + o,
+with e = error_rate for both wrong verdicts (a wrong Pass and a wrong Fail cost alike: the guard
+watches after promotion, a rollback can be retried); otherwise InsufficientData. o is the log LR's
+expected overshoot, 0.5826 times the sd of one window's step (Siegmund's corrected boundaries, at
+most half of Wald's bound): the test looks once a window, so it stops beyond the bound it crosses,
+and Wald's bounds alone give errors well under e (sprt_bounds). The rule is called again at every
+reconcile with every window so far, which is what an SPRT is built for.
 
 s^2 is not known: it is re-estimated at each look and taken conservatively, because an SPRT stops
 exactly when the spread happens to look small. It is the residuals' long-run (Newey-West) window
@@ -103,6 +106,9 @@ MIN_ACCEPTANCE_WINDOW_SECONDS = 15.0
 MONTH_SECONDS = 30 * 24 * 3600
 MAX_GUARD_LAGS = 40  # the guard's Bartlett horizon at most, in blocks (prewhitened, it needs few)
 MAX_AUTOCORRELATION = 0.98  # a lag-1 correlation above this is a trend, not noise: the horizon is capped
+# Siegmund's rho (1985): a Gaussian random walk stopped on crossing a level ends beyond it by about
+# rho times the sd of one step (rho = -zeta(1/2) / sqrt(2 pi) = 0.5826).
+OVERSHOOT = 0.5826
 TIGHTEST_AT_WINDOWS = 8.0  # m0 (smaller m0 decides sooner but breaks coverage: see test_gates)
 
 
@@ -264,6 +270,18 @@ def wald_bounds(error_rate: float) -> tuple[float, float]:
     """(Fail at or below, Pass at or above) for the log likelihood ratio: Wald's bounds
     log(beta / (1 - alpha)) and log((1 - beta) / alpha) with alpha = beta = error_rate."""
     return math.log(error_rate / (1 - error_rate)), math.log((1 - error_rate) / error_rate)
+
+
+def sprt_bounds(error_rate: float, step_sd: float) -> tuple[float, float]:
+    """Wald's bounds, each moved towards 0 by the log LR's expected overshoot (Siegmund's corrected
+    boundaries): Wald's errors hold for a log LR that stops exactly on a bound, but the test looks
+    once a window, and a walk whose steps have sd `step_sd` ends beyond the bound it crosses by
+    about OVERSHOOT * step_sd, so Wald's bounds give errors well under error_rate (0.7 and 2.6 % at
+    the zone's edges at 20 requests a window in bench/decisions.py) and wait longer than the
+    errors need. The shift is at most half a bound: the correction is for steps small beside it."""
+    fail_at, pass_at = wald_bounds(error_rate)
+    shift = min(OVERSHOOT * step_sd, pass_at / 2)
+    return fail_at + shift, pass_at - shift
 
 
 def mix_drift_variance(drift_sd: float, timescale_seconds: float, span_seconds: float) -> float:
@@ -445,6 +463,20 @@ def sprt_log_lr(
     return 2 * indifference * (a - gate * n) / (spread + n * drift_variance)
 
 
+def sprt_step_sd(
+    windows: Sequence[AcceptanceWindow],
+    indifference: float,
+    error_rate: float,
+    drift_variance: float = 0.0,
+    design_effect: float | None = None,
+) -> float:
+    """The sd of one window's step of sprt_log_lr: a window of the windows' mean draft tokens n_w
+    adds 2 delta (a_w - gate n_w) over the same denominator, whose numerator has variance n_w s^2."""
+    n = sum(w.draft_tokens for w in windows)
+    spread = residual_variance(windows, error_rate, design_effect)
+    return 2 * indifference * math.sqrt(n / len(windows) * spread) / (spread + n * drift_variance)
+
+
 def judged_windows(windows: Sequence[AcceptanceWindow]) -> list[AcceptanceWindow]:
     """The windows acceptance_gate judges (and status.canary reports): usable, with draft tokens."""
     return [w for w in windows if w.usable() and w.draft_tokens > 0]
@@ -484,7 +516,8 @@ def acceptance_gate(
         )
     alpha, lower, upper = interval
     llr = sprt_log_lr(usable, min_rate, indifference, error_rate, drift, design_effect)
-    fail_at, pass_at = wald_bounds(error_rate)
+    step_sd = sprt_step_sd(usable, indifference, error_rate, drift, design_effect)
+    fail_at, pass_at = sprt_bounds(error_rate, step_sd)
     figures = f"alpha {alpha:.3f} [{lower:.3f}, {upper:.3f}] over {drafts:.0f} drafts: SPRT log-LR {llr:.1f}"
     drifting = f"; mix drift sd {mix_drift:g} over {mix_drift_seconds:g}s" if mix_drift > 0 else ""
     zone = f"(gate {min_rate:g} +/- {indifference:g}{drifting}){note}"

@@ -40,6 +40,7 @@ from specgate.gates import (
     residual_variance,
     span_seconds,
     spec_acceptance_gate,
+    sprt_bounds,
     sprt_log_lr,
     wald_bounds,
     worst,
@@ -142,7 +143,8 @@ def test_near_the_gate_is_insufficient_not_a_guess() -> None:
         )
         assert early <= 10, f"{early} of 100 streams decided within 6 windows at the gate ({stream_kind})"
     result = acceptance_gate(correlated_windows(0.55, 8, random.Random(3)), 0.55)
-    assert result.verdict == Verdict.INSUFFICIENT_DATA and "within (-2.9, 2.9)" in result.message
+    assert result.verdict == Verdict.INSUFFICIENT_DATA and result.bound is not None
+    assert f"within (-{result.bound:.1f}, {result.bound:.1f})" in result.message
 
 
 def test_wrong_verdicts_at_the_edges_of_the_zone_are_at_most_error_rate() -> None:
@@ -177,6 +179,32 @@ def test_wald_bounds() -> None:
     assert wald_bounds(0.01) == pytest.approx((-4.595, 4.595), abs=1e-3)
 
 
+def test_the_sprt_bounds_are_walds_moved_in_by_the_overshoot_of_a_step_at_most_half_way() -> None:
+    """Siegmund's rho = -zeta(1/2) / sqrt(2 pi) = 1.46035 / 2.50663 = 0.5826 of a step's sd."""
+    assert sprt_bounds(0.05, 0.0) == pytest.approx((-2.9444, 2.9444), abs=1e-4)
+    assert sprt_bounds(0.05, 1.0) == pytest.approx((-2.9444 + 0.5826, 2.9444 - 0.5826), abs=1e-4)
+    assert sprt_bounds(0.01, 2.0) == pytest.approx((-4.5951 + 1.1652, 4.5951 - 1.1652), abs=1e-4)
+    assert sprt_bounds(0.05, 10.0) == pytest.approx((-1.4722, 1.4722), abs=1e-4)  # half of Wald's
+
+
+@pytest.mark.parametrize("step_sd", [0.5, 1.0, 1.5])
+def test_the_sprt_bounds_spend_the_error_rate_that_walds_leave_unspent(step_sd: float) -> None:
+    """20,000 log-LR walks of Gaussian steps at the zone's lower edge (mean -sd^2 / 2, the log-LR's
+    drift there), each stopped at the first bound it reaches: a wrong Pass is about errorRate 5 %
+    likely with the corrected bounds (seen 4.7-5.0 %), where Wald's own give 2.2-3.7 %."""
+    rng = np.random.default_rng(1)
+    walks = rng.normal(-(step_sd**2) / 2, step_sd, (20_000, 400)).cumsum(axis=1)
+
+    def wrong_pass_rate(bounds: tuple[float, float]) -> float:
+        never = walks.shape[1]
+        up = np.where((walks >= bounds[1]).any(axis=1), (walks >= bounds[1]).argmax(axis=1), never)
+        down = np.where((walks <= bounds[0]).any(axis=1), (walks <= bounds[0]).argmax(axis=1), never)
+        return float((up < down).mean())
+
+    assert 0.04 <= wrong_pass_rate(sprt_bounds(0.05, step_sd)) <= 0.055
+    assert wrong_pass_rate(wald_bounds(0.05)) < 0.04
+
+
 def test_log_lr_is_the_gaussian_likelihood_ratio_and_decides_at_the_bounds() -> None:
     """The closed form equals sum log N(x_i; +delta n_i, s^2 n_i) - log N(x_i; -delta n_i, s^2 n_i), and
     the verdict changes exactly where it crosses Wald's bounds."""
@@ -200,11 +228,13 @@ def test_log_lr_is_the_gaussian_likelihood_ratio_and_decides_at_the_bounds() -> 
     # Move the gate so the log-LR sits just above / below the Pass bound: the verdict follows.
     n = sum(w.draft_tokens for w in windows)
     a = sum(w.accepted_tokens for w in windows)
-    pass_at = wald_bounds(0.05)[1]
+    # Wald's bounds less the overshoot: 0.5826 of a window's step, 2 delta sqrt(n / 12 s^2) / s^2
+    shift = 0.5826 * 2 * delta * math.sqrt(n / len(windows) * s2) / s2
+    pass_at = math.log(19) - shift
     at_bound = (a - pass_at * s2 / (2 * delta)) / n  # the gate where the log-LR equals pass_at
     assert acceptance_gate(windows, at_bound - 1e-4, min_drafts=1).verdict == Verdict.PASS
     assert acceptance_gate(windows, at_bound + 1e-4, min_drafts=1).verdict == Verdict.INSUFFICIENT_DATA
-    fail_at = wald_bounds(0.05)[0]
+    fail_at = -pass_at
     at_fail = (a - fail_at * s2 / (2 * delta)) / n
     assert acceptance_gate(windows, at_fail + 1e-4, min_drafts=1).verdict == Verdict.FAIL
     assert acceptance_gate(windows, at_fail - 1e-4, min_drafts=1).verdict == Verdict.INSUFFICIENT_DATA
@@ -426,13 +456,15 @@ THREE_MINUTES_AT_062 = [AcceptanceWindow(50, 200, 124) for _ in range(12)]
 def test_the_drift_term_holds_a_verdict_until_the_mix_has_swung() -> None:
     """Over one timescale (180 s) the mix's drift adds 0.09^2 * 2 e^-1 = 0.00596 to the variance of
     the mean alpha, against alpha (1 - alpha) / N = 0.2356 / 2400 = 0.0000982 from the windows: the
-    log-LR 2 * 0.05 * (0.62 - 0.55) / variance falls from 71.3 (a Pass) to 1.2, short of Wald's 2.9."""
+    log-LR 2 * 0.05 * (0.62 - 0.55) / variance falls from 71.3 (a Pass) to 1.2, short of Wald's 2.9.
+    (Without the drift one window's step has sd 0.1 * sqrt(200 * 0.2356) / 0.2356 = 2.91, so the
+    bounds move in by half of Wald's, the most they move: 1.5; with it, by 0.03.)"""
     drifting = acceptance_gate(THREE_MINUTES_AT_062, 0.55, mix_drift=0.09, mix_drift_seconds=180.0)
     steady = acceptance_gate(THREE_MINUTES_AT_062, 0.55, mix_drift=0.0, mix_drift_seconds=180.0)
     assert (drifting.verdict, steady.verdict) == (Verdict.INSUFFICIENT_DATA, Verdict.PASS)
     assert "SPRT log-LR 1.2 within (-2.9, 2.9)" in drifting.message
     assert "mix drift sd 0.09 over 180s" in drifting.message
-    assert "SPRT log-LR 71.3 >= 2.9" in steady.message
+    assert "SPRT log-LR 71.3 >= 1.5" in steady.message
 
 
 @pytest.mark.parametrize(
@@ -777,8 +809,9 @@ def test_loads_further_apart_than_the_tolerance_are_not_comparable(canary: Load,
 def test_the_specs_min_drafts_and_error_rate_reach_the_acceptance_gate() -> None:
     """spec_acceptance_gate judges with the spec's minDrafts and errorRate: three minutes at 0.62
     hold 600 drafts, short of minDrafts 1000; at errorRate 0.01 Wald's Pass bound is
-    log(0.99 / 0.01) = 4.6, and the steady windows' log-LR 71.3 (their binomial spread, whatever
-    the error rate) clears it."""
+    log(0.99 / 0.01) = 4.6, less the overshoot of a window's step of sd 2.91 (0.5826 * 2.91 = 1.70):
+    2.9, and the steady windows' log-LR 71.3 (their binomial spread, whatever the error rate)
+    clears it."""
     fewer = spec_acceptance_gate(
         THREE_MINUTES_AT_062, api.Gates.model_validate({"minDrafts": 1000}), NO_DRIFT
     )
@@ -787,7 +820,7 @@ def test_the_specs_min_drafts_and_error_rate_reach_the_acceptance_gate() -> None
     strict = spec_acceptance_gate(
         THREE_MINUTES_AT_062, api.Gates.model_validate({"errorRate": 0.01}), NO_DRIFT
     )
-    assert strict.verdict == Verdict.PASS and "SPRT log-LR 71.3 >= 4.6" in strict.message
+    assert strict.verdict == Verdict.PASS and "SPRT log-LR 71.3 >= 2.9" in strict.message
 
 
 @pytest.mark.parametrize(
@@ -813,11 +846,13 @@ def test_the_drifts_timescale_and_the_windows_length_reach_the_acceptance_gate(
 def test_a_measured_design_effect_reaches_the_acceptance_gate_and_is_named() -> None:
     """A steady history's design effect of 100 sets the spread at 100 * 0.62 * 0.38 = 23.56 per
     draft token (the identical windows show none of their own), so the log-LR is
-    2 * 0.05 * 168 / 23.56 = 0.71, not the binomial spread's 71.3; the message names the source."""
+    2 * 0.05 * 168 / 23.56 = 0.71, not the binomial spread's 71.3; a window's step has sd
+    0.1 * sqrt(200 * 23.56) / 23.56 = 0.291, so the bounds are 2.944 - 0.5826 * 0.291 = 2.77; the
+    message names the source."""
     drift = MixDrift(0.0, 180.0, "measured over 4.0 h of its alpha (15s windows, design effect 100)", 100.0)
     result = spec_acceptance_gate(THREE_MINUTES_AT_062, api.Gates(), drift, window_seconds=15.0)
     assert result.verdict == Verdict.INSUFFICIENT_DATA
-    assert "SPRT log-LR 0.7 within (-2.9, 2.9)" in result.message
+    assert "SPRT log-LR 0.7 within (-2.8, 2.8)" in result.message
     assert result.message.endswith("; drift: " + drift.source)
 
 

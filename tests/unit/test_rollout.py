@@ -284,8 +284,13 @@ def test_status_shows_how_far_the_acceptance_test_is_from_a_verdict_and_when_the
     )
     canary = run.status.canary
     assert canary is not None and canary.acceptance_log_lr is not None
-    bound = math.log(0.95 / 0.05)
-    assert canary.acceptance_bound == pytest.approx(bound, abs=1e-3) and abs(canary.acceptance_log_lr) < bound
+    bound = canary.acceptance_bound
+    # Wald's log(0.95 / 0.05) less the overshoot of one window's step (test_gates pins how much)
+    assert (
+        bound is not None
+        and math.log(19) / 2 <= bound < math.log(19)
+        and abs(canary.acceptance_log_lr) < bound
+    )
     assert canary.analysis_deadline == api.iso(began + timedelta(minutes=10))
     toward = "Pass" if canary.acceptance_log_lr >= 0 else "Fail"
     share = abs(canary.acceptance_log_lr) / canary.acceptance_bound
