@@ -34,7 +34,7 @@ Where hours of the same traffic are at hand (a re-rollout over a steady mix), th
 re-estimated from the canary's first windows but taken from that history's design effect
 (history_design_effect: spread per token over p (1 - p)), with no chi-square bound; the canary's own
 spread counts where larger. In bench/decisions.py that halves the time to a verdict at 20 windows,
-for wrong verdicts at the zone's edges of up to 5.5 % at 3 requests a window (3.4 % from 20 up).
+for wrong verdicts at the zone's edges of up to 6.8 % at 3 requests a window (4.1 % from 20 up).
 
 The traffic's mix drifts: the share of easy and hard prompts moves alpha by several points over
 minutes. A swing slower than the windows seen so far moves them all together, so no spread
