@@ -38,7 +38,7 @@ import threading
 import time
 import urllib.request
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "operator"))
@@ -63,8 +63,10 @@ class Sizes:
     noises: tuple[str, ...]  # calibrated drafts (lab/calibration.json)
 
 
-FULL = Sizes(4, (1, 4), 6, 64, ("0.01", "0.05"))  # alpha about 0.80 and 0.53
-QUICK = Sizes(2, (1, 4), 3, 48, ("0.01",))
+# A load of 6 requests a client lasted about a second, within the noise of one: 24 last 3-5 s.
+FULL = Sizes(4, (1, 4), 24, 64, ("0.01", "0.05"))  # alpha about 0.80 and 0.53
+QUICK = Sizes(2, (1, 4), 6, 48, ("0.01",))
+WARM_UP_REQUESTS = 2  # per client, untimed, before each timed load
 
 Schedule = list[list[int]]  # vLLM's num_speculative_tokens_per_batch_size: [start, end, K]
 
@@ -126,20 +128,14 @@ def scrape(url: str) -> dict[str, float]:
 
 
 def load(url: str, concurrency: int, sizes: Sizes) -> Run:
-    """`concurrency` clients' completions; the figures are the counters' increases over the load."""
-    complete(url, "tiny", PROMPTS[0], max_tokens=8)  # warm the engine's first-request paths
+    """`concurrency` clients' completions; the figures are the counters' increases over the load.
+    The same load, shorter, runs first untimed: an engine compiles its kernels for each batch shape
+    the first time it meets it, and a timed load that pays for that measures the compiler (seen: K=4
+    faster than K=2 and K=3 on one engine's first loads)."""
+    clients(url, concurrency, WARM_UP_REQUESTS, sizes.max_tokens)
     before = scrape(url)
-
-    def client(index: int) -> None:
-        for r in range(sizes.requests):
-            complete(url, "tiny", PROMPTS[(index + r) % len(PROMPTS)], max_tokens=sizes.max_tokens)
-
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(concurrency)]
     start = time.monotonic()
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    clients(url, concurrency, sizes.requests, sizes.max_tokens)
     seconds = time.monotonic() - start
     after = scrape(url)
 
@@ -158,6 +154,20 @@ def load(url: str, concurrency: int, sizes: Sizes) -> Run:
         draft_tokens=grew(total(vllm_metrics.SPEC_DECODE_NUM_DRAFT_TOKENS)),
         accepted_per_position=per_position,
     )
+
+
+def clients(url: str, concurrency: int, requests: int, max_tokens: int) -> None:
+    """`concurrency` clients, each sending `requests` completions one after another."""
+
+    def client(index: int) -> None:
+        for r in range(requests):
+            complete(url, "tiny", PROMPTS[(index + r) % len(PROMPTS)], max_tokens=max_tokens)
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(concurrency)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
 
 
 def measure(
@@ -215,9 +225,12 @@ def _advice(metrics: TrackMetrics, costs: list[StepCost]) -> int:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="one draft, K 1..2, fewer requests (~5 min)")
-    sizes = QUICK if parser.parse_args().quick else FULL
+    parser.add_argument("--save", type=Path, help="write every engine's figures here (JSON) for a later look")
+    args = parser.parse_args()
+    sizes = QUICK if args.quick else FULL
     logs = Path(tempfile.mkdtemp(prefix="draft-length-"))
     baseline = measure(None, 0, logs, sizes)
+    saved: dict[str, object] = {"baseline": {c: asdict(r) for c, r in baseline.items()}}
     worst = {"measured": 1.0, "second": 1.0, "default": 1.0, "schedule": float("inf")}
     ks = range(1, sizes.k_max + 1)
     print(f"{'draft':<34} {'conc':>4} {'plain':>7} " + " ".join(f"{'K=' + str(k):>7}" for k in ks)
@@ -225,6 +238,9 @@ def main() -> None:
     for noise in sizes.noises:
         draft = f"specgate/tiny-llama-noise-{noise}"
         runs = {k: measure(draft, k, logs, sizes) for k in ks}
+        saved[draft] = {k: {c: asdict(r) for c, r in by_c.items()} for k, by_c in runs.items()}
+        if args.save:
+            args.save.write_text(json.dumps(saved, indent=1))
         advised: dict[int, int] = {}
         for c in sizes.concurrency:
             speed = {k: runs[k][c].tokens_per_second for k in runs}

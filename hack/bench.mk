@@ -11,7 +11,7 @@ bench: venv engines ## decision-rule, guard and draft-length benchmarks (about 8
 bench-draft-length: venv engines ## draft length alone: k_choice_speedup_ratio and k_schedule_speedup_vs_best_static on real engines (QUICK=1: one draft, K 1..2, about 5 minutes)
 	PYTHONPATH=lab $(VLLM_VENV)/bin/python -m specgate_lab.tiny_models $(SPECGATE_CACHE)/models \
 		tiny-llama-noise-0.01 tiny-llama-noise-0.05
-	$(PY) bench/draft_length.py $(if $(QUICK),--quick)
+	$(PY) bench/draft_length.py $(if $(QUICK),--quick) $(if $(SAVE),--save $(SAVE))
 
 .PHONY: bench-scale
 bench-scale: venv ## the operator at 500 objects on a control plane of its own (about 10 minutes)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import threading
 from collections import defaultdict
 from pathlib import Path
 
@@ -10,6 +11,8 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from tests.integration.engines import SPEC_FAMILIES, metric_families, real_engine, scrape, spec_args
 
+from specgate.api import SpeculativeSpec
+from specgate.render import speculative_config
 from specgate.vllm_metrics import (
     INTER_TOKEN_LATENCY,
     SPEC_DECODE_NUM_ACCEPTED_TOKENS,
@@ -18,7 +21,16 @@ from specgate.vllm_metrics import (
     SPEC_DECODE_NUM_DRAFTS,
     total,
 )
-from specgate_lab.calibrate import CALIBRATION, K, counter, cpu_model, draft_for_alpha, measured_alpha
+from specgate_lab.calibrate import (
+    CALIBRATION,
+    PROMPTS,
+    K,
+    complete,
+    counter,
+    cpu_model,
+    draft_for_alpha,
+    measured_alpha,
+)
 
 pytestmark = pytest.mark.engine
 
@@ -71,3 +83,49 @@ def accepted_per_position(url: str) -> list[float]:
             if sample.name == total(SPEC_DECODE_NUM_ACCEPTED_TOKENS_PER_POS):
                 by_position[int(sample.labels["position"])] += sample.value  # summed over engines
     return [by_position[i] for i in sorted(by_position)]
+
+
+def test_vllm_runs_the_rendered_k_schedule_at_each_batch_size(tmp_path: Path) -> None:
+    """numSpeculativeTokensPerBatchSize as the operator renders it (render.speculative_config),
+    served by the lab's vLLM CPU 0.32: vLLM's own counters show the draft length changing with the
+    batch. The target drafts for itself, so every draft is accepted and each step's K shows whole:
+    one request at a time runs at K = 1 (draft tokens / drafts exactly 1); four at once run mostly
+    at K = 3 (above 2: only the steps where fewer than two are left in the batch run at K = 1)."""
+    spec = SpeculativeSpec.model_validate(
+        {
+            "method": "draft_model",
+            "draftModel": "specgate/tiny-llama",
+            "numSpeculativeTokens": 3,
+            "numSpeculativeTokensPerBatchSize": [
+                {"minBatchSize": 1, "maxBatchSize": 1, "numSpeculativeTokens": 1},
+                {"minBatchSize": 2, "maxBatchSize": 8, "numSpeculativeTokens": 3},
+            ],
+        }
+    )
+    config = speculative_config(spec)
+    assert config["num_speculative_tokens_per_batch_size"] == [[1, 1, 1], [2, 8, 3]]
+    with real_engine(spec_args(config), tmp_path / "schedule.log") as url:
+        alone = draft_length_over(url, concurrency=1)
+        together = draft_length_over(url, concurrency=4)
+    assert alone == 1.0
+    assert 2.0 < together <= 3.0, together
+
+
+def draft_length_over(url: str, concurrency: int) -> float:
+    """Draft tokens per draft over `concurrency` clients' requests (two each, 48 tokens)."""
+    before = [counter(url, total(name)) for name in (SPEC_DECODE_NUM_DRAFTS, SPEC_DECODE_NUM_DRAFT_TOKENS)]
+
+    def client(index: int) -> None:
+        for r in range(2):
+            complete(url, "tiny", PROMPTS[(index + r) % len(PROMPTS)], max_tokens=48)
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(concurrency)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    drafts, draft_tokens = (
+        counter(url, total(name)) - b
+        for name, b in zip((SPEC_DECODE_NUM_DRAFTS, SPEC_DECODE_NUM_DRAFT_TOKENS), before, strict=True)
+    )
+    return draft_tokens / drafts
