@@ -205,12 +205,14 @@ def check_against_the_operator(
             continue
         usable = judged_windows(looked)
         variance = mix_drift_variance(drift.sd, drift.timescale_seconds, m * WINDOW_SECONDS)
-        if not usable:
-            raise SystemExit(
-                f"vectorized gate {per_look[m - 1]} != acceptance_gate {result.verdict} at look {m}"
+        llr, step_sd = (
+            (
+                sprt_log_lr(usable, GATE, DELTA, ERROR_RATE, variance, drift.design_effect),
+                sprt_step_sd(usable, DELTA, ERROR_RATE, variance, drift.design_effect),
             )
-        llr = sprt_log_lr(usable, GATE, DELTA, ERROR_RATE, variance, drift.design_effect)
-        step_sd = sprt_step_sd(usable, DELTA, ERROR_RATE, variance, drift.design_effect)
+            if usable
+            else (math.nan, 0.0)
+        )
         if not any(math.isclose(llr, bound, rel_tol=1e-9) for bound in sprt_bounds(ERROR_RATE, step_sd)):
             raise SystemExit(
                 f"vectorized gate {per_look[m - 1]} != acceptance_gate {result.verdict} at look {m}"

@@ -34,7 +34,6 @@ import argparse
 import json
 import sys
 import tempfile
-import threading
 import time
 import urllib.request
 from collections import defaultdict
@@ -51,7 +50,7 @@ from specgate.api import StepCost
 from specgate.gates import AcceptanceWindow
 from specgate.observation import TrackMetrics
 from specgate.vllm_metrics import total
-from specgate_lab.calibrate import PROMPTS, complete, real_engine
+from specgate_lab.calibrate import concurrent_completions, real_engine
 
 
 @dataclass(frozen=True)
@@ -132,10 +131,10 @@ def load(url: str, concurrency: int, sizes: Sizes) -> Run:
     The same load, shorter, runs first untimed: an engine compiles its kernels for each batch shape
     the first time it meets it, and a timed load that pays for that measures the compiler (seen: K=4
     faster than K=2 and K=3 on one engine's first loads)."""
-    clients(url, concurrency, WARM_UP_REQUESTS, sizes.max_tokens)
+    concurrent_completions(url, "tiny", concurrency, WARM_UP_REQUESTS, sizes.max_tokens)
     before = scrape(url)
     start = time.monotonic()
-    clients(url, concurrency, sizes.requests, sizes.max_tokens)
+    concurrent_completions(url, "tiny", concurrency, sizes.requests, sizes.max_tokens)
     seconds = time.monotonic() - start
     after = scrape(url)
 
@@ -154,20 +153,6 @@ def load(url: str, concurrency: int, sizes: Sizes) -> Run:
         draft_tokens=grew(total(vllm_metrics.SPEC_DECODE_NUM_DRAFT_TOKENS)),
         accepted_per_position=per_position,
     )
-
-
-def clients(url: str, concurrency: int, requests: int, max_tokens: int) -> None:
-    """`concurrency` clients, each sending `requests` completions one after another."""
-
-    def client(index: int) -> None:
-        for r in range(requests):
-            complete(url, "tiny", PROMPTS[(index + r) % len(PROMPTS)], max_tokens=max_tokens)
-
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(concurrency)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
 
 
 def measure(

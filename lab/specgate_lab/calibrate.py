@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import subprocess
+import threading
 import time
 import urllib.request
 from collections.abc import Iterator, Sequence
@@ -90,6 +91,21 @@ def complete(url: str, model: str, prompt: str, max_tokens: int = MAX_TOKENS) ->
     )
     with urllib.request.urlopen(request, timeout=300) as resp:
         resp.read()
+
+
+def concurrent_completions(url: str, model: str, clients: int, requests: int, max_tokens: int) -> None:
+    """`clients` clients at once, each sending `requests` completions one after another (prompts in
+    turn), returning when all are answered."""
+
+    def client(index: int) -> None:
+        for r in range(requests):
+            complete(url, model, PROMPTS[(index + r) % len(PROMPTS)], max_tokens=max_tokens)
+
+    threads = [threading.Thread(target=client, args=(i,)) for i in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
 
 
 def counter(url: str, name: str) -> float:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import json
-import threading
 from collections import defaultdict
 from pathlib import Path
 
@@ -23,9 +22,8 @@ from specgate.vllm_metrics import (
 )
 from specgate_lab.calibrate import (
     CALIBRATION,
-    PROMPTS,
     K,
-    complete,
+    concurrent_completions,
     counter,
     cpu_model,
     draft_for_alpha,
@@ -115,15 +113,7 @@ def draft_length_over(url: str, concurrency: int) -> float:
     """Draft tokens per draft over `concurrency` clients' requests (two each, 48 tokens)."""
     before = [counter(url, total(name)) for name in (SPEC_DECODE_NUM_DRAFTS, SPEC_DECODE_NUM_DRAFT_TOKENS)]
 
-    def client(index: int) -> None:
-        for r in range(2):
-            complete(url, "tiny", PROMPTS[(index + r) % len(PROMPTS)], max_tokens=48)
-
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(concurrency)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
+    concurrent_completions(url, "tiny", concurrency, requests=2, max_tokens=48)
     drafts, draft_tokens = (
         counter(url, total(name)) - b
         for name, b in zip((SPEC_DECODE_NUM_DRAFTS, SPEC_DECODE_NUM_DRAFT_TOKENS), before, strict=True)
