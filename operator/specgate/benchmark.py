@@ -25,12 +25,11 @@ from specgate.api import (
 )
 from specgate.gates import (
     MIN_WINDOWS,
-    NO_DRIFT,
     AcceptanceWindow,
     GateResult,
     Verdict,
+    fixed_sample_acceptance_gate,
     judged_windows,
-    spec_acceptance_gate,
 )
 
 RESULT_DIR = "/tmp/specgate-bench"
@@ -168,9 +167,10 @@ def evaluate(
 ) -> Evaluation:
     """Gate the canary's benchmark against the baseline's at the production concurrency.
 
-    Alpha is judged as in traffic mode (gates.acceptance_gate with the spec's gates) over the
-    windows of the canary's Prometheus counters during the Job (all its pods). A benchmark is one
-    run: no more windows will come, so a test it leaves undecided is BenchmarkFailed naming what to
+    Alpha is judged over the windows of the canary's Prometheus counters during the Job (all its
+    pods), with the spec's gates and errorRate as in traffic mode, but by a fixed-sample test
+    (gates.fixed_sample_acceptance_gate): a benchmark is one run, read once when it is done. No more
+    windows will come, so a test it leaves undecided is BenchmarkFailed naming what to
     change, not a wait until maxAnalysisDuration. The benchmark's own alpha (one pod's /metrics,
     read through the Service) is one figure per concurrency point, with no per-window counters and
     the same prompts at every point: it has no spread to judge from, so without Prometheus windows
@@ -223,9 +223,9 @@ MORE_DRAFTS = "raise rollout.benchmark.numPrompts or outputLen"
 
 
 def _acceptance(windows: tuple[AcceptanceWindow, ...], judged: int, limits: Gates) -> GateResult:
-    """The acceptance gate's Pass or Fail over the Job's windows (`judged` of them have drafts);
-    BenchmarkFailed saying why when it cannot decide."""
-    result = spec_acceptance_gate(windows, limits, NO_DRIFT)
+    """The acceptance gate's Pass or Fail over the Job's windows (`judged` of them have drafts), a
+    fixed sample read once; BenchmarkFailed saying why when it cannot decide."""
+    result = fixed_sample_acceptance_gate(windows, limits)
     if result.verdict != Verdict.INSUFFICIENT_DATA:
         return replace(result, message=f"Prometheus counters over the Job: {result.message}")
     if result.samples < limits.min_drafts:

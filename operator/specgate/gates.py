@@ -45,7 +45,8 @@ Ornstein-Uhlenbeck drift of sd `mixDrift` and correlation time `mixDriftTimescal
 average over the span seen (`mix_drift_variance`: the full drift at first, 2 tau / T of it after
 T >> tau), and the log LR is 2 * delta * (A / N - gate) / that. Near the gate the test then
 waits for several swings; far from it the drift does not matter. A benchmark replays a fixed
-dataset and has no such drift.
+dataset and has no such drift; it is one sample, read once, so it is judged by a fixed-sample test
+instead (fixed_sample_acceptance_gate: a Student t on the windows, no bound for optional stopping).
 
 Status also reports an interval for alpha: a normal-mixture confidence sequence (Robbins; Howard
 et al. 2021) on the residual sum with the same spread, always valid at level 1 - e. It describes
@@ -557,8 +558,7 @@ def spec_acceptance_gate(
     window_seconds: float = MIN_ACCEPTANCE_WINDOW_SECONDS,
 ) -> GateResult:
     """acceptance_gate with a spec's gates (minAcceptanceRate, minDrafts, errorRate, indifference)
-    and the mix's drift: traffic and benchmark measurement judge alpha alike, except that a
-    benchmark replays a fixed dataset, whose mix does not drift (NO_DRIFT)."""
+    and the mix's drift: the sequential test of traffic, looked at every reconcile."""
     result = acceptance_gate(
         windows,
         limits.min_acceptance_rate,
@@ -574,7 +574,76 @@ def spec_acceptance_gate(
     return replace(result, message=f"{result.message}; drift: {drift.source}") if measured else result
 
 
-NO_DRIFT = MixDrift(0.0, 180.0, "none: a benchmark replays a fixed dataset")
+NO_DRIFT = MixDrift(0.0, 180.0, "none")
+
+
+def fixed_sample_acceptance_gate(windows: Sequence[AcceptanceWindow], limits: Gates) -> GateResult:
+    """Pass, Fail or InsufficientData for alpha >= minAcceptanceRate over one complete sample that
+    no later look extends (a benchmark Job's windows): the side of the gate the estimate is on,
+    decided when the one-sided Student-t bound on that side (m - 1 degrees of freedom, m windows)
+    stays within the indifference zone's far edge. A wrong verdict at the zone's edges is then at
+    most errorRate likely, as the SPRT's, but an SPRT pays for looking at every window: its spread
+    is raised to a chi-square bound fit for optional stopping (from 4 windows, 32 times the
+    per-window variance), and a fixed sample, read once, needs only the t quantile (2.4 at 3
+    degrees of freedom). A benchmark replays a fixed dataset: no mix drift."""
+    usable = judged_windows(windows)
+    drafts = sum(w.drafts for w in usable)
+    m = len(usable)
+    gate, zone, error_rate = limits.min_acceptance_rate, limits.indifference, limits.error_rate
+    if drafts < limits.min_drafts or m < MIN_WINDOWS:
+        wanted = f"need {limits.min_drafts} drafts and {MIN_WINDOWS} windows"
+        return GateResult(
+            Verdict.INSUFFICIENT_DATA,
+            None,
+            None,
+            None,
+            drafts,
+            f"{drafts:.0f} drafts in {m} windows, {wanted}",
+        )
+    n, alpha, residuals = _centred(usable)
+    se = math.sqrt(max(long_run_variance(residuals) * m / n, _binomial(n, alpha * n)) / n)
+    radius = student_t_quantile(1 - error_rate, m - 1) * se
+    lower, upper = max(alpha - radius, 0.0), min(alpha + radius, 1.0)
+    figures = (
+        f"alpha {alpha:.3f}, one-sided bounds at {1 - error_rate:.0%} [{lower:.3f}, {upper:.3f}] over "
+        f"{drafts:.0f} drafts in {m} windows (gate {gate:g} +/- {zone:g})"
+    )
+    if radius > abs(alpha - gate) + zone:
+        return GateResult(Verdict.INSUFFICIENT_DATA, alpha, lower, upper, drafts, f"{figures}: undecided")
+    verdict = Verdict.PASS if alpha >= gate else Verdict.FAIL
+    return GateResult(verdict, alpha, lower, upper, drafts, figures)
+
+
+def student_t_quantile(p: float, dof: int) -> float:
+    """The p-quantile (p >= 0.5) of Student's t with `dof` degrees of freedom, by bisection on its
+    closed-form distribution function (Abramowitz and Stegun 26.7.3-4)."""
+    low, high = 0.0, 1.0
+    while _student_t_cdf(high, dof) < p:
+        low, high = high, 2 * high
+    for _ in range(60):
+        mid = (low + high) / 2
+        low, high = (mid, high) if _student_t_cdf(mid, dof) < p else (low, mid)
+    return (low + high) / 2
+
+
+def _student_t_cdf(t: float, dof: int) -> float:
+    """P(T <= t), t >= 0: (1 + P(|T| <= t)) / 2, the latter a finite sum in cos(theta)^2."""
+    theta = math.atan(t / math.sqrt(dof))
+    c2 = math.cos(theta) ** 2
+    term, total = 1.0, 1.0
+    if dof % 2 == 0:
+        for k in range(2, dof, 2):  # 1 + c2/2 + 1*3 c2^2/(2*4) + ...
+            term *= c2 * (k - 1) / k
+            total += term
+        inside = math.sin(theta) * total
+    elif dof == 1:
+        inside = 2 * theta / math.pi
+    else:
+        for k in range(3, dof, 2):  # 1 + 2 c2/3 + 2*4 c2^2/(3*5) + ...
+            term *= c2 * (k - 1) / k
+            total += term
+        inside = 2 / math.pi * (theta + math.sin(theta) * math.cos(theta) * total)
+    return (1 + inside) / 2
 
 
 def fallback_drift(limits: Gates, why: str) -> MixDrift:

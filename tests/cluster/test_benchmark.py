@@ -75,6 +75,7 @@ def engine_counters(namespace: str, pod_prefix: str) -> tuple[float, float]:
 def check_benchmark_status(status: dict[str, Any], benchmark: dict[str, Any]) -> dict[str, Any]:
     """Both tracks measured at every point, every request served; the comparison per point."""
     bench: dict[str, Any] = status["benchmark"]
+    assert bench.get("points"), status.get("message")  # none when the measurement failed: it says why
     for track in ("baseline", "canary"):
         points = bench[track]["points"]
         assert [p["concurrency"] for p in points] == benchmark["concurrency"]

@@ -472,9 +472,13 @@ def runs(baseline: list[dict[str, Any]], canary: list[dict[str, Any]]) -> Benchm
     )
 
 
-def windows(alpha: float, n: int = 4, draft_tokens: int = 300) -> tuple[AcceptanceWindow, ...]:
-    """n windows of the canary's counters over the Job, three draft tokens per draft."""
-    return tuple(AcceptanceWindow(draft_tokens / 3, draft_tokens, draft_tokens * alpha) for _ in range(n))
+def windows(
+    alpha: float, n: int = 4, draft_tokens: int = 300, spread: float = 0.0
+) -> tuple[AcceptanceWindow, ...]:
+    """n windows of the canary's counters over the Job, three draft tokens per draft, their alphas
+    alternately `spread` above and below `alpha`."""
+    alphas = [alpha + spread * (-1) ** i for i in range(n)]
+    return tuple(AcceptanceWindow(draft_tokens / 3, draft_tokens, draft_tokens * a) for a in alphas)
 
 
 def test_gates_apply_at_the_gate_point_and_break_even_is_the_highest_faster_point() -> None:
@@ -535,12 +539,15 @@ def test_an_alpha_far_below_the_gate_over_many_drafts_fails() -> None:
 
 
 def test_an_alpha_at_the_gate_is_undecided_and_fails_the_benchmark_naming_what_to_raise() -> None:
-    """A benchmark brings no more windows: undecided is final, not a wait for maxAnalysisDuration."""
-    at_gate = windows(0.55)  # exactly the default gate, 400 drafts
+    """A benchmark brings no more windows: undecided is final, not a wait for maxAnalysisDuration.
+    Four windows at 0.45 and 0.65: the estimate's standard error is 0.058 (0.1 a window, sqrt(4/3)
+    for the degree of freedom its mean takes, over sqrt(4)), times t(0.95, 3 dof) = 2.353 is 0.136,
+    wider than the 0.05 between the estimate and the zone's far edge."""
+    at_gate = windows(0.55, spread=0.1)  # exactly the default gate, 400 drafts
     with pytest.raises(benchmark.BenchmarkFailed) as failed:
         benchmark.evaluate(bench_spec(), CANARY_AT_08, at_gate)
     message = str(failed.value)
-    assert "400 drafts over 4 windows cannot tell alpha 0.550" in message
+    assert "400 drafts over 4 windows cannot tell alpha 0.550 [0.414, 0.686]" in message
     assert "gate 0.55 +/- 0.05 at errorRate 0.05" in message and "rollout.benchmark.numPrompts" in message
 
 
@@ -633,7 +640,7 @@ def test_a_canary_benchmark_that_fails_or_cannot_decide_rolls_back(
     run = to_canary_analysis()
     canary = report(point(1, 20, 8, alpha), gate_point)
     run.step(after=40, baseline=ready(1), canary=ready(1), canary_job=finished(job("canary"), canary),
-             canary_job_acceptance=windows(alpha))  # fmt: skip
+             canary_job_acceptance=windows(alpha, spread=0.1))  # fmt: skip
     assert (run.phase, run.status.reason) == (Phase.ROLLING_BACK, reason)
     assert message in (run.status.message or "")
 

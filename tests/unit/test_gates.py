@@ -31,6 +31,7 @@ from specgate.gates import (
     decide_at_deadline,
     drift_from_history,
     fallback_drift,
+    fixed_sample_acceptance_gate,
     histogram_quantile,
     history_design_effect,
     latency_gate,
@@ -42,6 +43,7 @@ from specgate.gates import (
     spec_acceptance_gate,
     sprt_bounds,
     sprt_log_lr,
+    student_t_quantile,
     wald_bounds,
     worst,
 )
@@ -481,10 +483,58 @@ def test_the_specs_mix_drift_reaches_the_acceptance_gate(gates: dict[str, float]
 
 
 def test_a_benchmark_judges_without_the_mix_drift() -> None:
-    """A benchmark replays a fixed dataset, whose mix does not drift: the default mixDrift is not
-    added (DESIGN: "benchmark mode replays a fixed dataset and has none")."""
-    result = spec_acceptance_gate(THREE_MINUTES_AT_062, api.Gates(), NO_DRIFT, window_seconds=15.0)
-    assert result.verdict == Verdict.PASS
+    """A benchmark replays a fixed dataset, whose mix does not drift (DESIGN: "benchmark mode replays
+    a fixed dataset and has none"), and is read once: twelve identical windows spread as independent
+    tokens, se sqrt(0.62 * 0.38 / 2400) = 0.00991 (pseudo-counts: 0.00990), times t(0.95, 11 dof)
+    = 1.796 is 0.0178, well within the 0.12 from 0.62 to the zone's far edge 0.50."""
+    result = fixed_sample_acceptance_gate(THREE_MINUTES_AT_062, api.Gates())
+    assert result.verdict == Verdict.PASS and result.statistic is None
+    assert (result.lower, result.upper) == pytest.approx((0.62 - 0.0178, 0.62 + 0.0178), abs=2e-4)
+
+
+@pytest.mark.parametrize(
+    ("dof", "p", "table"),  # Student's t table (e.g. Abramowitz and Stegun, table 26.10)
+    [(1, 0.95, 6.314), (2, 0.95, 2.920), (3, 0.95, 2.353), (4, 0.975, 2.776), (7, 0.99, 2.998),
+     (10, 0.95, 1.812), (30, 0.995, 2.750), (120, 0.95, 1.658)],
+)  # fmt: skip
+def test_student_t_quantiles_match_the_table(dof: int, p: float, table: float) -> None:
+    assert student_t_quantile(p, dof) == pytest.approx(table, abs=6e-4)
+
+
+def benchmark_windows(
+    rng: np.random.Generator, alpha: float, windows: int, sd: float
+) -> list[AcceptanceWindow]:
+    """A benchmark's windows: 300-1500 draft tokens each, accepted binomially at alpha plus the
+    window's prompts' own N(0, sd) (prompts differ in how well the draft guesses them)."""
+    tokens = rng.integers(300, 1500, windows)
+    accepted = rng.binomial(tokens, np.clip(alpha + rng.normal(0, sd, windows), 0, 1))
+    return [AcceptanceWindow(n / 3, n, a) for n, a in zip(tokens, accepted, strict=True)]
+
+
+@pytest.mark.parametrize(("alpha", "wrong"), [(0.50, Verdict.PASS), (0.60, Verdict.FAIL)])
+def test_the_fixed_sample_test_errs_about_error_rate_at_the_zones_edges(alpha: float, wrong: Verdict) -> None:
+    """Four windows whose alphas spread by 0.1 (gate 0.55 +/- 0.05, errorRate 0.05): a wrong verdict
+    at an edge of the zone is about 5 % likely (seen 4.6-5.2 % over 10,000 runs), so neither over nor
+    far under the budget (a two-sided quantile would spend 2.5 %); about half the runs stay undecided,
+    which a benchmark reports as MeasurementFailed asking for more prompts."""
+    rng = np.random.default_rng(11)
+    verdicts = [fixed_sample_acceptance_gate(benchmark_windows(rng, alpha, 4, 0.1), api.Gates()).verdict
+                for _ in range(4000)]  # fmt: skip
+    assert 0.035 <= verdicts.count(wrong) / len(verdicts) <= 0.062
+    assert 0.35 <= verdicts.count(Verdict.INSUFFICIENT_DATA) / len(verdicts) <= 0.65
+
+
+def test_a_benchmark_far_from_the_gate_decides_from_few_windows_where_the_sprt_would_not() -> None:
+    """The cluster benchmark's shape (alpha 0.44 against a gate of 0.25, windows 0.03 apart, 300-1500
+    draft tokens): its four 15 s windows leave the sequential test undecided about half the time (its
+    spread raised to a chi-square bound fit for looking at every window: 32 times the windows' own
+    from 3 degrees of freedom); a benchmark read once decides them all."""
+    rng = np.random.default_rng(5)
+    limits = api.Gates.model_validate({"minAcceptanceRate": 0.25, "minDrafts": 100})
+    runs = [benchmark_windows(rng, 0.44, 4, 0.03) for _ in range(400)]
+    assert all(fixed_sample_acceptance_gate(w, limits).verdict == Verdict.PASS for w in runs)
+    sequential = [spec_acceptance_gate(w, limits, NO_DRIFT).verdict for w in runs]
+    assert sequential.count(Verdict.INSUFFICIENT_DATA) > len(runs) / 4
 
 
 def ou_history(
