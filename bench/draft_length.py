@@ -4,8 +4,10 @@ the K schedule per batch size built from that advice against the best single K.
 For each calibrated noisy draft of the lab's tiny model (lab/calibration.json) and each
 concurrency, real vLLM CPU engines serve the same load plainly and with `draft_model` at K = 1 .. k_max:
 each of `concurrency` clients sends `requests` completions of `max_tokens` tokens (greedy,
-ignore_eos). Measured per engine: output tokens per second over the load (wall clock), the mean
-step time from vLLM's own ITL histogram, and the per-position acceptance counters.
+ignore_eos). The engines of a draft serve at once and the loads go round them in ROUNDS rounds, so
+that the host's slow minutes fall on all of them alike. Measured per engine, summed over the
+rounds: output tokens per second over the loads (wall clock), the mean step time from vLLM's own
+ITL histogram, and the per-position acceptance counters.
 
 The advice is what the operator computes (measurements.recommendation): the per-position counts of
 the k_max canary, costed by the ratio of its mean step time to the baseline's (1st: the advice after
@@ -17,9 +19,9 @@ measured step times) is scored beside them.
 
 The schedule: the advised K (2nd) at each concurrency, as vLLM's num_speculative_tokens_per_batch_size
 (each advised K up to its concurrency, the last carried beyond, as vLLM carries it), served by one
-more engine (num_speculative_tokens k_max) under the same loads. Its throughput over the whole
-concurrency mix (all loads' tokens over all loads' seconds) is compared with the best single K's over
-the same mix, all measured, and the engine's own counters show the mean draft length it ran at each
+more engine (num_speculative_tokens k_max) under the same loads, side by side with a fresh engine
+at the best single K of the first measurement. Its throughput over the whole concurrency mix (all
+loads' tokens over all loads' seconds) is compared with that engine's over the same mix, and the engine's own counters show the mean draft length it ran at each
 concurrency (draft tokens / drafts), which is how one sees vLLM honour the schedule.
 
 Last line: k_choice_speedup_ratio=<throughput at the advised K (1st) / best measured> (worst case), the
@@ -37,6 +39,7 @@ import tempfile
 import time
 import urllib.request
 from collections import defaultdict
+from contextlib import ExitStack
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -66,15 +69,22 @@ class Sizes:
 FULL = Sizes(4, (1, 4), 24, 64, ("0.01", "0.05"))  # alpha about 0.80 and 0.53
 QUICK = Sizes(2, (1, 4), 6, 48, ("0.01",))
 WARM_UP_REQUESTS = 2  # per client, untimed, before each timed load
+# Engines measured one after another differed by 20 % in one configuration (811.6 against 677 tok/s,
+# minutes apart), more than the draft lengths differ: every engine of a draft serves at once, and
+# the loads go round them.
+ROUNDS = 4
 
 Schedule = list[list[int]]  # vLLM's num_speculative_tokens_per_batch_size: [start, end, K]
 
 
 @dataclass(frozen=True)
 class Run:
+    """One engine's loads at one concurrency, summed over the rounds."""
+
     tokens: float
     seconds: float
-    mean_step_ms: float
+    itl_seconds: float
+    itl_count: float
     drafts: float
     draft_tokens: float
     accepted_per_position: tuple[float, ...]
@@ -82,6 +92,22 @@ class Run:
     @property
     def tokens_per_second(self) -> float:
         return self.tokens / self.seconds
+
+    @property
+    def mean_step_ms(self) -> float:
+        return 1000 * self.itl_seconds / max(self.itl_count, 1.0)
+
+    def __add__(self, other: Run) -> Run:
+        positions = zip(self.accepted_per_position, other.accepted_per_position, strict=True)
+        return Run(
+            self.tokens + other.tokens,
+            self.seconds + other.seconds,
+            self.itl_seconds + other.itl_seconds,
+            self.itl_count + other.itl_count,
+            self.drafts + other.drafts,
+            self.draft_tokens + other.draft_tokens,
+            tuple(a + b for a, b in positions),
+        )
 
 
 def serve_args(draft: str | None, k: int, schedule: Schedule | None = None) -> list[str]:
@@ -148,20 +174,35 @@ def load(url: str, concurrency: int, sizes: Sizes) -> Run:
     return Run(
         tokens=concurrency * sizes.requests * sizes.max_tokens,
         seconds=seconds,
-        mean_step_ms=1000 * grew(f"{itl}_sum") / max(grew(f"{itl}_count"), 1.0),
+        itl_seconds=grew(f"{itl}_sum"),
+        itl_count=grew(f"{itl}_count"),
         drafts=grew(total(vllm_metrics.SPEC_DECODE_NUM_DRAFTS)),
         draft_tokens=grew(total(vllm_metrics.SPEC_DECODE_NUM_DRAFT_TOKENS)),
         accepted_per_position=per_position,
     )
 
 
-def measure(
-    draft: str | None, k: int, logs: Path, sizes: Sizes, schedule: Schedule | None = None
-) -> dict[int, Run]:
-    """One engine, each concurrency's load in turn."""
+Engines = dict[str, str]  # name -> URL, all serving at once
+
+
+def side_by_side(engines: Engines, sizes: Sizes) -> dict[str, dict[int, Run]]:
+    """Each engine's loads at each concurrency, in ROUNDS rounds that take the engines in turn
+    (each round starting one engine later), summed over the rounds: a host's slow minutes then fall
+    on every engine alike instead of on whichever ran in them."""
+    names = list(engines)
+    totals: dict[str, dict[int, Run]] = {name: {} for name in names}
+    for r in range(ROUNDS):
+        for name in names[r % len(names) :] + names[: r % len(names)]:
+            for c in sizes.concurrency:
+                run = load(engines[name], c, sizes)
+                totals[name][c] = totals[name][c] + run if c in totals[name] else run
+    return totals
+
+
+def start(stack: ExitStack, draft: str | None, k: int, logs: Path, schedule: Schedule | None = None) -> str:
+    """An engine serving until `stack` closes; its URL."""
     name = f"{Path(draft or 'baseline').name}-{k}{'-schedule' if schedule else ''}.log"
-    with real_engine(serve_args(draft, k, schedule), logs / name) as url:
-        return {c: load(url, c, sizes) for c in sizes.concurrency}
+    return stack.enter_context(real_engine(serve_args(draft, k, schedule), logs / name))
 
 
 def advised_k(runs: dict[int, Run], baseline: Run, concurrency: int, k_max: int) -> tuple[int, int]:
@@ -214,56 +255,87 @@ def main() -> None:
     args = parser.parse_args()
     sizes = QUICK if args.quick else FULL
     logs = Path(tempfile.mkdtemp(prefix="draft-length-"))
-    baseline = measure(None, 0, logs, sizes)
-    saved: dict[str, object] = {"baseline": {c: asdict(r) for c, r in baseline.items()}}
+    saved: dict[str, object] = {}
     worst = {"measured": 1.0, "second": 1.0, "default": 1.0, "schedule": float("inf")}
-    ks = range(1, sizes.k_max + 1)
-    print(f"{'draft':<34} {'conc':>4} {'plain':>7} " + " ".join(f"{'K=' + str(k):>7}" for k in ks)
+    print(f"{'draft':<34} {'conc':>4} {'plain':>7} " + " ".join(f"{'K=' + str(k):>7}" for k in range(1, sizes.k_max + 1))
           + f" {'1st_K':>5} {'2nd_K':>5} {'dflt_K':>6} {'best_K':>6} {'1st':>6} {'2nd':>6} {'dflt':>6}")  # fmt: skip
     for noise in sizes.noises:
         draft = f"specgate/tiny-llama-noise-{noise}"
-        runs = {k: measure(draft, k, logs, sizes) for k in ks}
-        saved[draft] = {k: {c: asdict(r) for c, r in by_c.items()} for k, by_c in runs.items()}
+        with ExitStack() as stack:  # the plain engine and K = 1 .. k_max, side by side
+            engines = {str(k): start(stack, draft if k else None, k, logs) for k in range(sizes.k_max + 1)}
+            measured = side_by_side(engines, sizes)
+        baseline = measured.pop("0")
+        runs = {int(k): by_c for k, by_c in measured.items()}
+        saved[draft] = {k: {c: asdict(r) for c, r in by_c.items()} for k, by_c in measured.items()}
+        saved[f"{draft} baseline"] = {c: asdict(r) for c, r in baseline.items()}
         if args.save:
             args.save.write_text(json.dumps(saved, indent=1))
-        advised: dict[int, int] = {}
-        for c in sizes.concurrency:
-            speed = {k: runs[k][c].tokens_per_second for k in runs}
-            best = max(speed, key=lambda k: speed[k])
-            at_c = {k: runs[k][c] for k in runs}
-            first, second = advised_k(at_c, baseline[c], c, sizes.k_max)
-            advised[c] = second
-            default = _advice(_metrics(at_c[sizes.k_max], sizes.k_max, c), [])  # no step times
-            ratios = {
-                name: speed[k] / speed[best]
-                for name, k in (("measured", first), ("second", second), ("default", default))
-            }
-            for name, ratio in ratios.items():
-                worst[name] = min(worst[name], ratio)
-            steps = " ".join(f"{speed[k]:7.1f}" for k in runs)
-            print(f"{draft:<34} {c:>4} {baseline[c].tokens_per_second:7.1f} {steps} {first:>5} {second:>5} {default:>6} "
-                  f"{best:>6} {ratios['measured']:6.3f} {ratios['second']:6.3f} {ratios['default']:6.3f}", flush=True)  # fmt: skip
-            print(f"  mean step ms: plain {baseline[c].mean_step_ms:.1f}, "
-                  + ", ".join(f"K={k} {runs[k][c].mean_step_ms:.1f}" for k in runs))  # fmt: skip
-        schedule = schedule_from(advised)
-        scheduled = measure(draft, sizes.k_max, logs, sizes, schedule)
-        static = {k: mix_speed(runs[k]) for k in runs}
-        best_static = max(static, key=lambda k: static[k])
-        ratio = mix_speed(scheduled) / static[best_static]
-        worst["schedule"] = min(worst["schedule"], ratio)
-        mean_k = ", ".join(
-            f"concurrency {c}: {r.draft_tokens / r.drafts:.2f}" if r.drafts else f"concurrency {c}: no drafts"
-            for c, r in scheduled.items()
+        advised = advise_each_concurrency(draft, runs, baseline, sizes, worst)
+        worst["schedule"] = min(
+            worst["schedule"], schedule_against_best_static(draft, advised, runs, logs, sizes)
         )
-        print(f"  schedule {json.dumps(schedule)}: {mix_speed(scheduled):.1f} tok/s over the mix against "
-              f"K={best_static}'s {static[best_static]:.1f} (best single K): {ratio:.3f}; "
-              f"mean draft length run by vLLM, {mean_k}", flush=True)  # fmt: skip
     print(
         f"k_choice_speedup_ratio={worst['measured']:.3f} "
         f"k_choice_speedup_ratio_second_rollout={worst['second']:.3f} "
         f"k_choice_speedup_ratio_default_costs={worst['default']:.3f} "
         f"k_schedule_speedup_vs_best_static={worst['schedule']:.3f}"
     )
+
+
+def advise_each_concurrency(
+    draft: str,
+    runs: dict[int, dict[int, Run]],
+    baseline: dict[int, Run],
+    sizes: Sizes,
+    worst: dict[str, float],
+) -> dict[int, int]:
+    """The advice at each concurrency against the best measured K, printed and folded into `worst`;
+    the K advised after the second rollout, per concurrency."""
+    advised: dict[int, int] = {}
+    for c in sizes.concurrency:
+        speed = {k: runs[k][c].tokens_per_second for k in runs}
+        best = max(speed, key=lambda k: speed[k])
+        at_c = {k: runs[k][c] for k in runs}
+        first, second = advised_k(at_c, baseline[c], c, sizes.k_max)
+        advised[c] = second
+        default = _advice(_metrics(at_c[sizes.k_max], sizes.k_max, c), [])  # no step times
+        ratios = {
+            name: speed[k] / speed[best]
+            for name, k in (("measured", first), ("second", second), ("default", default))
+        }
+        for name, ratio in ratios.items():
+            worst[name] = min(worst[name], ratio)
+        steps = " ".join(f"{speed[k]:7.1f}" for k in runs)
+        print(f"{draft:<34} {c:>4} {baseline[c].tokens_per_second:7.1f} {steps} {first:>5} {second:>5} {default:>6} "
+              f"{best:>6} {ratios['measured']:6.3f} {ratios['second']:6.3f} {ratios['default']:6.3f}", flush=True)  # fmt: skip
+        print(f"  mean step ms: plain {baseline[c].mean_step_ms:.1f}, "
+              + ", ".join(f"K={k} {runs[k][c].mean_step_ms:.1f}" for k in runs))  # fmt: skip
+    return advised
+
+
+def schedule_against_best_static(
+    draft: str, advised: dict[int, int], runs: dict[int, dict[int, Run]], logs: Path, sizes: Sizes
+) -> float:
+    """The advised schedule's throughput over the concurrency mix over the best single K's (chosen
+    on the first measurement), both served afresh side by side."""
+    static = {k: mix_speed(runs[k]) for k in runs}
+    best_static = max(static, key=lambda k: static[k])
+    schedule = schedule_from(advised)
+    with ExitStack() as stack:
+        engines = {
+            "schedule": start(stack, draft, sizes.k_max, logs, schedule),
+            "static": start(stack, draft, best_static, logs),
+        }
+        pair = side_by_side(engines, sizes)
+    ratio = mix_speed(pair["schedule"]) / mix_speed(pair["static"])
+    mean_k = ", ".join(
+        f"concurrency {c}: {r.draft_tokens / r.drafts:.2f}" if r.drafts else f"concurrency {c}: no drafts"
+        for c, r in pair["schedule"].items()
+    )
+    print(f"  schedule {json.dumps(schedule)}: {mix_speed(pair['schedule']):.1f} tok/s over the mix against "
+          f"K={best_static}'s {mix_speed(pair['static']):.1f} (best single K, side by side): {ratio:.3f}; "
+          f"mean draft length run by vLLM, {mean_k}", flush=True)  # fmt: skip
+    return ratio
 
 
 if __name__ == "__main__":

@@ -14,7 +14,7 @@ from specgate import api
 
 
 def run(tokens: float, seconds: float) -> Run:
-    return Run(tokens, seconds, 0.0, 0.0, 0.0, ())
+    return Run(tokens, seconds, 0.0, 0.0, 0.0, 0.0, ())
 
 
 def test_the_schedule_gives_each_concurrency_its_advised_k() -> None:
@@ -36,3 +36,14 @@ def test_the_schedule_passes_the_checks_vllm_makes() -> None:
 def test_the_mix_is_all_tokens_over_all_seconds_not_a_mean_of_rates() -> None:
     # 100 tok in 1 s and 100 tok in 9 s: 20 tok/s over the mix (the mean of rates would say 55.6)
     assert mix_speed({1: run(100, 1), 4: run(100, 9)}) == 20
+
+
+def test_rounds_add_up_counters_and_time_not_rates() -> None:
+    """Two rounds of one engine's load: tokens, seconds and counters add; the step time is the ITL
+    histogram's sum over its count across both (16 ms), not the mean of the rounds' means (25 ms)."""
+    first = Run(640, 2.0, 0.01 * 100, 100, 10, 30, (8.0, 6.0, 4.0))
+    second = Run(640, 3.0, 0.04 * 25, 25, 5, 15, (4.0, 2.0, 1.0))
+    both = first + second
+    assert (both.tokens, both.seconds, both.drafts, both.draft_tokens) == (1280, 5.0, 15, 45)
+    assert both.accepted_per_position == (12.0, 8.0, 5.0)
+    assert both.tokens_per_second == 256 and both.mean_step_ms == 16
