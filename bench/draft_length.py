@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import sys
 import tempfile
 import time
@@ -71,7 +72,8 @@ QUICK = Sizes(2, (1, 4), 6, 48, ("0.01",))
 WARM_UP_REQUESTS = 2  # per client, untimed, before each timed load
 # Engines measured one after another differed by 20 % in one configuration (811.6 against 677 tok/s,
 # minutes apart), more than the draft lengths differ: every engine of a draft serves at once, and
-# the loads go round them.
+# the loads go round them. Side by side, two engines of one configuration differ by 2-6 % in their
+# median round (2026-11-28, 4 rounds).
 ROUNDS = 4
 
 Schedule = list[list[int]]  # vLLM's num_speculative_tokens_per_batch_size: [start, end, K]
@@ -79,15 +81,21 @@ Schedule = list[list[int]]  # vLLM's num_speculative_tokens_per_batch_size: [sta
 
 @dataclass(frozen=True)
 class Run:
-    """One engine's loads at one concurrency, summed over the rounds."""
+    """One engine's loads at one concurrency, summed over the rounds; its time is each round's at
+    the median round's (a load the host stalled took 0.55-0.65 of the others' speed, now and then,
+    on any engine: a sum would carry it, the median does not)."""
 
     tokens: float
-    seconds: float
+    round_seconds: tuple[float, ...]
     itl_seconds: float
     itl_count: float
     drafts: float
     draft_tokens: float
     accepted_per_position: tuple[float, ...]
+
+    @property
+    def seconds(self) -> float:
+        return statistics.median(self.round_seconds) * len(self.round_seconds)
 
     @property
     def tokens_per_second(self) -> float:
@@ -101,7 +109,7 @@ class Run:
         positions = zip(self.accepted_per_position, other.accepted_per_position, strict=True)
         return Run(
             self.tokens + other.tokens,
-            self.seconds + other.seconds,
+            self.round_seconds + other.round_seconds,
             self.itl_seconds + other.itl_seconds,
             self.itl_count + other.itl_count,
             self.drafts + other.drafts,
@@ -173,7 +181,7 @@ def load(url: str, concurrency: int, sizes: Sizes) -> Run:
     )
     return Run(
         tokens=concurrency * sizes.requests * sizes.max_tokens,
-        seconds=seconds,
+        round_seconds=(seconds,),
         itl_seconds=grew(f"{itl}_sum"),
         itl_count=grew(f"{itl}_count"),
         drafts=grew(total(vllm_metrics.SPEC_DECODE_NUM_DRAFTS)),

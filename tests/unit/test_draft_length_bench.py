@@ -7,6 +7,8 @@ import json
 import sys
 from pathlib import Path
 
+import pytest
+
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
 from draft_length import Run, mix_speed, schedule_from, serve_args
@@ -14,7 +16,7 @@ from specgate import api
 
 
 def run(tokens: float, seconds: float) -> Run:
-    return Run(tokens, seconds, 0.0, 0.0, 0.0, 0.0, ())
+    return Run(tokens, (seconds,), 0.0, 0.0, 0.0, 0.0, ())
 
 
 def test_the_schedule_gives_each_concurrency_its_advised_k() -> None:
@@ -38,12 +40,15 @@ def test_the_mix_is_all_tokens_over_all_seconds_not_a_mean_of_rates() -> None:
     assert mix_speed({1: run(100, 1), 4: run(100, 9)}) == 20
 
 
-def test_rounds_add_up_counters_and_time_not_rates() -> None:
-    """Two rounds of one engine's load: tokens, seconds and counters add; the step time is the ITL
-    histogram's sum over its count across both (16 ms), not the mean of the rounds' means (25 ms)."""
-    first = Run(640, 2.0, 0.01 * 100, 100, 10, 30, (8.0, 6.0, 4.0))
-    second = Run(640, 3.0, 0.04 * 25, 25, 5, 15, (4.0, 2.0, 1.0))
-    both = first + second
-    assert (both.tokens, both.seconds, both.drafts, both.draft_tokens) == (1280, 5.0, 15, 45)
-    assert both.accepted_per_position == (12.0, 8.0, 5.0)
-    assert both.tokens_per_second == 256 and both.mean_step_ms == 16
+def test_rounds_add_up_counters_and_time_each_round_at_the_median_rounds() -> None:
+    """Three rounds of one engine's load, the second stalled by the host: tokens and counters add,
+    the time is three rounds at the median round's 2 s (not the 10 s they took); the step time is
+    the ITL histogram's sum over its count across all (2.5 s / 175 = 14.3 ms), not a mean of means."""
+    first = Run(640, (2.0,), 0.01 * 100, 100, 10, 30, (8.0, 6.0, 4.0))
+    stalled = Run(640, (6.0,), 0.04 * 25, 25, 5, 15, (4.0, 2.0, 1.0))
+    third = Run(640, (1.5,), 0.01 * 50, 50, 5, 15, (4.0, 3.0, 1.0))
+    rounds = first + stalled + third
+    assert (rounds.tokens, rounds.drafts, rounds.draft_tokens) == (1920, 20, 60)
+    assert rounds.accepted_per_position == (16.0, 11.0, 6.0)
+    assert rounds.seconds == 6.0 and rounds.tokens_per_second == 320
+    assert rounds.mean_step_ms == pytest.approx(1000 * 2.5 / 175)
