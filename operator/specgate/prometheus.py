@@ -246,8 +246,8 @@ class PrometheusClient:
         self, sel: Selector, window: Window, scrape_interval: float
     ) -> tuple[tuple[AcceptanceWindow, ...], float | None]:
         """The track's spec-decode counter increases over a benchmark Job's run, in the acceptance
-        windows traffic is judged in (the same statistics judge both), and the requests it finished
-        in it (None without the counter)."""
+        windows traffic is judged in (benchmark.evaluate judges them once, by a fixed-sample test),
+        and the requests it finished in it (None without the counter)."""
         try:
             families = self._samples(sel, window, scrape_interval)
         except MALFORMED_ERRORS as exc:
