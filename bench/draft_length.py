@@ -5,9 +5,9 @@ For each calibrated noisy draft of the lab's tiny model (lab/calibration.json) a
 concurrency, real vLLM CPU engines serve the same load plainly and with `draft_model` at K = 1 .. k_max:
 each of `concurrency` clients sends `requests` completions of `max_tokens` tokens (greedy,
 ignore_eos). The engines of a draft serve at once and the loads go round them in ROUNDS rounds, so
-that the host's slow minutes fall on all of them alike. Measured per engine, summed over the
-rounds: output tokens per second over the loads (wall clock), the mean step time from vLLM's own
-ITL histogram, and the per-position acceptance counters.
+that the host's slow minutes fall on all of them alike. Measured per engine over the rounds:
+output tokens per second at its median round (wall clock), the mean step time from vLLM's own ITL
+histogram, and the per-position acceptance counters.
 
 The advice is what the operator computes (measurements.recommendation): the per-position counts of
 the k_max canary, costed by the ratio of its mean step time to the baseline's (1st: the advice after
@@ -21,8 +21,9 @@ The schedule: the advised K (2nd) at each concurrency, as vLLM's num_speculative
 (each advised K up to its concurrency, the last carried beyond, as vLLM carries it), served by one
 more engine (num_speculative_tokens k_max) under the same loads, side by side with a fresh engine
 at the best single K of the first measurement. Its throughput over the whole concurrency mix (all
-loads' tokens over all loads' seconds) is compared with that engine's over the same mix, and the engine's own counters show the mean draft length it ran at each
-concurrency (draft tokens / drafts), which is how one sees vLLM honour the schedule.
+loads' tokens over all loads' seconds) is compared with that engine's over the same mix, and the
+engine's own counters show the mean draft length it ran at each concurrency (draft tokens /
+drafts), which is how one sees vLLM honour the schedule.
 
 Last line: k_choice_speedup_ratio=<throughput at the advised K (1st) / best measured> (worst case), the
 same after the second rollout and for the default costs, and k_schedule_speedup_vs_best_static=<mix throughput of the schedule /

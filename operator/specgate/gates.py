@@ -507,14 +507,7 @@ def acceptance_gate(
     drift = mix_drift_variance(mix_drift, mix_drift_seconds, span_seconds(windows, window_seconds))
     interval = acceptance_interval(usable, error_rate, drift, design_effect)
     if interval is None or drafts < min_drafts or len(usable) < MIN_WINDOWS:
-        return GateResult(
-            Verdict.INSUFFICIENT_DATA,
-            interval[0] if interval else None,
-            None,
-            None,
-            drafts,
-            f"{drafts:.0f} drafts in {len(usable)} windows, need {min_drafts} drafts and {MIN_WINDOWS} windows{note}",
-        )
+        return _too_little(interval[0] if interval else None, drafts, len(usable), min_drafts, note)
     alpha, lower, upper = interval
     llr = sprt_log_lr(usable, min_rate, indifference, error_rate, drift, design_effect)
     step_sd = sprt_step_sd(usable, indifference, error_rate, drift, design_effect)
@@ -529,6 +522,21 @@ def acceptance_gate(
     else:
         verdict, where = Verdict.INSUFFICIENT_DATA, f"within ({fail_at:.1f}, {pass_at:.1f})"
     return GateResult(verdict, alpha, lower, upper, drafts, f"{figures} {where} {zone}", llr, pass_at)
+
+
+def _too_little(
+    estimate: float | None, drafts: float, windows: int, min_drafts: int, note: str = ""
+) -> GateResult:
+    """InsufficientData for an acceptance test that has not the drafts or windows it judges from."""
+    wanted = f"need {min_drafts} drafts and {MIN_WINDOWS} windows{note}"
+    return GateResult(
+        Verdict.INSUFFICIENT_DATA,
+        estimate,
+        None,
+        None,
+        drafts,
+        f"{drafts:.0f} drafts in {windows} windows, {wanted}",
+    )
 
 
 def decide_at_deadline(result: GateResult, min_rate: float, indifference: float) -> GateResult:
@@ -591,17 +599,9 @@ def fixed_sample_acceptance_gate(windows: Sequence[AcceptanceWindow], limits: Ga
     m = len(usable)
     gate, zone, error_rate = limits.min_acceptance_rate, limits.indifference, limits.error_rate
     if drafts < limits.min_drafts or m < MIN_WINDOWS:
-        wanted = f"need {limits.min_drafts} drafts and {MIN_WINDOWS} windows"
-        return GateResult(
-            Verdict.INSUFFICIENT_DATA,
-            None,
-            None,
-            None,
-            drafts,
-            f"{drafts:.0f} drafts in {m} windows, {wanted}",
-        )
-    n, alpha, residuals = _centred(usable)
-    se = math.sqrt(max(long_run_variance(residuals) * m / n, _binomial(n, alpha * n)) / n)
+        return _too_little(None, drafts, m, limits.min_drafts)
+    n, alpha, spread = _plug_in_spread(usable)
+    se = math.sqrt(max(spread, _binomial(n, alpha * n)) / n)
     radius = student_t_quantile(1 - error_rate, m - 1) * se
     lower, upper = max(alpha - radius, 0.0), min(alpha + radius, 1.0)
     figures = (
