@@ -29,12 +29,21 @@ Last line: k_choice_speedup_ratio=<throughput at the advised K (1st) / best meas
 same after the second rollout and for the default costs, and k_schedule_speedup_vs_best_static=<mix throughput of the schedule /
 of the best single K> (worst case over the drafts). --quick: one draft, K = 1 .. 2, fewer requests
 (5 engines, at most 3 at once). The full run takes about 20 minutes on 2 cores and 13 GB of memory.
+
+The line before it is the run's resolution: how a perfect advice, one that always names the K
+measured best, would score on the same engines if their rounds had come out otherwise (the rounds
+resampled, RESAMPLES times): k_choice_resolution_p5 / _p50 (its worst-case share of the best) and
+k_choice_resolution_share_095 (how often it reaches 0.95). Where the perfect advice seldom reaches
+0.95, a figure near it says nothing of the advice. --rescore FILE scores a run saved with --save
+again (table, advice, resolution; no engines, no schedule).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
+import random
 import statistics
 import sys
 import tempfile
@@ -42,8 +51,9 @@ import time
 import urllib.request
 from collections import defaultdict
 from contextlib import ExitStack
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "operator"))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "lab"))
@@ -76,6 +86,7 @@ WARM_UP_REQUESTS = 2  # per client, untimed, before each timed load
 # the loads go round them. Side by side, two engines of one configuration differ by 2-6 % in their
 # median round (2026-11-28, 4 rounds).
 ROUNDS = 4
+RESAMPLES = 4000
 
 Schedule = list[list[int]]  # vLLM's num_speculative_tokens_per_batch_size: [start, end, K]
 
@@ -105,6 +116,20 @@ class Run:
     @property
     def mean_step_ms(self) -> float:
         return 1000 * self.itl_seconds / max(self.itl_count, 1.0)
+
+    @classmethod
+    def saved(cls, figures: dict[str, Any]) -> Run:
+        """The Run `--save` wrote (as dataclasses.asdict)."""
+        run = cls(**figures)
+        return replace(
+            run,
+            round_seconds=tuple(run.round_seconds),
+            accepted_per_position=tuple(run.accepted_per_position),
+        )
+
+    def resampled(self, rng: random.Random) -> Run:
+        """The same loads had the rounds come out otherwise: round times drawn with replacement."""
+        return replace(self, round_seconds=tuple(rng.choices(self.round_seconds, k=len(self.round_seconds))))
 
     def __add__(self, other: Run) -> Run:
         positions = zip(self.accepted_per_position, other.accepted_per_position, strict=True)
@@ -257,32 +282,29 @@ def _advice(metrics: TrackMetrics, costs: list[StepCost]) -> int:
     return advice.num_speculative_tokens
 
 
+Measured = dict[int, dict[int, Run]]  # K (0: plain) -> concurrency -> the engine's loads
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help="one draft, K 1..2, fewer requests (~5 min)")
     parser.add_argument("--save", type=Path, help="write every engine's figures here (JSON) for a later look")
+    parser.add_argument("--rescore", type=Path, help="score a run saved with --save again, without engines")
     args = parser.parse_args()
-    sizes = QUICK if args.quick else FULL
-    logs = Path(tempfile.mkdtemp(prefix="draft-length-"))
-    saved: dict[str, object] = {}
     worst = {"measured": 1.0, "second": 1.0, "default": 1.0, "schedule": float("inf")}
-    print(f"{'draft':<34} {'conc':>4} {'plain':>7} " + " ".join(f"{'K=' + str(k):>7}" for k in range(1, sizes.k_max + 1))
-          + f" {'1st_K':>5} {'2nd_K':>5} {'dflt_K':>6} {'best_K':>6} {'1st':>6} {'2nd':>6} {'dflt':>6}")  # fmt: skip
-    for noise in sizes.noises:
-        draft = f"specgate/tiny-llama-noise-{noise}"
-        with ExitStack() as stack:  # the plain engine and K = 1 .. k_max, side by side
-            engines = {str(k): start(stack, draft if k else None, k, logs) for k in range(sizes.k_max + 1)}
-            measured = side_by_side(engines, sizes)
-        baseline = measured.pop("0")
-        runs = {int(k): by_c for k, by_c in measured.items()}
-        saved[draft] = {k: {c: asdict(r) for c, r in by_c.items()} for k, by_c in measured.items()}
-        saved[f"{draft} baseline"] = {c: asdict(r) for c, r in baseline.items()}
-        if args.save:
-            args.save.write_text(json.dumps(saved, indent=1))
-        advised = advise_each_concurrency(draft, runs, baseline, sizes, worst)
-        worst["schedule"] = min(
-            worst["schedule"], schedule_against_best_static(draft, advised, runs, logs, sizes)
-        )
+    if args.rescore:
+        drafts = load_saved(args.rescore)
+        k_max, concurrency = max(max(m) for m in drafts.values()), tuple(next(iter(drafts.values()))[0])
+        print_header(k_max)
+        for draft, measured in drafts.items():
+            advise_each_concurrency(draft, measured, Sizes(k_max, concurrency, 0, 0, ()), worst)
+        worst["schedule"] = math.nan  # a saved run holds the engines of each K, not the schedule's
+    else:
+        drafts = measure(QUICK if args.quick else FULL, args.save, worst)
+    p5, p50, share = resolution(drafts, random.Random(16))
+    print(
+        f"k_choice_resolution_p5={p5:.3f} k_choice_resolution_p50={p50:.3f} k_choice_resolution_share_095={share:.2f}"
+    )
     print(
         f"k_choice_speedup_ratio={worst['measured']:.3f} "
         f"k_choice_speedup_ratio_second_rollout={worst['second']:.3f} "
@@ -291,15 +313,67 @@ def main() -> None:
     )
 
 
+def print_header(k_max: int) -> None:
+    print(f"{'draft':<34} {'conc':>4} {'plain':>7} " + " ".join(f"{'K=' + str(k):>7}" for k in range(1, k_max + 1))
+          + f" {'1st_K':>5} {'2nd_K':>5} {'dflt_K':>6} {'best_K':>6} {'1st':>6} {'2nd':>6} {'dflt':>6}")  # fmt: skip
+
+
+def measure(sizes: Sizes, save: Path | None, worst: dict[str, float]) -> dict[str, Measured]:
+    """Each draft's engines side by side, its advice and its schedule against the best single K."""
+    logs = Path(tempfile.mkdtemp(prefix="draft-length-"))
+    print_header(sizes.k_max)
+    drafts: dict[str, Measured] = {}
+    for noise in sizes.noises:
+        draft = f"specgate/tiny-llama-noise-{noise}"
+        with ExitStack() as stack:  # the plain engine and K = 1 .. k_max, side by side
+            engines = {str(k): start(stack, draft if k else None, k, logs) for k in range(sizes.k_max + 1)}
+            measured = side_by_side(engines, sizes)
+        drafts[draft] = {int(k): by_c for k, by_c in measured.items()}
+        if save:
+            save.write_text(json.dumps({d: {k: {c: asdict(r) for c, r in by_c.items()} for k, by_c in m.items()}
+                                        for d, m in drafts.items()}, indent=1))  # fmt: skip
+        advised = advise_each_concurrency(draft, drafts[draft], sizes, worst)
+        ratio = schedule_against_best_static(draft, advised, drafts[draft], logs, sizes)
+        worst["schedule"] = min(worst["schedule"], ratio)
+    return drafts
+
+
+def load_saved(path: Path) -> dict[str, Measured]:
+    """A --save file's engines per draft, the plain one as K 0."""
+    saved = json.loads(path.read_text())
+    return {
+        draft: {int(k): {int(c): Run.saved(r) for c, r in by_c.items()} for k, by_c in by_k.items()}
+        for draft, by_k in saved.items()
+    }
+
+
+def resolution(drafts: dict[str, Measured], rng: random.Random) -> tuple[float, float, float]:
+    """(p5, p50, share >= 0.95) over RESAMPLES of the rounds of the worst-case share of the best
+    that naming, in every draft and concurrency, the K measured best would score."""
+    cells = [
+        {k: by_c[c] for k, by_c in measured.items() if k > 0}
+        for measured in drafts.values()
+        for c in next(iter(measured.values()))
+    ]
+    named = [max(runs, key=lambda k: runs[k].tokens_per_second) for runs in cells]
+    worst = []
+    for _ in range(RESAMPLES):
+        shares = []
+        for runs, k in zip(cells, named, strict=True):
+            speed = {j: run.resampled(rng).tokens_per_second for j, run in runs.items()}
+            shares.append(speed[k] / max(speed.values()))
+        worst.append(min(shares))
+    worst.sort()
+    return worst[len(worst) // 20], worst[len(worst) // 2], sum(w >= 0.95 for w in worst) / len(worst)
+
+
 def advise_each_concurrency(
-    draft: str,
-    runs: dict[int, dict[int, Run]],
-    baseline: dict[int, Run],
-    sizes: Sizes,
-    worst: dict[str, float],
+    draft: str, measured: Measured, sizes: Sizes, worst: dict[str, float]
 ) -> dict[int, int]:
     """The advice at each concurrency against the best measured K, printed and folded into `worst`;
     the K advised after the second rollout, per concurrency."""
+    baseline = measured[0]
+    runs = {k: by_c for k, by_c in measured.items() if k > 0}
     advised: dict[int, int] = {}
     for c in sizes.concurrency:
         speed = {k: runs[k][c].tokens_per_second for k in runs}
@@ -323,11 +397,11 @@ def advise_each_concurrency(
 
 
 def schedule_against_best_static(
-    draft: str, advised: dict[int, int], runs: dict[int, dict[int, Run]], logs: Path, sizes: Sizes
+    draft: str, advised: dict[int, int], measured: Measured, logs: Path, sizes: Sizes
 ) -> float:
     """The advised schedule's throughput over the concurrency mix over the best single K's (chosen
     on the first measurement), both served afresh side by side."""
-    static = {k: mix_speed(runs[k]) for k in runs}
+    static = {k: mix_speed(by_c) for k, by_c in measured.items() if k > 0}
     best_static = max(static, key=lambda k: static[k])
     schedule = schedule_from(advised)
     with ExitStack() as stack:

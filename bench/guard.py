@@ -18,6 +18,12 @@ the spread by the rollout's drift, which these months never reach).
 - guard_p50_min_ / guard_p95_min_<mix>_drop<size>_<rate>: a healthy history, then the mix shifts
   so that alpha drops by 0.10, 0.15 or 0.25 from gate + indifference; minutes from the shift to the
   look that trips (one block or less of scrape and reconcile delay comes on top in a cluster).
+- guard_known_spread_h_<cell> and guard_known_spread_p95_min_<mix>_drop<size>_<rate>: what the
+  same CUSUM reaches on the same months and drops when it is told the cell's true long-run spread
+  per draft token (from 4 h batch means over all the months) instead of estimating it, with the
+  lowest threshold (in steps of KNOWN_SPREAD_H_STEP) whose trips per month stay within the budget
+  on these months. No estimate from hours of history can do better than knowing the spread, so
+  this is the floor of this design on the traffic model, printed beside what the guard measures.
 """
 
 from __future__ import annotations
@@ -68,6 +74,11 @@ MONTHS = {3: 300, 20: 300, 200: 40}
 DELAY_TRIALS = 100
 MAX_DELAY_BLOCKS = 360  # six hours
 CHECKED_LOOKS = 40
+SPREAD_BATCH_BLOCKS = (
+    240  # 4 h batch means: past the drift's timescale, so their variance is the long-run one
+)
+KNOWN_SPREAD_H_STEP = 0.5
+KNOWN_SPREAD_THRESHOLDS = np.arange(6.0, 24.0 + KNOWN_SPREAD_H_STEP / 2, KNOWN_SPREAD_H_STEP)
 
 
 @dataclass(frozen=True)
@@ -130,13 +141,20 @@ def spread_per_look(accepted: FloatArray, tokens: FloatArray) -> FloatArray:
     return result
 
 
-def statistics_per_look(accepted: FloatArray, tokens: FloatArray) -> FloatArray:
-    """gates.acceptance_guard's CUSUM at each look t >= HISTORY - 1 over blocks
-    t - HISTORY + 1 .. t."""
-    s2 = spread_per_look(accepted, tokens)
+def ranges_per_look(accepted: FloatArray, tokens: FloatArray) -> FloatArray:
+    """At each look t >= HISTORY - 1, how far sum(gate * n - a) over the blocks' suffixes rises above
+    its lowest point in blocks t - HISTORY + 1 .. t: the CUSUM in draft tokens, before its 2 delta / s^2."""
     walk = np.concatenate(([0.0], np.cumsum(GATE * tokens - accepted)))
     lowest = sliding_window_view(walk, HISTORY + 1).min(axis=1)
-    result: FloatArray = 2 * DELTA * (walk[HISTORY:] - lowest) / s2
+    result: FloatArray = walk[HISTORY:] - lowest
+    return result
+
+
+def statistics_per_look(accepted: FloatArray, tokens: FloatArray, spread: float | None = None) -> FloatArray:
+    """gates.acceptance_guard's CUSUM at each look t >= HISTORY - 1 over blocks
+    t - HISTORY + 1 .. t; with `spread`, that s^2 per draft token instead of each look's estimate."""
+    s2 = spread_per_look(accepted, tokens) if spread is None else spread
+    result: FloatArray = 2 * DELTA * ranges_per_look(accepted, tokens) / s2
     return result
 
 
@@ -163,43 +181,97 @@ def check_against_the_operator(accepted: FloatArray, tokens: FloatArray, rng: ra
     assert REFERENCE >= MIN_GUARD_REFERENCE_BLOCKS  # the looks above measured their own spread
 
 
-def false_trips(cell: Cell, months: int, seed: int) -> tuple[int, list[float]]:
-    """(trips, monthly maxima) over `months` months of a healthy canary."""
+@dataclass
+class Months:
+    """A cell's healthy months: the guard's trips and monthly maxima, and what the known-spread
+    reference needs (each look's CUSUM range, and 4 h batch sums for the true spread)."""
+
+    trips: int
+    maxima: list[float]
+    ranges: list[npt.NDArray[np.float32]]
+    batch_accepted: list[FloatArray]
+    batch_tokens: list[FloatArray]
+
+    def true_spread(self) -> float:
+        """The long-run variance per draft token of the months' 4 h batch residuals."""
+        accepted, tokens = np.concatenate(self.batch_accepted), np.concatenate(self.batch_tokens)
+        alpha = accepted.sum() / tokens.sum()
+        return float(((accepted - alpha * tokens) ** 2).sum() / tokens.sum())
+
+
+def count_trips(statistic: FloatArray, threshold: float) -> int:
+    """Looks at or over the threshold, one per history: after a trip the history starts afresh."""
+    trips, last = 0, -HISTORY
+    for look in np.flatnonzero(statistic >= threshold):
+        if look >= last + HISTORY:
+            trips, last = trips + 1, int(look)
+    return trips
+
+
+def _batch_sums(values: FloatArray) -> FloatArray:
+    whole = len(values) // SPREAD_BATCH_BLOCKS * SPREAD_BATCH_BLOCKS
+    result: FloatArray = values[:whole].reshape(-1, SPREAD_BATCH_BLOCKS).sum(axis=1)
+    return result
+
+
+def false_trips(cell: Cell, months: int, seed: int) -> Months:
+    """The guard over `months` months of a healthy canary."""
     rng, checker = np.random.default_rng(seed), random.Random(seed)
     traffic = cell.traffic(GATE + DELTA)
     threshold = guard_threshold(FALSE_ALARMS_PER_MONTH, BLOCK_SECONDS)
     per_month = int(MONTH_SECONDS // BLOCK_SECONDS)
-    trips, maxima = 0, []
+    result = Months(0, [], [], [], [])
     for month in range(months):
         counts = windows(traffic, per_month + HISTORY - 1, rng)
         accepted, tokens = counts[:, 2], counts[:, 1]
         if month == 0:
             check_against_the_operator(accepted, tokens, checker)
-        statistic = statistics_per_look(accepted, tokens)
-        maxima.append(float(statistic.max()))
-        last = -HISTORY
-        for look in np.flatnonzero(statistic >= threshold):  # after a trip the history starts afresh
-            if look >= last + HISTORY:
-                trips, last = trips + 1, int(look)
-    return trips, maxima
+        ranges = ranges_per_look(accepted, tokens)
+        statistic = 2 * DELTA * ranges / spread_per_look(accepted, tokens)
+        result.trips += count_trips(statistic, threshold)
+        result.maxima.append(float(statistic.max()))
+        result.ranges.append(ranges.astype(np.float32))
+        result.batch_accepted.append(_batch_sums(accepted))
+        result.batch_tokens.append(_batch_sums(tokens))
+    return result
 
 
-def detection_minutes(cell: Cell, drop: float, seed: int) -> list[float]:
-    """Minutes from the shift to the tripping look (inf: not within MAX_DELAY_BLOCKS)."""
+def known_spread_threshold(months: Months, spread: float) -> float:
+    """The lowest threshold of KNOWN_SPREAD_THRESHOLDS whose trips per month, with s^2 = `spread`,
+    are within the budget on these months (inf if none is)."""
+    per_month = [2 * DELTA * r.astype(np.float64) / spread for r in months.ranges]
+    for h in KNOWN_SPREAD_THRESHOLDS:
+        if sum(count_trips(s, float(h)) for s in per_month) <= FALSE_ALARMS_PER_MONTH * len(per_month):
+            return float(h)
+    return math.inf
+
+
+def first_trip_minutes(statistic: FloatArray, threshold: float) -> float:
+    """Minutes from the shift to the look that trips (inf: none). Look k ends at block
+    k + HISTORY - 1; the shift is at the start of block HISTORY."""
+    after = np.flatnonzero(statistic[1:] >= threshold)
+    return float((after[0] + 1) * BLOCK_SECONDS / 60) if len(after) else math.inf
+
+
+def detection_minutes(
+    cell: Cell, drop: float, seed: int, known_spread: tuple[float, float]
+) -> tuple[list[float], list[float]]:
+    """Sorted minutes from the shift to the tripping look (inf: not within MAX_DELAY_BLOCKS): the
+    guard's, and the same CUSUM's with known_spread = (s^2, its threshold)."""
     rng = np.random.default_rng(seed)
     healthy = cell.traffic(GATE + DELTA)
     shift = shifted_for_alpha(healthy, GATE + DELTA - drop)
     t0 = HISTORY * BLOCK_SECONDS
     dropped: Callable[[np.ndarray], np.ndarray] = lambda t: np.where(t >= t0, shift, 0.0)  # noqa: E731
     threshold = guard_threshold(FALSE_ALARMS_PER_MONTH, BLOCK_SECONDS)
-    delays = []
+    spread, known_threshold = known_spread
+    guard, known = [], []
     for _ in range(DELAY_TRIALS):
         counts = windows(healthy, HISTORY + MAX_DELAY_BLOCKS, rng, mu_shift=dropped)
-        s = statistics_per_look(counts[:, 2], counts[:, 1])
-        # look k ends at block k + HISTORY - 1; the shift is at the start of block HISTORY
-        after = np.flatnonzero(s[1:] >= threshold)
-        delays.append(float((after[0] + 1) * BLOCK_SECONDS / 60) if len(after) else math.inf)
-    return sorted(delays)
+        accepted, tokens = counts[:, 2], counts[:, 1]
+        guard.append(first_trip_minutes(statistics_per_look(accepted, tokens), threshold))
+        known.append(first_trip_minutes(statistics_per_look(accepted, tokens, spread), known_threshold))
+    return sorted(guard), sorted(known)
 
 
 def poisson_upper95(count: int, exposure: float) -> float:
@@ -218,21 +290,28 @@ def quantile(values: list[float], q: float) -> float:
 
 
 def run_cell(cell: Cell, months: int, seed: int) -> dict[str, str]:
-    trips, maxima = false_trips(cell, months, seed)
+    healthy = false_trips(cell, months, seed)
+    spread = healthy.true_spread()
+    known_threshold = known_spread_threshold(healthy, spread)
+    maxima = sorted(healthy.maxima)
     figures = {
-        f"guard_false_trips_per_month_{cell.name}": f"{trips / months:.3f}",
-        f"guard_false_trips_per_month_upper95_{cell.name}": f"{poisson_upper95(trips, months):.3f}",
+        f"guard_false_trips_per_month_{cell.name}": f"{healthy.trips / months:.3f}",
+        f"guard_false_trips_per_month_upper95_{cell.name}": f"{poisson_upper95(healthy.trips, months):.3f}",
         f"guard_monthly_max_p50_p90_max_{cell.name}": "/".join(
-            f"{v:.1f}" for v in (quantile(sorted(maxima), 0.5), quantile(sorted(maxima), 0.9), max(maxima))
+            f"{v:.1f}" for v in (quantile(maxima, 0.5), quantile(maxima, 0.9), maxima[-1])
         ),
+        f"guard_true_spread_{cell.name}": f"{spread:.1f}",
+        f"guard_known_spread_h_{cell.name}": f"{known_threshold:.1f}",
     }
     for i, drop in enumerate(DROPS):
-        delays = detection_minutes(cell, drop, seed + 1000 * (i + 1))
+        guard, known = detection_minutes(cell, drop, seed + 1000 * (i + 1), (spread, known_threshold))
         tag = f"{cell.mix}_drop{round(drop * 100):03d}_{cell.requests_per_window}"
-        figures[f"guard_p50_min_{tag}"] = f"{quantile(delays, 0.5):.0f}"
-        figures[f"guard_p95_min_{tag}"] = f"{quantile(delays, 0.95):.0f}"
+        figures[f"guard_p50_min_{tag}"] = f"{quantile(guard, 0.5):.0f}"
+        figures[f"guard_p95_min_{tag}"] = f"{quantile(guard, 0.95):.0f}"
+        figures[f"guard_known_spread_p95_min_{tag}"] = f"{quantile(known, 0.95):.0f}"
     print(
-        f"{cell.name}: {trips} trips in {months} months; " + " ".join(f"{k}={v}" for k, v in figures.items()),
+        f"{cell.name}: {healthy.trips} trips in {months} months; "
+        + " ".join(f"{k}={v}" for k, v in figures.items()),
         flush=True,
     )
     return figures
@@ -270,6 +349,7 @@ def main() -> None:
         **{k: figures[k] for k in (
             "guard_p95_min_steady_drop010_20", "guard_p95_min_steady_drop010_200",
             "guard_p95_min_drift_drop025_20", "guard_p95_min_drift_drop015_20", "guard_p95_min_drift_drop010_20",
+            "guard_known_spread_p95_min_steady_drop010_20", "guard_known_spread_p95_min_drift_drop025_20",
         )},
     }  # fmt: skip
     print(" ".join(f"{k}={v}" for k, v in summary.items()))

@@ -4,14 +4,16 @@ advice per concurrency, which vLLM must accept, and the mix throughput it scores
 from __future__ import annotations
 
 import json
+import random
 import sys
+from dataclasses import asdict
 from pathlib import Path
 
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "bench"))
 
-from draft_length import Run, mix_speed, schedule_from, serve_args
+from draft_length import Run, mix_speed, resolution, schedule_from, serve_args
 from specgate import api
 
 
@@ -52,3 +54,21 @@ def test_rounds_add_up_counters_and_time_each_round_at_the_median_rounds() -> No
     assert rounds.accepted_per_position == (16.0, 11.0, 6.0)
     assert rounds.seconds == 6.0 and rounds.tokens_per_second == 320
     assert rounds.mean_step_ms == pytest.approx(1000 * 2.5 / 175)
+
+
+def test_the_resolution_is_how_often_naming_the_measured_best_k_would_reach_095() -> None:
+    """K=1 ran its four rounds in 1, 1, 1 and 3 s (median 1: measured best), K=2 in 1.1 s each.
+    Resampled, K=1's median stays 1 unless two or more of its four rounds are the 3 s one (median 2
+    or 3: a share of 0.55 or 0.37), which happens with probability 1 - 0.75^4 - 4 * 0.25 * 0.75^3
+    = 0.262; so naming K=1 reaches 0.95 in 0.738 of the resamples, and in the median one."""
+    rounds = {1: (1.0, 1.0, 1.0, 3.0), 2: (1.1,) * 4}
+    measured = {k: {1: Run(100.0, r, 0.0, 0.0, 0.0, 0.0, ())} for k, r in rounds.items()}
+    measured[0] = {1: run(100.0, 4.0)}
+    p5, p50, share = resolution({"d": measured}, random.Random(1))
+    assert share == pytest.approx(0.738, abs=0.03)
+    assert p50 == 1.0 and p5 < 0.6
+
+
+def test_a_saved_run_reads_back_as_it_was_measured() -> None:
+    measured = Run(640.0, (2.0, 1.5), 1.0, 100.0, 10.0, 30.0, (8.0, 6.0, 4.0))
+    assert Run.saved(json.loads(json.dumps(asdict(measured)))) == measured

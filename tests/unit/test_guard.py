@@ -378,3 +378,38 @@ def test_quiet_older_blocks_leave_the_guard_without_a_spread_to_judge_by() -> No
         result.message
         == "12 blocks, 1600 draft tokens: the guard judges from 8 blocks, with drafts in its older part"
     )
+
+
+def test_trips_are_counted_once_per_history() -> None:
+    """A trip restarts the history: looks over the threshold within HISTORY looks of a counted trip
+    are the same alarm; one HISTORY later is a new one."""
+    statistic = np.zeros(3 * bench_guard.HISTORY)
+    statistic[[5, 6, 5 + bench_guard.HISTORY - 1, 5 + bench_guard.HISTORY, 2 * bench_guard.HISTORY + 4]] = (
+        20.0
+    )
+    assert bench_guard.count_trips(statistic, 19.0) == 2  # 5 and 5 + HISTORY; 2 * HISTORY + 4 is too soon
+    assert bench_guard.count_trips(statistic, 21.0) == 0
+
+
+def test_the_true_spread_is_the_variance_of_batch_residuals_per_token() -> None:
+    """Two 4 h batches of 100 draft tokens with 70 and 50 accepted: alpha 0.6, residuals +10 and
+    -10, so 200 squared tokens over 200 tokens: 1.0 per draft token."""
+    months = bench_guard.Months(0, [], [], [np.array([70.0]), np.array([50.0])], [np.array([100.0])] * 2)
+    assert months.true_spread() == pytest.approx(1.0)
+
+
+def test_the_known_spread_threshold_meets_the_budget_where_lordens_bound_says_it_must() -> None:
+    """Independent Gaussian blocks with the steady 20-request cell's tokens (38,700 a block) and
+    long-run spread (230 per token), at alpha gate + indifference: the CUSUM's increments are then
+    exact log likelihood ratios, for which Lorden's bound puts at least e^h blocks between false
+    alarms, so h = log(432,000) = 12.98 meets 0.1 a month; at h 9 Siegmund's approximation gives
+    about one a month, far over it. 20 months: the lowest threshold within budget lies between."""
+    rng = np.random.default_rng(3)
+    tokens, spread = 38_700.0, 230.0
+    n = np.full(30 * 1440 + bench_guard.HISTORY - 1, tokens)
+    months = bench_guard.Months(0, [], [], [], [])
+    for _ in range(20):
+        accepted = (GATE + DELTA) * n + rng.normal(0.0, math.sqrt(spread * tokens), len(n))
+        months.ranges.append(bench_guard.ranges_per_look(accepted, n).astype(np.float32))
+    threshold = bench_guard.known_spread_threshold(months, spread)
+    assert 9.0 < threshold <= 13.0
