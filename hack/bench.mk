@@ -1,6 +1,6 @@
 # Benchmarks: ratios measured side by side in one run (not timing assertions).
 .PHONY: bench
-bench: venv engines ## decision-rule, guard and draft-length benchmarks (about 80 minutes on two cores: the guard's months take 40; the last runs real vLLM engines)
+bench: venv engines ## decision-rule, guard and draft-length benchmarks (about an hour on two cores: the guard's months take about 20, the draft lengths on real vLLM engines 20)
 	$(PY) bench/decisions.py
 	$(PY) bench/guard.py
 	PYTHONPATH=lab $(VLLM_VENV)/bin/python -m specgate_lab.tiny_models $(SPECGATE_CACHE)/models \
