@@ -74,9 +74,8 @@ MONTHS = {3: 300, 20: 300, 200: 40}
 DELAY_TRIALS = 100
 MAX_DELAY_BLOCKS = 360  # six hours
 CHECKED_LOOKS = 40
-SPREAD_BATCH_BLOCKS = (
-    240  # 4 h batch means: past the drift's timescale, so their variance is the long-run one
-)
+# 4 h batch means: far past the drift's timescale, so their variance per token is the long-run one.
+SPREAD_BATCH_BLOCKS = 240
 KNOWN_SPREAD_H_STEP = 0.5
 KNOWN_SPREAD_THRESHOLDS = np.arange(6.0, 24.0 + KNOWN_SPREAD_H_STEP / 2, KNOWN_SPREAD_H_STEP)
 
