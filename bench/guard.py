@@ -36,6 +36,7 @@ from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -153,7 +154,12 @@ def statistics_per_look(accepted: FloatArray, tokens: FloatArray, spread: float 
     """gates.acceptance_guard's CUSUM at each look t >= HISTORY - 1 over blocks
     t - HISTORY + 1 .. t; with `spread`, that s^2 per draft token instead of each look's estimate."""
     s2 = spread_per_look(accepted, tokens) if spread is None else spread
-    result: FloatArray = 2 * DELTA * ranges_per_look(accepted, tokens) / s2
+    return cusum(ranges_per_look(accepted, tokens), s2)
+
+
+def cusum(ranges: FloatArray, spread: FloatArray | float) -> FloatArray:
+    """The CUSUM's log likelihood ratio from its range in draft tokens and s^2 per draft token."""
+    result: FloatArray = 2 * DELTA * ranges / spread
     return result
 
 
@@ -198,7 +204,7 @@ class Months:
         return float(((accepted - alpha * tokens) ** 2).sum() / tokens.sum())
 
 
-def count_trips(statistic: FloatArray, threshold: float) -> int:
+def count_trips(statistic: npt.NDArray[np.floating[Any]], threshold: float) -> int:
     """Looks at or over the threshold, one per history: after a trip the history starts afresh."""
     trips, last = 0, -HISTORY
     for look in np.flatnonzero(statistic >= threshold):
@@ -226,7 +232,7 @@ def false_trips(cell: Cell, months: int, seed: int) -> Months:
         if month == 0:
             check_against_the_operator(accepted, tokens, checker)
         ranges = ranges_per_look(accepted, tokens)
-        statistic = 2 * DELTA * ranges / spread_per_look(accepted, tokens)
+        statistic = cusum(ranges, spread_per_look(accepted, tokens))
         result.trips += count_trips(statistic, threshold)
         result.maxima.append(float(statistic.max()))
         result.ranges.append(ranges.astype(np.float32))
@@ -237,10 +243,12 @@ def false_trips(cell: Cell, months: int, seed: int) -> Months:
 
 def known_spread_threshold(months: Months, spread: float) -> float:
     """The lowest threshold of KNOWN_SPREAD_THRESHOLDS whose trips per month, with s^2 = `spread`,
-    are within the budget on these months (inf if none is)."""
-    per_month = [2 * DELTA * r.astype(np.float64) / spread for r in months.ranges]
+    are within the budget on these months (inf if none is). The CUSUM reaches h where its range
+    reaches h s^2 / (2 delta): the months' ranges are compared with that, not rescaled."""
     for h in KNOWN_SPREAD_THRESHOLDS:
-        if sum(count_trips(s, float(h)) for s in per_month) <= FALSE_ALARMS_PER_MONTH * len(per_month):
+        in_tokens = float(h) * spread / (2 * DELTA)
+        trips = sum(count_trips(ranges, in_tokens) for ranges in months.ranges)
+        if trips <= FALSE_ALARMS_PER_MONTH * len(months.ranges):
             return float(h)
     return math.inf
 
