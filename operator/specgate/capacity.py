@@ -5,6 +5,14 @@ the serving capacity is the Ready pods of both. Every transition moves toward it
 Deployment's rolling update does: the shrinking side gives up a Ready pod only when the other side's
 Ready pods keep the total at `replicas - maxUnavailable`, and the growing side starts new pods only
 within `replicas + maxSurge` pods in all.
+
+A track mid-roll (ReplicaSets of two templates) is a different animal: a replicas change, either way,
+is a scaling event its Deployment spreads over every ReplicaSet in proportion to the size each was
+last sized for (replicas + maxSurge then; Kubernetes docs, "Proportional scaling"), Ready pods
+included. specgate does not see the ReplicaSets, and a maxSurge lowered since they were sized makes
+the Deployment shed more than the change (maxSurge 2 -> 1, then replicas 6 -> 5: two Ready pods of
+the old ReplicaSet go, issue 61). For some split every Ready pod of the track may go, so a rolling
+track's replicas change only while the other track alone keeps the floor.
 """
 
 from __future__ import annotations
@@ -25,9 +33,10 @@ class Side:
 
     def kept(self, replicas: int) -> int:
         """The Ready pods the track keeps at `replicas`, whatever its own roll still removes; rolling,
-        each replica given up may be a Ready pod."""
-        lost = max(self.replicas - replicas, 0) if self.rolling else 0
-        return max(min(self.ready - lost, replicas - self.unavailable), 0)
+        any change of its replicas may take every one (proportional scaling, see the module's note)."""
+        if self.rolling and replicas != self.replicas:
+            return 0
+        return max(min(self.ready, replicas - self.unavailable), 0)
 
 
 @dataclass(frozen=True)
@@ -52,8 +61,10 @@ def step_toward(budget: Budget, baseline: Side, canary: Side, targets: tuple[int
     )
     c = _shrink(budget, canary, want_c, other_ready=baseline.kept(b))
     most_pods = max(budget.replicas + budget.max_surge, want_b + want_c)
-    c = _grow(canary.replicas, want_c, room=most_pods - b) if want_c > canary.replicas else c
-    b = max(b, _grow(baseline.replicas, want_b, room=most_pods - c)) if want_b > baseline.replicas else b
+    if want_c > canary.replicas and _may_resize(budget, canary, baseline.kept(b)):
+        c = _grow(canary.replicas, want_c, room=most_pods - b)
+    if want_b > baseline.replicas and _may_resize(budget, baseline, canary.kept(c)):
+        b = max(b, _grow(baseline.replicas, want_b, room=most_pods - c))
     return b, c
 
 
@@ -80,16 +91,21 @@ def guaranteed(side: Side, rolling: bool, max_unavailable: int) -> Side:
 
 def _shrink(budget: Budget, side: Side, target: int, other_ready: int) -> int:
     """Keep the Ready pods the floor still needs; unready ones go (a ReplicaSet deletes those first).
-    A rolling track keeps maxUnavailable more replicas than those, for its roll may take that many;
-    if even its current replicas cannot promise them, it is not lowered at all: pods its roll only
-    may remove are still serving, and lowering its replicas would remove them for certain."""
+    A rolling track the floor needs any Ready pod of is not lowered at all: proportional scaling may
+    take every one (Side.kept), and pods its roll only may remove are still serving."""
     if target >= side.replicas:
         return side.replicas
     needed = _needed(budget, side, other_ready)
     if needed == 0:
         return target
-    spare_ready = side.ready - needed if side.rolling else side.replicas  # proportional scaling's toll
-    return min(side.replicas, max(target, needed + side.unavailable, side.replicas - spare_ready))
+    return side.replicas if side.rolling else min(side.replicas, max(target, needed))
+
+
+def _may_resize(budget: Budget, side: Side, other_ready: int) -> bool:
+    """Whether the track's replicas may change: a rolling track's only while the other track's
+    `other_ready` keep the floor alone (a raise too is a scaling event: with maxSurge lowered since
+    its ReplicaSets were sized, replicas 6 -> 7 may still shed a Ready pod)."""
+    return not side.rolling or _needed(budget, side, other_ready) == 0
 
 
 def _baseline_kept_above_its_replicas(budget: Budget, baseline: Side, other_ready: int) -> int:

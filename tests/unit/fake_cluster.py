@@ -11,7 +11,11 @@ replicaset: "Scaling a ReplicaSet"), checked against the controller's source
   first lose their unavailable pods, then Ready ones only while the Ready pods of all ReplicaSets
   stay at replicas - maxUnavailable (counting the new ReplicaSet's unready pods as lost).
 - A replicas change while old ReplicaSets still hold pods is a scaling event: replicas + maxSurge is
-  spread over the ReplicaSets in proportion to their sizes, the rest going to the largest.
+  spread over the ReplicaSets in proportion to their sizes, the rest going to the largest. Each
+  ReplicaSet's proportion is taken against the replicas + maxSurge it was last sized for (its
+  deployment.kubernetes.io/max-replicas annotation, set when the controller last scaled it), so a
+  maxSurge lowered mid-roll makes the next scaling event shed more than the replicas given up
+  (deploymentutil.GetProportion; rounded half away from zero, as integer.RoundToInt32).
 - A ReplicaSet scaled down deletes unready pods first, then the ones Ready for the shortest time.
 - Pods become Ready 1-3 ticks after they are created (minReadySeconds 0: Ready is available).
 - The controller may see a change a tick late (observedGeneration < generation meanwhile).
@@ -22,6 +26,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import math
 import random
 from dataclasses import dataclass, field
 from typing import Any
@@ -74,6 +79,9 @@ class ReplicaSet:
     created: int  # order of creation: older ReplicaSets are scaled down first
     replicas: int = 0
     pods: list[Pod] = field(default_factory=list)
+    max_replicas: int = (
+        0  # its max-replicas annotation: the Deployment's replicas + maxSurge when last scaled
+    )
 
     @property
     def ready(self) -> int:
@@ -246,38 +254,69 @@ def sync_deployment(dep: Deployment, tick: int) -> None:
     dep.observed_generation = dep.generation
     new_hash = dep.new_hash
     if new_hash not in dep.replica_sets:
-        dep.replica_sets[new_hash] = ReplicaSet(dep.manifest["spec"]["template"], created=tick)
+        dep.replica_sets[new_hash] = ReplicaSet(
+            dep.manifest["spec"]["template"], created=tick, max_replicas=_max_replicas(dep)
+        )
     new = dep.replica_sets[new_hash]
     old = sorted((rs for h, rs in dep.replica_sets.items() if h != new_hash), key=lambda rs: rs.created)
-    if not any(rs.replicas for rs in old):
-        new.replicas, dep.synced_replicas = dep.replicas, dep.replicas
+    active = [rs for rs in [new, *old] if rs.replicas]
+    if dep.synced_replicas != dep.replicas:  # a scaling event: sync.go scale(), then nothing else
+        if len(active) > 1:
+            _scale_proportionally(dep, active)
+        else:  # one active ReplicaSet (or none: the new one) takes the replicas as they are
+            _resize(dep, active[0] if active else new, dep.replicas)
+        dep.synced_replicas = dep.replicas
         return
-    if dep.synced_replicas != dep.replicas:
-        _scale_proportionally(dep, new, old)
+    if not any(rs.replicas for rs in old):
+        _resize(dep, new, dep.replicas)
         return
     _grow_new(dep, new, old)
     _shrink_old(dep, new, old)
 
 
-def _scale_proportionally(dep: Deployment, new: ReplicaSet, old: list[ReplicaSet]) -> None:
-    surge, _ = dep.strategy
-    allowed, before = dep.replicas + surge, dep.synced_replicas + surge
-    sets = [new, *old]
-    to_add = allowed - sum(rs.replicas for rs in sets)
-    # Growing favours the largest and newest, shrinking the largest and oldest.
-    if to_add > 0:
-        sets.sort(key=lambda rs: (-rs.replicas, -rs.created))
-    else:
-        sets.sort(key=lambda rs: (-rs.replicas, rs.created))
-    added = 0
-    for rs in sets:
-        if rs.replicas == 0 or to_add == 0:
-            continue
-        share = round(rs.replicas * allowed / before) - rs.replicas if before else 0
-        share = min(share, to_add - added) if to_add > 0 else max(share, to_add - added)
-        rs.replicas += share
+def _max_replicas(dep: Deployment) -> int:
+    return dep.replicas + dep.strategy[0]
+
+
+def _resize(dep: Deployment, rs: ReplicaSet, replicas: int) -> None:
+    """The controller scales a ReplicaSet (scaleReplicaSet): its annotations follow the Deployment."""
+    if rs.replicas != replicas:
+        rs.replicas, rs.max_replicas = replicas, _max_replicas(dep)
+
+
+def proportional_sizes(sets: list[tuple[int, int]], allowed: int, pods: int) -> list[int]:
+    """The sizes a scaling event gives ReplicaSets of (replicas, max-replicas annotation), all active
+    and in the controller's order (growing: largest and newest first; shrinking: largest and oldest),
+    the Deployment now allowing `allowed` pods (replicas + maxSurge) and having `pods` (its
+    status.replicas, read where an annotation is missing). Kubernetes' sync.go scale() and
+    deploymentutil.GetProportion: each takes its proportion of the change, the leftover goes to
+    the first."""
+    to_add = allowed - sum(replicas for replicas, _ in sets)
+    sizes, added = [], 0
+    for replicas, annotated in sets:
+        share = 0
+        before = annotated or pods
+        if to_add != added and before:
+            fraction = math.floor(replicas * allowed / before + 0.5) - replicas
+            share = min(fraction, to_add - added) if to_add > 0 else max(fraction, to_add - added)
+        sizes.append(replicas + share)
         added += share
-    sets[0].replicas = max(sets[0].replicas + to_add - added, 0)
+    if sizes:
+        sizes[0] = max(sizes[0] + to_add - added, 0)
+    return sizes
+
+
+def _scale_proportionally(dep: Deployment, active: list[ReplicaSet]) -> None:
+    allowed = _max_replicas(dep)
+    to_add = allowed - sum(rs.replicas for rs in active)
+    if to_add > 0:
+        active.sort(key=lambda rs: (-rs.replicas, -rs.created))
+    else:
+        active.sort(key=lambda rs: (-rs.replicas, rs.created))
+    pods = len(dep.pods())
+    sizes = proportional_sizes([(rs.replicas, rs.max_replicas) for rs in active], allowed, pods)
+    for rs, size in zip(active, sizes, strict=True):
+        rs.replicas, rs.max_replicas = size, allowed  # every one is scaled: its annotations follow
     dep.synced_replicas = dep.replicas
 
 
@@ -287,7 +326,7 @@ def _grow_new(dep: Deployment, new: ReplicaSet, old: list[ReplicaSet]) -> None:
         return
     surge, _ = dep.strategy
     room = dep.replicas + surge - sum(rs.replicas for rs in [new, *old])
-    new.replicas += max(min(room, dep.replicas - new.replicas), 0)
+    _resize(dep, new, new.replicas + max(min(room, dep.replicas - new.replicas), 0))
 
 
 def _shrink_old(dep: Deployment, new: ReplicaSet, old: list[ReplicaSet]) -> None:
@@ -300,11 +339,13 @@ def _shrink_old(dep: Deployment, new: ReplicaSet, old: list[ReplicaSet]) -> None
         return
     for rs in old:  # their unhealthy pods first
         cut = min(rs.replicas - rs.ready, may_remove)
-        rs.replicas, may_remove = rs.replicas - cut, may_remove - cut
+        _resize(dep, rs, rs.replicas - cut)
+        may_remove -= cut
     available = sum(rs.ready for rs in [new, *old])
     to_remove = available - min_available
     for rs in old:
         if to_remove <= 0:
             break
         cut = min(rs.replicas, to_remove)
-        rs.replicas, to_remove = rs.replicas - cut, to_remove - cut
+        _resize(dep, rs, rs.replicas - cut)
+        to_remove -= cut

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
+from tests.unit.fake_cluster import proportional_sizes
 from tests.unit.rollout_driver import Run, make_spec, metrics, ready, spec_body
 
 from specgate import api, render, rollout
@@ -137,7 +138,9 @@ def test_a_rolling_canarys_surge_is_not_taken_for_a_pending_lowering() -> None:
 def test_a_track_mid_roll_counts_only_the_pods_its_deployment_keeps() -> None:
     assert guaranteed(Side(3, 3), rolling=True, max_unavailable=1).kept(3) == 2
     assert guaranteed(Side(3, 1), rolling=True, max_unavailable=1).kept(3) == 1  # fewer Ready already
-    assert guaranteed(Side(3, 3), rolling=True, max_unavailable=1).kept(2) == 1  # lowered mid-roll
+    # Lowered or raised mid-roll: proportional scaling may take any Ready pod (issue 61).
+    assert guaranteed(Side(3, 3), rolling=True, max_unavailable=1).kept(2) == 0
+    assert guaranteed(Side(3, 3), rolling=True, max_unavailable=1).kept(4) == 0
     assert guaranteed(Side(3, 3), rolling=False, max_unavailable=1).kept(3) == 3
     assert guaranteed(Side(3, 3), rolling=True, max_unavailable=0).kept(3) == 3  # surge-only rolls
 
@@ -208,10 +211,11 @@ def test_a_rolling_track_is_not_lowered_while_proportional_scaling_could_take_it
 
 def test_a_lowered_rolling_track_may_lose_ready_pods_a_steady_one_loses_unready_first() -> None:
     """4 replicas, 2 Ready, lowered to 3. Not rolling, the ReplicaSet deletes the unready pod first
-    and both Ready pods stay. Rolling, the Deployment scales its ReplicaSets proportionally and may
-    take a Ready pod for the replica given up: 1 stays (within maxUnavailable 1 of 3)."""
+    and both Ready pods stay. Rolling, the Deployment scales its ReplicaSets proportionally, against
+    the sizes they were last given (a maxSurge lowered since makes it shed more than the replica
+    given up): none is counted on (issue 61)."""
     assert Side(4, 2).kept(3) == 2
-    assert guaranteed(Side(4, 2), rolling=True, max_unavailable=1).kept(3) == 1
+    assert guaranteed(Side(4, 2), rolling=True, max_unavailable=1).kept(3) == 0
 
 
 def test_a_shrink_stops_at_its_target_where_the_floor_would_allow_more() -> None:
@@ -309,3 +313,91 @@ def test_one_replica_without_a_spare_gpu_gives_the_baselines_pod_to_the_canary()
     run = to_canary_of(api.parse_spec({**spec_body(maxSurge=0, maxUnavailable=1), "replicas": 1}))
     d = run.last
     assert d is not None and (d.baseline_replicas, d.canary_replicas) == (0, 1)
+
+
+# --- a track mid-roll, for every split of its pods over two ReplicaSets (issue 61) ---
+
+
+def replica_set(pods: tuple[int, int]) -> tuple[int, int]:
+    """(pods, Ready) of a ReplicaSet from two draws: the larger its pods."""
+    return max(pods), min(pods)
+
+
+def ready_after(
+    deployment: tuple[int, tuple[int, int], tuple[int, int], tuple[int, int]], replicas: int, surge: int
+) -> int:
+    """The Ready pods a Deployment keeps once Kubernetes acts on `replicas`: deployment is its
+    replicas, its old and new ReplicaSets' (pods, Ready) and their max-replicas annotations. A
+    change while both hold pods is a scaling event (the fake cluster's proportional_sizes, as
+    sync.go scales); one ReplicaSet alone is sized as asked, its unready pods deleted first."""
+    current, (old, old_ready), (new, new_ready), (old_max, new_max) = deployment
+    if replicas == current:
+        return old_ready + new_ready
+    if not (old and new):
+        return min(old_ready + new_ready, replicas)
+    allowed = replicas + surge
+    growing = allowed > old + new
+    # The controller's order: growing, the largest and newest first; shrinking, largest and oldest.
+    first_new = (new, 1) > (old, 0) if growing else new > old
+    sets = [(new, new_max), (old, old_max)] if first_new else [(old, old_max), (new, new_max)]
+    sizes = proportional_sizes(sets, allowed, old + new)
+    new_size, old_size = sizes if first_new else sizes[::-1]
+    return min(old_ready, old_size) + min(new_ready, new_size)
+
+
+SPLITS = {
+    "replicas": st.integers(1, 8),
+    "surge": st.integers(0, 3),
+    "unavailable": st.integers(0, 2),
+    "baseline": st.tuples(st.integers(0, 8), st.tuples(st.integers(0, 8), st.integers(0, 8)),
+                          st.tuples(st.integers(0, 8), st.integers(0, 8)), st.tuples(st.integers(1, 16), st.integers(1, 16))),
+    "canary": st.tuples(st.integers(0, 8), st.tuples(st.integers(0, 8), st.integers(0, 8)),
+                        st.tuples(st.integers(0, 8), st.integers(0, 8)), st.tuples(st.integers(1, 16), st.integers(1, 16))),
+    "target_canary": st.integers(0, 8),
+}  # fmt: skip
+
+
+@given(**SPLITS)
+def test_a_step_keeps_the_floor_for_every_replica_set_split_of_a_rolling_track(
+    replicas: int,
+    surge: int,
+    unavailable: int,
+    baseline: tuple[int, tuple[int, int], tuple[int, int], tuple[int, int]],
+    canary: tuple[int, tuple[int, int], tuple[int, int], tuple[int, int]],
+    target_canary: int,
+) -> None:
+    """Each track: its Deployment's replicas, an old and a new ReplicaSet of any pods and Ready pods,
+    and any max-replicas annotations (a maxSurge lowered since they were sized leaves them above
+    replicas + maxSurge). specgate sees only replicas, Ready pods and whether it rolls; whatever the
+    split, the Ready pods both Deployments keep once Kubernetes acts on one step are the floor, or
+    what the tracks guaranteed before it (a roll may take maxUnavailable of its Ready pods anyway)."""
+    budget = Budget(replicas, surge, unavailable)
+    tracks = []
+    for current, old, new, annotated in (baseline, canary):
+        split = (current, replica_set(old), replica_set(new), annotated)
+        tracks.append(split)
+    sides = [
+        guaranteed(
+            Side(current, old[1] + new[1]), rolling=bool(old[0] and new[0]), max_unavailable=unavailable
+        )
+        for current, old, new, _ in tracks
+    ]
+    target = (max(replicas - target_canary, 0), min(target_canary, replicas))
+    b, c = step_toward(budget, sides[0], sides[1], target)
+    kept = ready_after(tracks[0], b, surge) + ready_after(tracks[1], c, surge)
+    guaranteed_before = sides[0].kept(sides[0].replicas) + sides[1].kept(sides[1].replicas)
+    assert kept >= min(budget.min_ready, guaranteed_before)
+
+
+def test_a_stuck_roll_is_not_lowered_while_the_floor_needs_its_ready_pods() -> None:
+    """Issue 61: the baseline's roll stuck (old ReplicaSet 6 Ready, new one 2 crash-looping, sized for
+    6 + maxSurge 2), maxSurge lowered to 1, replicas 6 -> 5 (floor 5). Lowering it to 5 is a scaling
+    event against those 8 pods: 6 * 6/8 rounds to 5, the leftover to the largest, the old one, 6 -> 4.
+    It keeps its 6 replicas; raised mid-roll it would be held the same way."""
+    baseline = (6, (6, 6), (2, 0), (8, 8))
+    assert ready_after(baseline, 5, surge=1) == 4  # what 1be5013's step led to
+    rolling = guaranteed(Side(6, 6), rolling=True, max_unavailable=0)
+    assert step_toward(Budget(5, max_surge=1, max_unavailable=0), rolling, Side(0, 0), (5, 0)) == (6, 0)
+    assert step_toward(Budget(7, max_surge=1, max_unavailable=0), rolling, Side(0, 0), (7, 0)) == (6, 0)
+    # With the canary's Ready pods keeping the floor alone, the rolling baseline may change.
+    assert step_toward(Budget(5, max_surge=1, max_unavailable=0), rolling, Side(5, 5), (0, 5)) == (0, 5)
