@@ -46,8 +46,10 @@ SETTLE_SCRAPES = 2
 TRANSITIONS: dict[Phase, frozenset[Phase]] = {
     Phase.PENDING: frozenset({Phase.BASELINE, Phase.PAUSED}),
     Phase.BASELINE: frozenset({Phase.CANARY, Phase.ROLLED_BACK, Phase.PAUSED}),
-    Phase.CANARY: frozenset({Phase.ANALYZING, Phase.ROLLING_BACK, Phase.PAUSED}),
-    Phase.ANALYZING: frozenset({Phase.PROMOTING, Phase.ROLLING_BACK, Phase.PAUSED}),
+    # -> Baseline: rollout.measurement switched to a benchmark after the baseline was measured
+    # (_benchmark_missing): the measurement starts over.
+    Phase.CANARY: frozenset({Phase.ANALYZING, Phase.ROLLING_BACK, Phase.PAUSED, Phase.BASELINE}),
+    Phase.ANALYZING: frozenset({Phase.PROMOTING, Phase.ROLLING_BACK, Phase.PAUSED, Phase.BASELINE}),
     Phase.PROMOTING: frozenset({Phase.PROMOTED, Phase.ROLLING_BACK, Phase.PAUSED}),
     Phase.PROMOTED: frozenset({Phase.ROLLING_BACK, Phase.PAUSED}),
     Phase.ROLLING_BACK: frozenset({Phase.ROLLED_BACK}),
@@ -109,6 +111,7 @@ class Reason(StrEnum):
     RUNNING_BENCHMARK = "RunningBenchmark"
     MEASUREMENT_FAILED = "MeasurementFailed"
     ALPHA_DISAGREEMENT = "AlphaDisagreement"
+    MEASUREMENT_CHANGED = "MeasurementChanged"  # a benchmark asked for after the baseline was measured
     ROUTE_NOT_ACCEPTED = "RouteNotAccepted"  # measuring waits for the gateway (traffic.route_hold)
     INITIAL_STEP_PASSED = "InitialStepPassed"  # alpha passed at traffic.initialCanaryWeight
     # traffic.existingRoute: the rule's own backendRefs put back (deletion, or routing another rule)
@@ -747,6 +750,8 @@ def _canary(step: _Step) -> _Step:
     spec, obs = step.spec, step.obs
     if obs.canary.failure:
         return _canary_unhealthy(step)
+    if _benchmark_missing(step):
+        return _measure_again(step)
     step = _beside_canary(step)
     if obs.canary.ready(_canary_replicas(spec)):
         step = step.enter(
@@ -768,6 +773,8 @@ def _analyzing(step: _Step) -> _Step:
     spec = step.spec
     if step.obs.canary.failure:
         return _canary_unhealthy(step)
+    if _benchmark_missing(step):
+        return _measure_again(step)
     step = _beside_canary(step)
     if step.elapsed() <= timedelta(0):
         return step  # still warming up (phase_since is the end of the warm-up)
@@ -811,6 +818,38 @@ def _analyzing(step: _Step) -> _Step:
             f"no verdict within maxAnalysisDuration: {at_initial}{message}",
         )
     return step.note(Reason.ANALYZING, at_initial + message)
+
+
+def _benchmark_missing(step: _Step) -> bool:
+    """The measurement benchmarks, and this rollout has no benchmark of its baseline: only the
+    Baseline phase runs one (all replicas on the baseline, no canary), so rollout.measurement was
+    switched to benchmark or both after it (a Canary or Analyzing edit; the Job's names are per
+    rollout, and an operator before issue 61 kept a canary's run alone)."""
+    runs = step.status.benchmark
+    return step.spec.benchmarks and (runs is None or runs.baseline is None)
+
+
+def _measure_again(step: _Step) -> _Step:
+    """The measurement starts over from Baseline: the canary goes (capacity-safe, as on any way back
+    to Baseline), the baseline is measured as the spec now says, then the canary comes back and is
+    judged on it. Its benchmark Jobs are named for this generation: those of the measurement left
+    behind (a canary's, say) are deleted, not read. A switch to traffic needs no restart: the
+    canary strategy measures the baseline beside the canary, and without a stored figure the latency
+    gates wait (InsufficientData) within maxAnalysisDuration."""
+    mode = step.spec.rollout.measurement.value
+    message = (
+        f"rollout.measurement is {mode}, and this rollout's baseline was measured without a benchmark "
+        "(the measurement changed after its Baseline phase): the measurement starts over from Baseline"
+    )
+    step = step.update(
+        baseline=None,
+        canary=None,
+        benchmark=None,
+        verdict=None,
+        initial_step_passed=None,
+        rollout_generation=step.obs.generation,
+    )
+    return step.targets(step.spec.replicas, 0).enter(Phase.BASELINE, Reason.MEASUREMENT_CHANGED, message)
 
 
 def _initial_step_passed(step: _Step, weight: int, message: str) -> _Step:

@@ -722,6 +722,7 @@ HALF_READY = TrackState(exists=True, replicas=2, ready_replicas=1)
 CRASHING = TrackState(exists=True, replicas=1, failure="pod c: CrashLoopBackOff")
 GOOD = {"baseline_metrics": metrics(), "canary_metrics": metrics(0.8)}
 PAUSE = {"paused": True}
+BENCHMARK = {"measurement": "benchmark", "benchmark": {"concurrency": [1, 8], "numPrompts": 50}}
 # The children of each pausable phase as a person finds them: what a pause must hold as they are.
 CHILDREN: dict[Phase, dict[str, TrackState]] = {
     Phase.BASELINE: {"baseline": ready(2)},
@@ -781,6 +782,8 @@ TABLE: list[Row] = [
         Phase.ROLLING_BACK,
     ),
     Row(at(Phase.ROLLING_BACK), {}, {"baseline": ready(2)}, Phase.ROLLED_BACK),
+    # rollout.measurement switched to benchmark after the Baseline phase (issue 61): measured again.
+    *[Row(at(phase), BENCHMARK, CHILDREN[phase], Phase.BASELINE, EDITED) for phase in (Phase.CANARY, Phase.ANALYZING)],
     *[Row(at(phase), PAUSE, children, Phase.PAUSED, EDITED) for phase, children in CHILDREN.items()],
     *[Row(at(Phase.PAUSED, resume_phase=p), {}, CHILDREN[p], p, EDITED) for p in CHILDREN],
     # `kubectl specgate abort` while paused: the held canary rolls back; none started, none to roll back.
