@@ -20,6 +20,8 @@ _IN_PROGRESS = {
 _STALLED = {Phase.FAILED, Phase.PAUSED, Phase.ROLLED_BACK}
 # Every type conditions_for sets (the operator's metrics drop a deleted object's series by them).
 TYPES = ("Available", "Progressing", "Degraded", "Ready", "Reconciling", "Stalled")
+# True while reconciles keep raising the same exception (handlers.reconcile); False once one succeeds.
+RECONCILE_ERROR = "ReconcileError"
 
 
 def set_condition(conditions: list[Condition], new: Condition) -> list[Condition]:
@@ -68,3 +70,38 @@ def conditions_for(
         )
         conditions = set_condition(conditions, cond)
     return conditions
+
+
+def reconcile_failing(
+    conditions: list[Condition], error: str, count: int, generation: int, now: str
+) -> list[Condition]:
+    """ReconcileError True: the last `count` reconciles raised `error` (the exception's type and
+    message). The phase's conditions stay as the last successful reconcile left them: nothing moved."""
+    message = (
+        f"the last {count} reconciles raised the same error, so the rollout does not advance (the "
+        f"status above is the last one written): {error}"
+    )
+    failing = Condition(
+        type=RECONCILE_ERROR,
+        status="True",
+        reason=RECONCILE_ERROR,
+        message=message[:1024],
+        last_transition_time=now,
+        observed_generation=generation,
+    )
+    return set_condition(conditions, failing)
+
+
+def reconcile_succeeded(conditions: list[Condition], generation: int, now: str) -> list[Condition]:
+    """ReconcileError False once a reconcile succeeds; nothing added where it never failed."""
+    if not any(c.type == RECONCILE_ERROR and c.status == "True" for c in conditions):
+        return conditions
+    recovered = Condition(
+        type=RECONCILE_ERROR,
+        status="False",
+        reason="Reconciled",
+        message="the last reconcile succeeded",
+        last_transition_time=now,
+        observed_generation=generation,
+    )
+    return set_condition(conditions, recovered)

@@ -18,7 +18,7 @@ from typing import Any
 
 import kopf
 
-from specgate import api, kube, memory, metrics, render, rollout, schedule
+from specgate import api, conditions, kube, memory, metrics, render, rollout, schedule
 from specgate.api import Phase, SpeculativeDeploymentSpec, SpeculativeDeploymentStatus
 from specgate.observation import Observation, Window
 from specgate.prometheus import MetricsUnavailable, PrometheusClient, Selector, guard_step
@@ -31,6 +31,8 @@ INTERVAL_SECONDS = float(os.environ.get("SPECGATE_INTERVAL_SECONDS", "10"))
 METRICS_PORT = int(os.environ.get("SPECGATE_METRICS_PORT", "8080"))
 VERBOSE = os.environ.get("SPECGATE_VERBOSE") == "1"
 RESTORE_RETRIES = 6  # of the delete handler that puts a user's rule back, INTERVAL_SECONDS apart
+# Reconciles raising the same exception in a row before status (ReconcileError) and an Event say so.
+RECONCILE_ERRORS_SURFACED = int(os.environ.get("SPECGATE_RECONCILE_ERRORS_SURFACED", "3"))
 
 
 def default_prometheus_url() -> str | None:
@@ -94,15 +96,49 @@ def reconcile(
     try:
         with metrics.RECONCILE_SECONDS.time():
             decision = step(dict(spec), current, owner, generation, now, annotations, children)
-    except Exception:
+    except Exception as error:
         metrics.RECONCILE_ERRORS.labels(owner.namespace, owner.name).inc()
-        raise  # kopf logs it and retries on the next tick
+        event = reconcile_failed(owner.uid, error, current, patch, generation, now)
+        if event is not None:
+            kopf.event(body, type=event.type, reason=event.reason, message=event.message)
+            metrics.CONDITION.labels(owner.namespace, owner.name, conditions.RECONCILE_ERROR).set(1)
+        raise  # kopf logs it and retries on the next tick (it applies the patch either way)
+    _FAILURES.pop(owner.uid, None)
+    recovered = conditions.reconcile_succeeded(decision.status.conditions, generation, api.iso(now))
+    decision = replace(decision, status=decision.status.model_copy(update={"conditions": recovered}))
     write_status(patch, current, decision.status)
     for event in decision.events:
         kopf.event(body, type=event.type, reason=event.reason, message=event.message)
     analysis_start = api.parse_time(current.phase_since)
     analysis_seconds = (now - analysis_start).total_seconds() if analysis_start else None
     metrics.record(owner.namespace, owner.name, current.phase, decision, analysis_seconds)
+
+
+# The exception each object's last reconciles raised, and how many in a row: a count that restarts
+# with the operator only delays ReconcileError by RECONCILE_ERRORS_SURFACED ticks (status keeps it).
+_FAILURES: dict[str, tuple[str, int]] = {}
+
+
+def reconcile_failed(
+    uid: str,
+    error: Exception,
+    current: SpeculativeDeploymentStatus,
+    patch: kopf.Patch,
+    generation: int,
+    now: datetime,
+) -> rollout.Event | None:
+    """Count the failure; the RECONCILE_ERRORS_SURFACED-th in a row of the same exception sets
+    ReconcileError True in status (with the phase's conditions as they were) and returns the
+    Warning Event that says so, once."""
+    text = f"{type(error).__name__}: {error}"
+    last, count = _FAILURES.get(uid, ("", 0))
+    count = count + 1 if last == text else 1
+    _FAILURES[uid] = (text, count)
+    if count != RECONCILE_ERRORS_SURFACED:
+        return None
+    failing = conditions.reconcile_failing(current.conditions, text, count, generation, api.iso(now))
+    patch.status["conditions"] = [c.model_dump(by_alias=True, mode="json") for c in failing]
+    return rollout.Event("Warning", conditions.RECONCILE_ERROR, failing[-1].message)
 
 
 # An event handler, not kopf.on.delete: kopf keeps a copy of every object a change handler matches
@@ -113,6 +149,7 @@ def forget(type: str, meta: kopf.Meta, **_: Any) -> None:
     if type == "DELETED":
         metrics.forget(meta["namespace"], meta["name"])
         kube.forget(meta["uid"])
+        _FAILURES.pop(meta["uid"], None)
 
 
 def _holds_a_rule(spec: kopf.Spec, status: kopf.Status, **_: Any) -> bool:

@@ -9,7 +9,7 @@ from prometheus_client import Counter, Gauge, Histogram, Info, start_http_server
 
 from specgate import __version__
 from specgate.api import Phase, parse_time
-from specgate.conditions import TYPES
+from specgate.conditions import RECONCILE_ERROR, TYPES
 from specgate.rollout import Decision
 
 ROLLOUT_PHASE = Gauge(
@@ -84,7 +84,7 @@ def forget(namespace: str, name: str) -> None:
     """Drop the series of a deleted object so dashboards do not show ghosts."""
     series = (
         [(ROLLOUT_PHASE, (namespace, name, p.value)) for p in Phase]
-        + [(CONDITION, (namespace, name, t)) for t in TYPES]
+        + [(CONDITION, (namespace, name, t)) for t in (*TYPES, RECONCILE_ERROR)]
         + [(PHASE_SINCE, (namespace, name)), (CANARY_ALPHA, (namespace, name))]
     )
     for metric, labels in series:

@@ -1,0 +1,91 @@
+"""Issue 61: a reconcile that raises the same exception again and again is surfaced in status (the
+ReconcileError condition) and by a Warning Event, not only in the operator's log and metric."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import kopf
+import pytest
+from prometheus_client import REGISTRY
+from tests.unit.rollout_driver import Run
+
+from specgate import api, handlers
+from specgate.rollout import Decision
+
+META = {"name": "llama", "namespace": "ml", "uid": "u-61", "generation": 3}
+
+
+def reconcile(status: dict[str, Any], patch: kopf.Patch | None = None) -> kopf.Patch:
+    """One tick of the kopf timer on the object into `patch` (returned; kopf applies it even when
+    the handler raises, which propagates)."""
+    patch = kopf.Patch() if patch is None else patch
+    indexes: dict[str, Any] = {"child_deployments": {}, "child_services": {}, "child_pods": {}}
+    handlers.reconcile(body={}, meta=META, spec={}, status=status, patch=patch, **indexes)
+    return patch
+
+
+def gauge() -> float | None:
+    """specgate_condition{type="ReconcileError"} of the object, as /metrics serves it."""
+    labels = {"namespace": "ml", "name": "llama", "type": "ReconcileError"}
+    return REGISTRY.get_sample_value("specgate_condition", labels)
+
+
+def condition(patch: kopf.Patch, kind: str) -> dict[str, Any]:
+    return next(c for c in patch["status"]["conditions"] if c["type"] == kind)
+
+
+def test_the_same_error_raised_n_times_is_a_condition_and_one_event_then_cleared(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    events: list[dict[str, Any]] = []
+    monkeypatch.setattr(kopf, "event", lambda body, **event: events.append(event))
+    run = Run()
+    run.to_analyzing()  # a status with the phase's conditions, as an object mid-rollout has
+    status = run.status.model_dump(by_alias=True, mode="json")
+
+    def broken(*_: Any) -> Decision:
+        raise ValueError("evaluate needs both tracks' benchmarks")
+
+    monkeypatch.setattr(handlers, "step", broken)
+    patches = [kopf.Patch() for _ in range(handlers.RECONCILE_ERRORS_SURFACED + 1)]
+    for patch in patches:
+        with pytest.raises(ValueError, match="evaluate needs"):
+            reconcile(status, patch)
+    assert handlers.RECONCILE_ERRORS_SURFACED == 3
+    assert [dict(p) for p in patches] == [{}, {}, dict(patches[2]), {}]  # written once, at the third
+    failing = condition(patches[2], "ReconcileError")
+    assert failing["status"] == "True" and failing["observedGeneration"] == 3
+    assert "the last 3 reconciles raised the same error" in failing["message"]
+    assert "ValueError: evaluate needs both tracks' benchmarks" in failing["message"]
+    assert condition(patches[2], "Progressing")["status"] == "True"  # the phase's conditions kept
+    assert [(e["type"], e["reason"]) for e in events] == [("Warning", "ReconcileError")]
+    assert gauge() == 1
+
+    # Fixed (a new operator, the edit undone): the next reconcile clears it, and a new failure counts from 1.
+    status["conditions"] = patches[2]["status"]["conditions"]
+    kept = api.parse_status(status)
+    monkeypatch.setattr(handlers, "step", lambda *_: Decision(kept, baseline_replicas=1, canary_replicas=1))
+    cleared = reconcile(status)
+    assert condition(cleared, "ReconcileError")["status"] == "False"
+    assert gauge() == 0
+    monkeypatch.setattr(handlers, "step", broken)
+    with pytest.raises(ValueError):
+        reconcile(status)
+    assert handlers._FAILURES["u-61"][1] == 1
+
+
+def test_different_errors_in_a_row_are_not_the_same_error(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A flaky API server answering a different error each time is the metric's and alert's to show;
+    the condition says that one error keeps coming back."""
+    monkeypatch.setattr(kopf, "event", lambda body, **event: None)
+    errors = iter([ConnectionError("a"), ConnectionError("b"), ConnectionError("a"), ConnectionError("b")])
+
+    def flaky(*_: Any) -> Decision:
+        raise next(errors)
+
+    monkeypatch.setattr(handlers, "step", flaky)
+    for _ in range(4):
+        with pytest.raises(ConnectionError):
+            reconcile({})
+    assert handlers._FAILURES["u-61"] == ("ConnectionError: b", 1)
