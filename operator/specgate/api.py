@@ -557,6 +557,17 @@ class Traffic(Model):
         "not). Once alpha passes there, the canary gets its load-matched weight and the analysis of "
         "alpha and latency begins again at that weight. Needs measurement traffic or both.",
     )
+    max_canary_weight: int | None = Field(
+        None,
+        ge=1,
+        le=100,
+        description="GatewayAPI: a hard cap on the canary's share of the route (percent) in Canary and "
+        "Analyzing; default: its load-matched share at the spec's replicas (canaryReplicas beside the "
+        "baseline's pods). Where the baseline loses Ready pods so that its rest would exceed what the "
+        "floor's pods carry, the canary takes what it must (never a backend without Ready pods): the "
+        "analysis is held meanwhile (reason CanaryAboveMaxWeight) and past progressDeadline the "
+        "rollout rolls back.",
+    )
 
 
 class RolloutSpec(Model):
@@ -934,12 +945,18 @@ RULES: tuple[Rule, ...] = (
     Rule(
         Traffic,
         "(has(self.router) && self.router == 'GatewayAPI') "
-        "|| !(has(self.httpRoute) || has(self.existingRoute) || has(self.initialCanaryWeight))",
-        "httpRoute, existingRoute and initialCanaryWeight apply to router GatewayAPI only: set "
-        "router: GatewayAPI or remove them",
+        "|| !(has(self.httpRoute) || has(self.existingRoute) || has(self.initialCanaryWeight) "
+        "|| has(self.maxCanaryWeight))",
+        "httpRoute, existingRoute, initialCanaryWeight and maxCanaryWeight apply to router GatewayAPI "
+        "only: set router: GatewayAPI or remove them",
         "router",
         lambda t: t.router == Router.GATEWAY_API
-        or (t.http_route is None and t.existing_route is None and t.initial_canary_weight is None),
+        or (
+            t.http_route is None
+            and t.existing_route is None
+            and t.initial_canary_weight is None
+            and t.max_canary_weight is None
+        ),
     ),
     Rule(
         RolloutSpec,
@@ -1432,6 +1449,14 @@ class SpeculativeDeploymentStatus(StatusModel):
     message: str | None = Field(None, description="Human message of the last decision.")
     phase_since: str | None = Field(
         None, description="When the current phase began (Analyzing: when its warm-up ends), RFC 3339."
+    )
+    analysis_since: str | None = Field(
+        None,
+        description="Analyzing: where the analysis window begins, after the last hold (the route not "
+        "accepted, its weights not the desired ones, the canary above its cap); absent: phase_since.",
+    )
+    held_since: str | None = Field(
+        None, description="Analyzing: since when the analysis has been held (its deadline runs from here)."
     )
     ready_since: str | None = Field(None, description="When the track being measured became Ready.")
     resume_phase: Phase | None = Field(

@@ -23,7 +23,7 @@ from specgate.api import Phase, SpeculativeDeploymentSpec, SpeculativeDeployment
 from specgate.observation import Observation, Window
 from specgate.prometheus import MetricsUnavailable, PrometheusClient, Selector, guard_step
 from specgate.render import Manifest, Owner, Track
-from specgate.traffic import Weights
+from specgate.traffic import Weights, away_from_unready
 
 log = logging.getLogger(__name__)
 
@@ -195,6 +195,7 @@ def step(
         requests = api.parse_requests(annotations)
         spec = api.with_requests(api.parse_spec(raw_spec), requests)
     except api.SpecError as error:
+        _route_while_failed(owner, current, children)
         return rollout.invalid_spec(error, current, generation, now)
     spec, k_schedule = schedule.resolve(spec, current, now)  # Auto: held per rollout, see schedule.py
     deployments = [render.deployment(spec, owner, track, 0) for track in Track]
@@ -203,6 +204,7 @@ def step(
         message = f"{'; '.join(conflicts)}: rename this object or remove the other; nothing was changed"
         return rollout.failed(rollout.Reason.NAME_CONFLICT, message, current, generation, now)
     if spec.rollout.metrics.pod_monitor and not kube.serves_pod_monitors():
+        _route_while_failed(owner, current, children)
         return rollout.failed(
             rollout.Reason.POD_MONITOR_CRD_MISSING, NO_POD_MONITOR_CRD, current, generation, now
         )
@@ -217,6 +219,9 @@ def step(
         original, released = _release_rule(owner, original)
     try:
         route = kube.read_route(owner.namespace, render.route_name(owner, traffic)) if traffic else None
+        refused = _refused_rule(traffic, route, owner)
+        if refused is not None:
+            return rollout.failed(rollout.Reason.INVALID_SPEC, refused, current, generation, now)
         observation = replace(
             observe(spec, current, owner, generation, now, children),
             abort=requests.abort,
@@ -226,13 +231,29 @@ def step(
         if decision.touch_children:
             apply_children(spec, owner, decision, observation, children)
             if traffic is not None and decision.route_weights is not None:
-                original = _route_traffic(traffic, owner, route, decision.route_weights, original)
+                written = current.traffic.desired if current.traffic else None
+                original, repaired = _route_traffic(
+                    traffic, owner, route, decision.route_weights, original, written
+                )
+                released += repaired
     except kube.ForeignChild as taken:  # a benchmark Job read, or a child taken since it was read free
         message = f"{taken}: rename this object or remove the other"
         return rollout.failed(rollout.Reason.NAME_CONFLICT, message, current, generation, now)
-    # A router switched back to Service leaves no route's weights in status.
+    except kube.Invalid as refused:  # the route's own validation refuses the weights: not a race
+        message = (
+            f"HTTPRoute {render.route_name(owner, traffic) if traffic else ''} refused the weights: {refused}"
+        )
+        return rollout.failed(rollout.Reason.INVALID_SPEC, message, current, generation, now)
+    # A router switched back to Service leaves no route's weights in status, once the route specgate
+    # owned is pointed at Service <name> (until then its record stays, and it is tried again).
     route_name = render.route_name(owner, traffic) if traffic else None
     route_status = rollout.traffic_status(route_name, decision, observation, original)
+    left = _owned_route_left(owner, current, traffic)
+    if left is not None and decision.touch_children:
+        done, event = _release_owned_route(owner, left)
+        released += (event,) if event else ()
+        if not done and route_status is None:
+            route_status = current.traffic
     update = {**scale_status(owner, observation), "k_schedule": k_schedule, "traffic": route_status}
     return replace(
         decision, status=decision.status.model_copy(update=update), events=decision.events + released
@@ -245,30 +266,121 @@ def _route_traffic(
     route: dict[str, Any] | None,
     weights: Weights,
     original: api.OriginalRule | None,
-) -> api.OriginalRule | None:
-    """Set the rule's weights: apply the HTTPRoute specgate owns, or patch the backendRefs of the
-    user's rule where they differ (a rule that moved since it was read waits for the next reconcile).
-    The record of the user's rule: `original`, or taken as specgate first sets its backendRefs."""
+    written: api.RouteWeights | None = None,
+) -> tuple[api.OriginalRule | None, tuple[rollout.Event, ...]]:
+    """Set the rule's weights: apply the HTTPRoute specgate owns where the route as read differs
+    from it (deleted, edited, other weights: repaired, with a Warning Event where it is not what
+    specgate last wrote, `written`), or patch the backendRefs of the user's rule where they differ
+    (a rule that moved since it was read waits for the next reconcile). The record of the user's
+    rule: `original`, or taken as specgate first sets its backendRefs."""
     if traffic.http_route is not None:
-        kube.apply(render.http_route(owner, traffic.http_route, weights))
-        return original
+        manifest = render.http_route(owner, traffic.http_route, weights)
+        if not render.route_differs(route, manifest):
+            return original, ()
+        kube.apply(manifest)
+        last = None if written is None else Weights(written.baseline, written.canary)
+        if last is None or not render.route_differs(
+            route, render.http_route(owner, traffic.http_route, last)
+        ):
+            return original, ()  # created, or moved on from what specgate wrote itself
+        what = "was deleted" if route is None else "was changed by someone else"
+        message = f"HTTPRoute {owner.name} {what}; applied again as specgate sets it"
+        return original, (rollout.Event("Warning", rollout.Reason.ROUTE_REPAIRED, message),)
     existing = traffic.existing_route
     if route is None or existing is None:
-        return original  # status says the route is missing (rollout: RouteNotAccepted)
+        return original, ()  # status says the route is missing (rollout: RouteNotAccepted)
     try:
         index = render.rule_index(route, existing)
     except LookupError:
-        return original  # status names the field to fix
+        return original, ()  # status names the field to fix
     if render.route_weights(route, index, owner) == weights:
-        return original
+        return original, ()
     try:
         kube.patch_route(owner.namespace, existing.name, render.rule_patch(route, existing, owner, weights))
     except kube.Conflict as moved:
         log.info("%s; weights set again on the next reconcile", moved)
-        return original
+        return original, ()
     # Kept in status by this reconcile: an operator killed before its status write loses it (the
     # next read finds the tracks' Services in the rule, rule_record None: the rule is left so).
-    return original or render.rule_record(route, existing, owner)
+    return original or render.rule_record(route, existing, owner), ()
+
+
+def _refused_rule(traffic: api.Traffic | None, route: dict[str, Any] | None, owner: Owner) -> str | None:
+    """existingRoute naming a rule whose backends are not core Services: why it is refused."""
+    existing = traffic.existing_route if traffic is not None else None
+    if existing is None or route is None:
+        return None
+    try:
+        return render.foreign_backends(route, existing, owner)
+    except LookupError:
+        return None  # route_state names the field to fix
+
+
+def _owned_route_left(
+    owner: Owner, current: SpeculativeDeploymentStatus, traffic: api.Traffic | None
+) -> str | None:
+    """The HTTPRoute specgate owned and weighted until this spec, which no longer has it weight one
+    (router Service, or an existingRoute of another name); None otherwise."""
+    recorded = current.traffic
+    if recorded is None or recorded.original is not None or recorded.desired is None:
+        return None  # no route, or a user's rule (put back by _release_rule)
+    if recorded.route != owner.name:
+        return None
+    if traffic is not None and (
+        traffic.http_route is not None or render.route_name(owner, traffic) == owner.name
+    ):
+        return None
+    return recorded.route
+
+
+def _release_owned_route(owner: Owner, name: str) -> tuple[bool, rollout.Event | None]:
+    """Point the owned route's rule that weights the tracks at Service <name>, then stop managing the
+    route (it goes with the object): clients of the gateway keep being served by the same pods.
+    False where the route changed since it was read (tried again on the next reconcile)."""
+    route = kube.read_route(owner.namespace, name)
+    index = render.tracks_rule(route, owner) if route is not None and render.owned_by(route, owner) else None
+    if route is None or index is None:
+        return True, None  # gone, someone else's, or pointed elsewhere already
+    try:
+        kube.patch_route(owner.namespace, name, render.repoint_patch(route, index, owner))
+    except kube.Conflict as moved:
+        log.info("%s; pointed at Service %s on the next reconcile", moved, owner.name)
+        return False, None
+    message = (
+        f"HTTPRoute {name} is no longer weighted by specgate: it now sends its traffic to Service "
+        f"{owner.name} (both tracks' serving pods) and is deleted with this object"
+    )
+    return True, rollout.Event("Normal", rollout.Reason.ROUTE_RELEASED, message)
+
+
+def _route_while_failed(owner: Owner, current: SpeculativeDeploymentStatus, children: kube.Children) -> None:
+    """Failed (the spec cannot be read, or is refused): no child is changed, but the route that
+    status.traffic names must not send traffic to a track without Ready pods. The rule that routes
+    the tracks' Services gives that track's weight to the other one (traffic.away_from_unready);
+    a route that moved since it was read is looked at again on the next reconcile."""
+    recorded = current.traffic
+    if recorded is None or recorded.desired is None:
+        return
+    route = kube.read_route(owner.namespace, recorded.route)
+    index = render.tracks_rule(route, owner) if route is not None else None
+    if route is None or index is None:
+        return
+    ready = [
+        kube.track_state(
+            children,
+            owner.namespace,
+            render.deployment_name(owner, track),
+            render.selector_labels(owner, track),
+        ).serving
+        for track in (Track.BASELINE, Track.CANARY)
+    ]
+    weights = away_from_unready(render.route_weights(route, index, owner), *ready)
+    if weights is None:
+        return
+    try:
+        kube.patch_route(owner.namespace, recorded.route, render.weights_patch(route, index, owner, weights))
+    except kube.Conflict as moved:
+        log.info("%s; looked at again on the next reconcile", moved)
 
 
 def _release_rule(

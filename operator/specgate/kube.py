@@ -299,7 +299,10 @@ def apply(manifest: Manifest, children: Children | None = None) -> None:
     name, namespace, kind = meta["name"], meta["namespace"], manifest["kind"]
     key = _child_key(manifest, meta["ownerReferences"][0]["uid"])
     digest = hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()
-    if kind != "Job" and _APPLIED.get(key) == (digest, _written_as(children or Children(), key)):
+    # An HTTPRoute is not watched, so nothing would show that it was deleted or edited since this
+    # process wrote it: handlers read it every reconcile and apply it only where it differs.
+    unwatched = kind in ("Job", "HTTPRoute")
+    if not unwatched and _APPLIED.get(key) == (digest, _written_as(children or Children(), key)):
         return
     if foreign_children([manifest], key[0], fresh=True):
         raise ForeignChild(_foreign(kind, namespace, name))
@@ -627,15 +630,40 @@ def read_route(namespace: str, name: str) -> dict[str, Any] | None:
         raise
 
 
+class Invalid(Exception):
+    """The API server's validation (the CRD's schema or CEL rules) refused the object as patched."""
+
+
 def patch_route(namespace: str, name: str, operations: list[dict[str, Any]]) -> None:
     """Apply a JSON patch (render.rule_patch) to a user's HTTPRoute. Conflict when its test ops
-    fail: the route's rules moved since it was read, and the next reconcile reads it again."""
+    fail: the route's rules moved since it was read, and the next reconcile reads it again. Invalid,
+    with the API server's message, where the route as patched fails its validation: both are 422."""
     try:
         _request("PATCH", HTTP_ROUTE, operations, content_type=JSON_PATCH, namespace=namespace, name=name)
     except ApiException as exc:
+        refused = _validation_message(exc) if exc.status == 422 else None
+        if refused is not None:
+            raise Invalid(refused) from exc
         if exc.status in (409, 422):
             raise Conflict(f"HTTPRoute {namespace}/{name} changed since it was read: {exc.reason}") from exc
         raise
+
+
+def _validation_message(exc: ApiException) -> str | None:
+    """A 422's message where validation refused the object (its Status names the object and the
+    fields); None where the JSON patch itself could not apply (a failed test, a path that is gone:
+    the API server answers those with one UnexpectedServerResponse cause and no name)."""
+    try:
+        body = json.loads(exc.body or "{}")
+    except (TypeError, ValueError):
+        return None
+    details = body.get("details") if isinstance(body, dict) else None
+    if not isinstance(details, dict):
+        return None
+    causes = details.get("causes") or []
+    if not details.get("name") or any(c.get("type") == "UnexpectedServerResponse" for c in causes):
+        return None
+    return str(body.get("message") or exc.reason)
 
 
 def speculative_deployment_names(namespace: str) -> list[str]:

@@ -74,6 +74,19 @@ class RouteState:
 
     weights: Weights | None = None  # the rule's shares once every Gateway accepted them; None: not yet
     hold: str | None = None  # why its traffic cannot be measured yet; None: accepted
+    # Not accepted yet (hold set): the rule's shares as its spec has them; None: the rule does not
+    # send traffic to the tracks' Services (a user's rule with its own backends, no route or rule).
+    written: Weights | None = None
+
+    @property
+    def in_spec(self) -> Weights | None:
+        """The rule's shares as its spec has them, accepted or not (None: not the tracks' Services)."""
+        return self.weights if self.weights is not None else self.written
+
+    @property
+    def routes_tracks(self) -> bool:
+        """Whether the rule sends traffic to the tracks' Services (so their weights may move)."""
+        return self.in_spec is not None
 
 
 @dataclass(frozen=True)

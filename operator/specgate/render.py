@@ -442,6 +442,25 @@ def http_route(owner: Owner, template: api.HTTPRouteTemplate, weights: Weights) 
     }
 
 
+def route_differs(route: Mapping[str, Any] | None, manifest: Manifest) -> bool:
+    """Whether the HTTPRoute as read lacks what `manifest` sets: absent, or a field of its spec
+    missing or with another value, a list of another length (a rule added by hand). Fields the API
+    server defaults (a backendRef's group, a match's path type) are not in the manifest: not compared."""
+    return route is None or not _within(manifest["spec"], route.get("spec") or {})
+
+
+def _within(want: object, have: object) -> bool:
+    if isinstance(want, Mapping):
+        return isinstance(have, Mapping) and all(k in have and _within(v, have[k]) for k, v in want.items())
+    if isinstance(want, list):
+        return (
+            isinstance(have, list)
+            and len(want) == len(have)
+            and all(_within(w, h) for w, h in zip(want, have, strict=True))
+        )
+    return want == have
+
+
 def rule_index(route: Mapping[str, Any], existing: api.ExistingRoute) -> int:
     """Position of the managed rule in the user's route; LookupError naming the field to fix."""
     rules = route.get("spec", {}).get("rules") or []
@@ -473,6 +492,65 @@ def rule_patch(
     index = rule_index(route, existing)
     refs = backend_refs(owner, weights)
     return [*_rule_guard(route, existing, index), {"op": "add", "path": _refs_path(index), "value": refs}]
+
+
+def tracks_rule(route: Mapping[str, Any], owner: Owner) -> int | None:
+    """The position of the route's first rule whose backends are exactly the tracks' Services."""
+    rules = route.get("spec", {}).get("rules") or []
+    routed = (i for i in range(len(rules)) if _track_weights(_rule_refs(route, i), owner) is not None)
+    return next(routed, None)
+
+
+def weights_patch(
+    route: Mapping[str, Any], index: int, owner: Owner, weights: Weights
+) -> list[dict[str, Any]]:
+    """A JSON patch setting rule `index`'s backendRefs to the tracks' Services at `weights`, refused
+    by the API server if the route changed since it was read (a test of its resourceVersion)."""
+    version = route["metadata"]["resourceVersion"]
+    return [
+        {"op": "test", "path": "/metadata/resourceVersion", "value": version},
+        {"op": "add", "path": _refs_path(index), "value": backend_refs(owner, weights)},
+    ]
+
+
+def repoint_patch(route: Mapping[str, Any], index: int, owner: Owner) -> list[dict[str, Any]]:
+    """A JSON patch pointing rule `index` at Service <name> (both tracks' serving pods, as router
+    Service serves them), refused if the route changed since it was read: what the HTTPRoute specgate
+    owned routes once the object stops weighting it (the gateway's clients keep being served)."""
+    version = route["metadata"]["resourceVersion"]
+    refs = [{"kind": "Service", "name": service_name(owner), "port": HTTP_PORT}]
+    return [
+        {"op": "test", "path": "/metadata/resourceVersion", "value": version},
+        {"op": "add", "path": _refs_path(index), "value": refs},
+    ]
+
+
+def owned_by(route: Mapping[str, Any], owner: Owner) -> bool:
+    """Whether the object lists `owner` among its ownerReferences (the HTTPRoute specgate made)."""
+    references = route.get("metadata", {}).get("ownerReferences") or []
+    return any(reference.get("uid") == owner.uid for reference in references)
+
+
+def foreign_backends(route: Mapping[str, Any], existing: api.ExistingRoute, owner: Owner) -> str | None:
+    """Why specgate refuses to route the user's rule (None: it does not): a backend that is not a core
+    Service (an InferencePool's endpoint picker, say) would be replaced by the tracks' Services and
+    bypassed. LookupError where the rule is not there (route_state says so)."""
+    index = rule_index(route, existing)
+    refs = _rule_refs(route, index)
+    if _track_weights(refs, owner) is not None:
+        return None
+    other = [
+        f"{ref.get('kind', 'Service')} {ref.get('name')} ({ref.get('group') or 'core'})"
+        for ref in refs
+        if ref.get("group") not in (None, "") or ref.get("kind", "Service") != "Service"
+    ]
+    if not other:
+        return None
+    return (
+        f"spec.rollout.traffic.existingRoute: {describe_rule(existing)} sends traffic to "
+        f"{', '.join(other)}: specgate routes only rules whose backends are core Services (it would "
+        "replace these, bypassing them); name another rule, or use httpRoute"
+    )
 
 
 def _rule_guard(route: Mapping[str, Any], existing: api.ExistingRoute, index: int) -> list[dict[str, Any]]:
@@ -565,7 +643,8 @@ def route_state(route: Mapping[str, Any] | None, traffic: api.Traffic, owner: Ow
     owned = traffic.http_route.parent_refs if traffic.http_route is not None and existing is None else None
     parents = None if owned is None else [Parent(p.name, p.namespace, p.section_name) for p in owned]
     hold = route_hold(route, parents)
-    return RouteState(hold=hold) if hold else RouteState(weights=route_weights(route, index, owner))
+    written = route_weights(route, index, owner)
+    return RouteState(hold=hold, written=written) if hold else RouteState(weights=written)
 
 
 def route_weights(route: Mapping[str, Any], index: int, owner: Owner) -> Weights | None:

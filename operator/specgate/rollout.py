@@ -117,10 +117,23 @@ class Reason(StrEnum):
     # traffic.existingRoute: the rule's own backendRefs put back (deletion, or routing another rule)
     ROUTE_RULE_RESTORED = "RouteRuleRestored"
     ROUTE_RULE_NOT_RESTORED = "RouteRuleNotRestored"  # the rule is gone or routes elsewhere by then
+    # The baseline lost Ready pods so that the canary carries more than traffic.maxCanaryWeight
+    CANARY_ABOVE_MAX_WEIGHT = "CanaryAboveMaxWeight"
+    ROUTE_REPAIRED = "RouteRepaired"  # the owned HTTPRoute was deleted or edited: applied again
+    # The owned HTTPRoute, no longer weighted (router Service, or existingRoute): pointed at Service <name>
+    ROUTE_RELEASED = "RouteReleased"
 
 
 # Reasons that mark the object Degraded whatever its phase.
-DEGRADED_REASONS = frozenset({Reason.METRICS_UNAVAILABLE, Reason.ROLLBACK_STALLED, Reason.BASELINE_UNHEALTHY})
+DEGRADED_REASONS = frozenset(
+    {
+        Reason.METRICS_UNAVAILABLE,
+        Reason.ROLLBACK_STALLED,
+        Reason.BASELINE_UNHEALTHY,
+        Reason.ROUTE_NOT_ACCEPTED,
+        Reason.CANARY_ABOVE_MAX_WEIGHT,
+    }
+)
 
 
 @dataclass(frozen=True)
@@ -169,7 +182,8 @@ def measurement_window(
             return None
         return Window(max(start, now - _seconds(rollout.analysis_window)), now)
     if status.phase == Phase.ANALYZING:
-        return Window(since, now) if now > since else None
+        start = max(since, parse_time(status.analysis_since) or since)
+        return Window(start, now) if now > start else None
     if status.phase == Phase.PROMOTED and rollout.guard.enabled:
         return _guard_window(spec, since, now)
     return None
@@ -248,6 +262,8 @@ class _Step:
             phase_since=iso(self.now),
             metrics_unavailable_since=None,
             ready_since=None,
+            analysis_since=None,
+            held_since=None,
             history=[*self.status.history, entry][-HISTORY_LIMIT:],
         )
         return entered.emit(Event("Warning" if warning else "Normal", reason, message))
@@ -307,8 +323,11 @@ class _Step:
         """The phase's targets, reached the capacity-safe way (see capacity.py); behind a Gateway
         API route, with the weights that go with them, a track giving up pods only once the route
         no longer sends it more than the pods it keeps (see traffic.py)."""
-        if self.hold:
-            return self.baseline_replicas, self.canary_replicas, None
+        if self.hold:  # paused: weights only move away from a track without Ready pods
+            route = self.obs.route if routes_by_weight(self.spec) else None
+            ready = (self.obs.baseline.serving, self.obs.canary.serving)
+            weights = traffic.away_from_unready(route.in_spec, *ready) if route is not None else None
+            return self.baseline_replicas, self.canary_replicas, weights
         rollout = self.spec.rollout
         budget = capacity.Budget(self.spec.replicas, rollout.max_surge, rollout.max_unavailable)
         baseline = _side(self.obs.baseline, rollout.max_unavailable)
@@ -318,8 +337,12 @@ class _Step:
         )
         weights = None
         if routes_by_weight(self.spec):
-            accepted = self.obs.route.weights if self.obs.route else None
-            routed = traffic.order(budget, baseline, canary, (b, c), accepted, _initial_weight(self))
+            route = self.obs.route
+            accepted = route.weights if route else None
+            routes_tracks = route is not None and route.routes_tracks  # unread: not known to
+            routed = traffic.order(
+                budget, baseline, canary, (b, c), accepted, _canary_cap(self), routes_tracks=routes_tracks
+            )
             (b, c), weights = routed.replicas, routed.weights
         return b, (None if self.canary_replicas is None and not self.obs.canary.exists else c), weights
 
@@ -670,13 +693,16 @@ def _baseline_measurement_start(
 
 
 def _beside_canary(step: _Step) -> _Step:
-    """Canary replicas beside the baseline; at traffic.initialCanaryWeight, beside all the baseline's
-    where maxSurge allows: the baseline then carries the rest of the traffic on its full replicas
-    (with fewer, the capacity floor bounds how small the canary's weight can be, traffic.capped)."""
+    """Canary replicas beside the baseline; at traffic.initialCanaryWeight (or a maxCanaryWeight below
+    the canary's load-matched share), beside all the baseline's where maxSurge allows: the baseline
+    then carries the rest of the traffic on its full replicas (with fewer, the capacity floor bounds
+    how small the canary's weight can be, traffic.capped)."""
     spec = step.spec
     canary = _canary_replicas(spec)
     baseline = _baseline_replicas_beside_canary(spec)
-    if _initial_weight(step) is not None:
+    share = traffic.shares(baseline, canary)
+    below_share = share is not None and max_canary_weight(spec) < share.canary  # maxCanaryWeight set low
+    if _initial_weight(step) is not None or (routes_by_weight(spec) and below_share):
         baseline = max(baseline, min(spec.replicas, spec.replicas + spec.rollout.max_surge - canary))
     return step.targets(baseline, canary)
 
@@ -703,6 +729,54 @@ def _initial_weight(step: _Step) -> int | None:
     if route is None or route.initial_canary_weight is None or step.status.initial_step_passed:
         return None
     return route.initial_canary_weight if step.status.phase in (Phase.CANARY, Phase.ANALYZING) else None
+
+
+def max_canary_weight(spec: SpeculativeDeploymentSpec) -> int:
+    """traffic.maxCanaryWeight, or by default the canary's load-matched share at the spec's replicas
+    (canaryReplicas beside the baseline's pods)."""
+    route = spec.rollout.traffic
+    if route is not None and route.max_canary_weight is not None:
+        return route.max_canary_weight
+    share = traffic.shares(_baseline_replicas_beside_canary(spec), _canary_replicas(spec))
+    return 100 if share is None else share.canary
+
+
+def _canary_cap(step: _Step) -> int | None:
+    """The most the canary's weight may be now: in Canary and Analyzing the hard cap, or the initial
+    weight while its step lasts (traffic.capped lets the floor raise it where the baseline's Ready
+    pods cannot carry the rest); None elsewhere (promotion and rollback move weight by design)."""
+    if step.status.phase not in (Phase.CANARY, Phase.ANALYZING):
+        return None
+    initial = _initial_weight(step)
+    cap = max_canary_weight(step.spec)
+    return cap if initial is None else min(initial, cap)
+
+
+def _above_max_weight(step: _Step) -> str | None:
+    """Why the canary carries more than traffic.maxCanaryWeight now (None: it does not): the
+    baseline's Ready pods cannot carry the rest (the analysis is held: loads differ)."""
+    desired = step._replicas()[2]
+    cap = max_canary_weight(step.spec)
+    if desired is None or desired.canary <= cap:
+        return None
+    return (
+        f"the canary carries {desired.canary}% of the route, above its cap {cap}% (maxCanaryWeight), "
+        f"for the baseline has {step.obs.baseline.serving} Ready pods: the analysis is held until "
+        f"they are back (or rolls back after progressDeadline {step.spec.rollout.progress_deadline})"
+    )
+
+
+def _not_routed_as_desired(step: _Step) -> str | None:
+    """Why the route's accepted weights are not the ones specgate set (None: they are, within a
+    percent of rounding, or there is no route): windows at other weights do not count."""
+    accepted = step.obs.route.weights if step.obs.route else None
+    desired = step._replicas()[2]
+    if accepted is None or desired is None or abs(accepted.canary - desired.canary) <= 1:
+        return None
+    return (
+        f"its Gateways route {accepted.baseline}/{accepted.canary} (baseline/canary), not the desired "
+        f"{desired.baseline}/{desired.canary}"
+    )
 
 
 def _still_at_initial_weight(step: _Step) -> str | None:
@@ -778,9 +852,11 @@ def _analyzing(step: _Step) -> _Step:
     step = _beside_canary(step)
     if step.elapsed() <= timedelta(0):
         return step  # still warming up (phase_since is the end of the warm-up)
-    held = _route_hold(step) or _still_at_initial_weight(step)
-    if held is not None:  # the analysis starts once the Gateways route as specgate set
-        return _held_by_route(step.update(phase_since=iso(step.now)), "the analysis", held)
+    held = _route_hold(step) or _still_at_initial_weight(step) or _not_routed_as_desired(step)
+    above = _above_max_weight(step)
+    if held is not None or above is not None:  # the window starts again once both are over
+        return _analysis_held(step, held, above)
+    step = step.update(held_since=None)
     initial = _initial_weight(step)
     results: GateResults = []
     if spec.measures_traffic:
@@ -800,7 +876,7 @@ def _analyzing(step: _Step) -> _Step:
     step = step.update(verdict=gates.worst(verdicts).value)
     message = "; ".join(result.message for _, result in results)
     failed = next(((reason, r) for reason, r in results if r.verdict == Verdict.FAIL), None)
-    traffic_window_passed = step.elapsed() >= _seconds(spec.rollout.analysis_window)
+    traffic_window_passed = _analysed(step) >= _seconds(spec.rollout.analysis_window)
     at_initial = "" if initial is None else f"at the initial canary weight {initial}%: "
     if failed is not None:
         return _roll_back(step, failed[0], at_initial + failed[1].message)
@@ -818,6 +894,31 @@ def _analyzing(step: _Step) -> _Step:
             f"no verdict within maxAnalysisDuration: {at_initial}{message}",
         )
     return step.note(Reason.ANALYZING, at_initial + message)
+
+
+def _analysed(step: _Step) -> timedelta:
+    """How long the analysis window has run: from the phase's start, or the end of its last hold."""
+    start = step.now - step.elapsed()
+    held = parse_time(step.status.analysis_since)
+    return step.now - (start if held is None else max(start, held))
+
+
+def _analysis_held(step: _Step, route_held: str | None, above: str | None) -> _Step:
+    """The analysis waits (its window begins again after the hold: windows at other weights or an
+    unaccepted route do not count), with a deadline: phase_since is kept, so maxAnalysisDuration
+    still runs, and a hold longer than progressDeadline rolls back, for its own reason."""
+    since = parse_time(step.status.held_since) or step.now
+    step = step.update(held_since=iso(since), analysis_since=iso(step.now))
+    rollout = step.spec.rollout
+    reason = Reason.CANARY_ABOVE_MAX_WEIGHT if above is not None else Reason.ROUTE_NOT_ACCEPTED
+    message = above if above is not None else f"the analysis waits for the HTTPRoute: {route_held}"
+    if step.now - since > _seconds(rollout.progress_deadline):
+        return _roll_back(step, reason, f"held past progressDeadline {rollout.progress_deadline}: {message}")
+    if step.elapsed() > _seconds(rollout.max_analysis_duration):
+        return _roll_back(
+            step, reason, f"held at maxAnalysisDuration {rollout.max_analysis_duration}: {message}"
+        )
+    return step.note(reason, message, warning=True)
 
 
 def _benchmark_missing(step: _Step) -> bool:
@@ -994,11 +1095,17 @@ def _promoting(step: _Step) -> _Step:
         return step.enter(
             Phase.PROMOTED, Reason.PROMOTED, f"all {spec.replicas} replicas speculative; baseline at 0"
         )
-    if step.elapsed() > _seconds(spec.rollout.progress_deadline):
+    held = _route_hold(step)
+    deadline = spec.rollout.progress_deadline
+    if step.elapsed() > _seconds(deadline):
+        if held is not None and obs.canary.ready(obs.canary.replicas):  # its pods are Ready: the route holds
+            message = (
+                f"the baseline's scale-down waited for the HTTPRoute past progressDeadline {deadline}: {held}"
+            )
+            return _roll_back(step, Reason.ROUTE_NOT_ACCEPTED, message)
         return _roll_back(
             step, Reason.CANARY_UNHEALTHY, f"canary did not scale to {spec.replicas} Ready replicas"
         )
-    held = _route_hold(step)
     if held is not None:
         return _held_by_route(step, "the baseline's scale-down", held)
     return step.note(Reason.GATES_PASSED, _waiting_message(Track.CANARY, obs.canary))
@@ -1175,7 +1282,12 @@ def _rolling_back(step: _Step) -> _Step:
             warning=True,
         )
     held = _route_hold(step)
-    return step if held is None else _held_by_route(step, "the canary's scale-down", held)
+    if held is not None:
+        return _held_by_route(step, "the canary's scale-down", held)
+    entered = _entered(step.status, Phase.ROLLING_BACK)
+    if step.status.reason == Reason.ROUTE_NOT_ACCEPTED and entered is not None:  # the Gateways accepted
+        return step.update(reason=entered.reason, message=entered.message)
+    return step
 
 
 def _failed(step: _Step) -> _Step:

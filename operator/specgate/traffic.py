@@ -49,12 +49,35 @@ def capped(weights: Weights, canary_cap: int, baseline_ready: int, budget: Budge
     return Weights(100 - canary, canary)
 
 
+def carries_all(budget: Budget, baseline_ready: int) -> bool:
+    """Whether the baseline's Ready pods can take all of a rule's traffic: the floor's worth
+    (replicas - maxUnavailable), and at least one pod. Until then a user's rule keeps its own
+    backends and an owned route is not created (no weight on a backend without Ready pods that did
+    not already carry the traffic: a gateway answers 503 for it)."""
+    return baseline_ready >= max(budget.min_ready, 1)
+
+
+def away_from_unready(written: Weights | None, baseline_ready: int, canary_ready: int) -> Weights | None:
+    """Paused or Failed (pods held as they are): the weights the rule must carry so that a track
+    without Ready pods keeps none of the traffic, all of it to the other track where that one has
+    Ready pods; None: leave the rule as it is. Weight only ever moves away from a track, never to
+    one (a pause must not give the canary more than it had)."""
+    if written is None:
+        return None
+    if written.canary > 0 and canary_ready == 0 and baseline_ready > 0:
+        return ALL_BASELINE
+    if written.baseline > 0 and baseline_ready == 0 and canary_ready > 0:
+        return Weights(0, 100)
+    return None
+
+
 @dataclass(frozen=True)
 class RouteStep:
-    """What to apply now: replicas per track (baseline, canary) and the route's weights."""
+    """What to apply now: replicas per track (baseline, canary) and the route's weights (None: leave
+    the rule as it is)."""
 
     replicas: tuple[int, int]
-    weights: Weights
+    weights: Weights | None
 
 
 def order(
@@ -64,24 +87,47 @@ def order(
     proposed: tuple[int, int],
     actual: Weights | None,
     canary_cap: int | None = None,
+    routes_tracks: bool = True,
 ) -> RouteStep:
     """Weights and replicas for this tick, from the replicas capacity.step_toward proposes.
 
     The weights match the Ready pods that remain after the proposed step. If the step lowers a
     track's replicas while `actual` (the weights its gateway accepted, None when unknown) still
-    gives that track more, no replica changes this tick: the weights move first, and the step
-    follows once the gateway has them (holding the growing side too keeps the pods within
-    maxSurge, which the proposal counted with the shrink). A new pod gets weight once Ready."""
+    gives that track more, that track keeps its replicas this tick: the weights move first, and the
+    shrink follows once the gateway has them. The growing side still grows within maxSurge counted
+    with the held pods (a stalled gateway must not freeze a promotion's or a rollback's growth). A
+    new pod gets weight once Ready.
+
+    `routes_tracks`: whether the rule sends traffic to the tracks' Services already (its spec, not
+    only once accepted). A rule that does not (a user's rule with its own backends, an owned route
+    not created yet) is written only once the baseline carries_all; with no Ready pod on either
+    track the rule is left as it is (whatever carried the traffic keeps it)."""
     after = (min(baseline.ready, proposed[0]), min(canary.ready, proposed[1]))
-    desired = shares(*after) or actual or ALL_BASELINE
+    if not routes_tracks and not carries_all(budget, after[0]):
+        return RouteStep(proposed, None)  # the tracks carry none of the rule's traffic yet
+    desired = shares(*after)
+    if desired is None:
+        return RouteStep(proposed, None)
     if canary_cap is not None:
         desired = capped(desired, canary_cap, after[0], budget)
     current = (baseline.replicas, canary.replicas)
     for track in (0, 1):
         shrinks = proposed[track] < current[track]
         if shrinks and (actual is None or actual.pair[track] > desired.pair[track]):
-            return RouteStep(current, desired)
+            return RouteStep(_growth_only(budget, current, proposed), desired)
     return RouteStep(proposed, desired)
+
+
+def _growth_only(budget: Budget, current: tuple[int, int], proposed: tuple[int, int]) -> tuple[int, int]:
+    """The proposal with its shrinks held: each growing track grows as far as replicas + maxSurge
+    pods in all allow beside the other track's pods as they stay."""
+    most = budget.replicas + budget.max_surge
+    b, c = current
+    if proposed[0] > b:
+        b = min(proposed[0], max(b, most - c))
+    if proposed[1] > c:
+        c = min(proposed[1], max(c, most - b))
+    return b, c
 
 
 # --- the route's parent status: measure only what the gateway routes ---

@@ -142,8 +142,8 @@ API_SERVER_RULES = {
     (".spec.rollout.traffic", ".httpRoute", "router GatewayAPI needs exactly one of httpRoute (specgate "
      "creates the route from parentRefs) and existingRoute (specgate sets the backendRefs of one rule of "
      "your route): set one of them"),
-    (".spec.rollout.traffic", ".router", "httpRoute, existingRoute and initialCanaryWeight apply to "
-     "router GatewayAPI only: set router: GatewayAPI or remove them"),
+    (".spec.rollout.traffic", ".router", "httpRoute, existingRoute, initialCanaryWeight and "
+     "maxCanaryWeight apply to router GatewayAPI only: set router: GatewayAPI or remove them"),
     (".spec.rollout", ".traffic.initialCanaryWeight", "traffic.initialCanaryWeight judges alpha on the "
      "canary's production traffic, which measurement benchmark never reads: set measurement traffic (or "
      "both), or remove initialCanaryWeight"),

@@ -20,7 +20,10 @@ from specgate.traffic import Weights
 OWNED = {"router": "GatewayAPI", "httpRoute": {"parentRefs": [{"name": "inference", "namespace": "gw"}]}}
 EXISTING = {"router": "GatewayAPI", "existingRoute": {"name": "chat", "ruleName": "completions"}}
 HALF = RouteState(weights=Weights(50, 50))
-NOT_ACCEPTED = RouteState(hold="parent Gateway inference: Accepted is False (NotAllowedByListeners: )")
+# A route its Gateway refuses still has its spec: the rule routes the tracks at 50/50 (issue 57).
+NOT_ACCEPTED = RouteState(
+    hold="parent Gateway inference: Accepted is False (NotAllowedByListeners: )", written=Weights(50, 50)
+)
 
 
 def gateway_run() -> Run:
@@ -48,8 +51,10 @@ def four_baseline_pods_measured(run: Run, route: RouteState) -> None:
 
 def test_the_analysis_waits_for_the_gateway_and_starts_its_window_when_it_accepts() -> None:
     """Gates that would pass do not promote while the route is not accepted: the analysis window
-    starts over from the moment the Gateways route as specgate set, with the reason in status."""
+    starts over from the moment the Gateways route as specgate set, with the reason in status; the
+    phase keeps its start, so its deadlines still run (issue 57)."""
     run = gateway_run()
+    entered = run.status.phase_since
     passing = {"baseline_metrics": metrics(), "canary_metrics": metrics(0.8)}
     decision = run.step(after=100, baseline=ready(1), canary=ready(1), route=NOT_ACCEPTED, **passing)
     run.expect(Phase.ANALYZING)
@@ -57,7 +62,8 @@ def test_the_analysis_waits_for_the_gateway_and_starts_its_window_when_it_accept
     assert "the analysis waits for the HTTPRoute: parent Gateway inference: Accepted is False" in (
         run.status.message or ""
     )
-    assert run.status.phase_since == run.now.isoformat().replace("+00:00", "Z")
+    assert run.status.analysis_since == run.now.isoformat().replace("+00:00", "Z")
+    assert run.status.phase_since == entered
     assert [e.reason for e in decision.events] == [Reason.ROUTE_NOT_ACCEPTED]
     run.step(after=30, baseline=ready(1), canary=ready(1), route=HALF, **passing)
     run.expect(Phase.ANALYZING)  # 30 s of the 60 s analysis window since the route was accepted
@@ -354,7 +360,8 @@ def test_alpha_passed_at_the_initial_weight_says_so_and_what_comes_next() -> Non
 
 def test_an_unread_route_holds_the_analysis_saying_so() -> None:
     """The HTTPRoute could not be read this reconcile: the analysis does not start, and status says
-    why (an unknown route is not one that routes as specgate set)."""
+    why (an unknown route is not one that routes as specgate set); nothing is written to a route
+    not known to route the tracks while the baseline alone cannot carry it (issue 57)."""
     run = gateway_run()
     d = run.step(after=100, baseline=ready(1), canary=ready(1), baseline_metrics=metrics())
     assert (run.phase, run.status.reason, run.status.message) == (
@@ -362,7 +369,7 @@ def test_an_unread_route_holds_the_analysis_saying_so() -> None:
         Reason.ROUTE_NOT_ACCEPTED,
         "the analysis waits for the HTTPRoute: the HTTPRoute has not been read",
     )
-    assert (d.baseline_replicas, d.canary_replicas, d.route_weights) == (1, 1, Weights(50, 50))
+    assert (d.baseline_replicas, d.canary_replicas, d.route_weights) == (1, 1, None)
 
 
 def test_a_rule_without_the_tracks_services_says_exactly_what_is_missing() -> None:
@@ -431,7 +438,7 @@ def test_at_the_initial_weight_the_baseline_beside_the_canary_stays_within_max_s
 
 def test_status_traffic_has_no_accepted_weights_where_the_route_was_not_read() -> None:
     run = gateway_run()
-    decision = run.step(baseline=ready(1), canary=ready(1))
+    decision = run.step(baseline=ready(1), canary=ready(1), route=NOT_ACCEPTED)
     assert rollout.traffic_status("llama", decision, Observation(generation=1), None) == api.TrafficStatus(
         route="llama", desired=api.RouteWeights(baseline=50, canary=50), actual=None, original=None
     )

@@ -290,7 +290,8 @@ def test_the_owned_routes_weights_count_once_every_gateway_it_names_accepted_the
     both = render.route_state(reported(OWNED_ROUTE, INFERENCE, INTERNAL), OWNED_TRAFFIC, OWNER)
     assert both == RouteState(weights=Weights(75, 25))
     one = render.route_state(reported(OWNED_ROUTE, INFERENCE), OWNED_TRAFFIC, OWNER)
-    assert one == RouteState(hold="parent Gateway internal: has not reported on the HTTPRoute yet")
+    held = "parent Gateway internal: has not reported on the HTTPRoute yet"
+    assert one == RouteState(hold=held, written=Weights(75, 25))  # its spec's weights (issue 57)
 
 
 def test_the_users_routes_rule_is_read_once_its_gateways_accepted_it() -> None:
