@@ -23,7 +23,7 @@ from specgate.api import Phase, SpeculativeDeploymentSpec, SpeculativeDeployment
 from specgate.observation import Observation, Window
 from specgate.prometheus import MetricsUnavailable, PrometheusClient, Selector, guard_step
 from specgate.render import Manifest, Owner, Track
-from specgate.traffic import Weights, away_from_unready
+from specgate.traffic import Weights, away_from_unready, most_of
 
 log = logging.getLogger(__name__)
 
@@ -590,7 +590,10 @@ def apply_children(
     rendered = {
         track: m["metadata"]["annotations"][render.ANNOTATION_RENDERED] for track, m in manifests.items()
     }
-    kept = decision.keep_template | rollout.templates_to_wait(spec, rendered, states, wanted)
+    route = observation.route
+    weights = most_of(decision.route_weights, route.in_spec if route is not None else None)
+    routed = None if weights is None else {Track.BASELINE: weights.baseline, Track.CANARY: weights.canary}
+    kept = decision.keep_template | rollout.templates_to_wait(spec, rendered, states, wanted, routed)
     for track, replicas in sorted(wanted.items(), key=lambda item: item[1] >= states[item[0]].replicas):
         if track in kept and states[track].exists:
             kube.scale_deployment(owner.namespace, render.deployment_name(owner, track), replicas, children)

@@ -363,15 +363,24 @@ def templates_to_wait(
     rendered: Mapping[Track, str],
     states: Mapping[Track, TrackState],
     wanted: Mapping[Track, int],
+    routed: Mapping[Track, int] | None = None,
 ) -> frozenset[Track]:
     """Tracks whose Deployment must keep its pod template for now (only its replicas change):
     - a new template (a spec edit) whose roll could take the track below the floor: it waits for
-      the pods it still needs, e.g. an HPA's replicas not grown yet while paused;
+      the pods it still needs, e.g. an HPA's replicas not grown yet while paused; behind a Gateway
+      API route (`routed`: each track's percent of the route, as set or as its rule has it), also
+      one whose roll would leave the track's own Ready pods short of its weight (traffic.roll_carries:
+      the other track's pods take none of the route's traffic for it);
     - a re-render of the spec the pods run (rendered: the digests this operator version renders,
       which an older one rendered differently): they roll one at a time, the baseline first, each
       when capacity.may_roll allows."""
     budget = capacity.Budget(spec.replicas, spec.rollout.max_surge, spec.rollout.max_unavailable)
-    kept = {track for track in rendered if not _new_template_keeps_floor(spec, budget, track, states, wanted)}
+    kept = {
+        track
+        for track in rendered
+        if not _new_template_keeps_floor(spec, budget, track, states, wanted)
+        or (routed is not None and not _roll_carries_route(spec, budget, track, states, wanted, routed))
+    }
     rerender = [
         track
         for track, digest in rendered.items()
@@ -414,6 +423,23 @@ def _new_template_keeps_floor(
     other_side = _side(other, budget.max_unavailable)
     other_ready = other_side.kept(wanted.get(_other(track), other_side.replicas))
     return capacity.roll_keeps_floor(budget, rolling, other_ready)
+
+
+def _roll_carries_route(
+    spec: SpeculativeDeploymentSpec,
+    budget: capacity.Budget,
+    track: Track,
+    states: Mapping[Track, TrackState],
+    wanted: Mapping[Track, int],
+    routed: Mapping[Track, int],
+) -> bool:
+    """True unless the track's Deployment would roll to a new template while the route gives it
+    more than the Ready pods its roll's worst case leaves can carry."""
+    state = states[track]
+    if not state.exists or state.template_hash in (None, render.template_hash(spec, track)):
+        return True
+    rolling = capacity.Side(wanted[track], min(state.ready_replicas, wanted[track]))
+    return traffic.roll_carries(budget, rolling, routed.get(track, 0))
 
 
 def invalid_spec(

@@ -71,6 +71,25 @@ def away_from_unready(written: Weights | None, baseline_ready: int, canary_ready
     return None
 
 
+def roll_carries(budget: Budget, rolling: Side, weight: int) -> bool:
+    """Behind a route, whether a track rolling to a new pod template keeps, through its roll's worst
+    case (maxUnavailable of its Ready pods down), Ready pods that carry its `weight` percent of the
+    route at no more per pod than the floor's pods would: the other track's pods take none of it."""
+    if weight <= 0:
+        return True
+    ready = min(rolling.ready, rolling.replicas)
+    left = ready - min(budget.max_unavailable, ready)
+    return left * 100 >= weight * budget.min_ready  # a floor of 0: the spec lets every pod go
+
+
+def most_of(*weights: Weights | None) -> Weights | None:
+    """Each track's largest weight among those known (None: none is): what the route may send it."""
+    known = [w for w in weights if w is not None]
+    if not known:
+        return None
+    return Weights(max(w.baseline for w in known), max(w.canary for w in known))
+
+
 @dataclass(frozen=True)
 class RouteStep:
     """What to apply now: replicas per track (baseline, canary) and the route's weights (None: leave

@@ -21,7 +21,7 @@ from specgate.api import Phase
 from specgate.capacity import Budget, Side
 from specgate.observation import RouteState, TrackState
 from specgate.rollout import Reason
-from specgate.traffic import Weights, away_from_unready, carries_all, order
+from specgate.traffic import Weights, away_from_unready, carries_all, order, roll_carries
 
 STARTING = TrackState(exists=True, replicas=2, ready_replicas=0, waiting="ContainerCreating")
 USERS = [{"name": "vllm", "port": 8000}]
@@ -530,3 +530,60 @@ def test_a_route_whose_validation_refuses_the_weights_fails_with_its_message(
     assert (status.phase, status.reason) == (Phase.FAILED, Reason.INVALID_SPEC)
     assert status.message == f"HTTPRoute chat refused the weights: {invalid['message']}"
     assert fake.routes["chat"]["spec"]["rules"][1]["backendRefs"] == USERS
+
+
+# --- sequence 9: a track the route weights rolls its template only on pods that carry its weight ---
+
+
+def test_a_template_roll_waits_while_the_route_weights_the_tracks_only_pod(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """replicas 2, maxSurge 0, maxUnavailable 1, canaryReplicas 1, Analyzing at 50/50; an image edit
+    moves the route to 100/0. On 1be5013 the baseline's only pod was swapped for the new template in
+    the same reconcile (capacity counted the canary's pod, to which the route now sends nothing): all
+    route traffic on a Service without a Ready pod. Now the baseline keeps its template (only scaled)
+    until it has Ready pods that carry its weight through the roll."""
+    body = spec_body(traffic=OWNED, maxSurge=0, maxUnavailable=1, canaryReplicas=1)
+    run = Run(api.parse_spec(body))
+    plain = routed(Weights(100, 0))
+    run.step(baseline=ready(2), route=plain)
+    run.step(baseline=ready(2), route=plain)
+    run.step(after=95, baseline=ready(2), baseline_metrics=metrics(), route=plain)
+    run.step(baseline=ready(1), canary=ready(1), route=routed(Weights(50, 50)))
+    run.expect(Phase.ANALYZING)
+    old = {track: render.template_hash(run.spec, track) for track in render.Track}
+
+    def pods(n: int, track: render.Track, replicas: int | None = None) -> TrackState:
+        return TrackState(
+            exists=True,
+            replicas=n if replicas is None else replicas,
+            ready_replicas=n,
+            template_hash=old[track],
+        )
+
+    run.spec, run.generation = api.parse_spec({**body, "image": "vllm:0.33"}), run.generation + 1
+    template = run.spec.rollout.traffic
+    assert template is not None and template.http_route is not None
+    route = accepted(render.http_route(OWNER, template.http_route, Weights(50, 50)))
+    tracks = {"llama-baseline": pods(1, render.Track.BASELINE), "llama-canary": pods(1, render.Track.CANARY)}
+    fake = FakeKube(tracks, routes={"llama": route}).install(monkeypatch)
+    d = reconcile_step(run, after=10)
+    assert d.status.phase == Phase.BASELINE and d.route_weights == Weights(100, 0)
+    assert ("scale", "llama-baseline", 1) in fake.calls
+    assert not [c for c in fake.calls if c[:3] == ("apply", "Deployment", "llama-baseline")]
+    run.status, fake.calls = d.status, []
+    fake.routes["llama"] = accepted(render.http_route(OWNER, template.http_route, Weights(100, 0)))
+    fake.tracks = {"llama-baseline": pods(2, render.Track.BASELINE), "llama-canary": TrackState(exists=True)}
+    reconcile_step(run, after=20)
+    assert ("apply", "Deployment", "llama-baseline", 2) in fake.calls  # 2 Ready pods: one may go
+
+
+def test_roll_carries_counts_the_tracks_own_pods_against_its_weight() -> None:
+    budget = Budget(2, max_surge=0, max_unavailable=1)
+    assert not roll_carries(budget, Side(1, 1), 100)
+    assert not roll_carries(budget, Side(1, 1), 50)
+    assert roll_carries(budget, Side(1, 1), 0)
+    assert roll_carries(budget, Side(2, 2), 100)
+    assert not roll_carries(Budget(4, 1, 1), Side(3, 3), 100)  # 2 pods left for the floor's 3
+    assert roll_carries(Budget(4, 1, 1), Side(4, 4), 100)
+    assert roll_carries(Budget(1, 0, 1), Side(1, 1), 100)  # replicas 1, maxUnavailable 1: allowed
