@@ -7,6 +7,7 @@ the garbage collector remove them.
 
 from __future__ import annotations
 
+import copy
 import hashlib
 import json
 from collections.abc import Mapping
@@ -419,7 +420,7 @@ def backend_refs(owner: Owner, weights: Weights) -> list[dict[str, Any]]:
     """The tracks' Services, weighted: what a rule of the route sends traffic to."""
     return [
         {"kind": "Service", "name": service_name(owner, track), "port": HTTP_PORT, "weight": weight}
-        for track, weight in ((Track.BASELINE, weights.baseline), (Track.CANARY, weights.canary))
+        for track, weight in zip((Track.BASELINE, Track.CANARY), weights.written, strict=True)
     ]
 
 
@@ -446,7 +447,19 @@ def route_differs(route: Mapping[str, Any] | None, manifest: Manifest) -> bool:
     """Whether the HTTPRoute as read lacks what `manifest` sets: absent, or a field of its spec
     missing or with another value, a list of another length (a rule added by hand). Fields the API
     server defaults (a backendRef's group, a match's path type) are not in the manifest: not compared."""
-    return route is None or not _within(manifest["spec"], route.get("spec") or {})
+    return route is None or not _within(_split(manifest["spec"]), _split(route.get("spec") or {}))
+
+
+def _split(spec: Mapping[str, Any]) -> dict[str, Any]:
+    """The spec with each rule's backendRef weights as percent of the rule's: Gateway API weights are
+    relative, so 3/1 and 75/25 split the traffic alike (a backend without a weight has 1)."""
+    copied = copy.deepcopy(dict(spec))
+    for rule in copied.get("rules") or []:
+        refs = rule.get("backendRefs") or []
+        total = sum(int(ref.get("weight", 1)) for ref in refs)
+        for ref in refs:
+            ref["weight"] = round(100 * int(ref.get("weight", 1)) / total) if total else 0
+    return copied
 
 
 def _within(want: object, have: object) -> bool:

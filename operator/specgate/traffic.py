@@ -11,7 +11,7 @@ rollback moves it back before the canary scales down). Weights are percent of th
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from specgate.capacity import Budget, Side
@@ -19,13 +19,23 @@ from specgate.capacity import Budget, Side
 
 @dataclass(frozen=True)
 class Weights:
+    """Each track's percent of the route's traffic; `relative`, where the percents come from Ready
+    pods, the pod counts themselves: Gateway API weights are relative, so the route is written with
+    those (percent would round a 1-pod canary beside 199 baseline pods to 0). Not compared."""
+
     baseline: int
     canary: int
+    relative: tuple[int, int] | None = field(default=None, compare=False)
 
     @property
     def pair(self) -> tuple[int, int]:
         """(baseline, canary), in the order replicas are."""
         return self.baseline, self.canary
+
+    @property
+    def written(self) -> tuple[int, int]:
+        """The weights to write in the route's backendRefs: the pod counts, or the percents."""
+        return self.relative or self.pair
 
 
 ALL_BASELINE = Weights(100, 0)
@@ -38,7 +48,7 @@ def shares(baseline: int, canary: int) -> Weights | None:
     if total == 0:
         return None
     percent = round(100 * canary / total)
-    return Weights(100 - percent, percent)
+    return Weights(100 - percent, percent, relative=(baseline, canary))
 
 
 def capped(weights: Weights, canary_cap: int, baseline_ready: int, budget: Budget) -> Weights:
@@ -46,7 +56,7 @@ def capped(weights: Weights, canary_cap: int, baseline_ready: int, budget: Budge
     Ready pods carry more per pod than the floor's pods would (100 / (replicas - maxUnavailable))."""
     baseline_most = 100 * baseline_ready // max(budget.min_ready, 1)
     canary = min(weights.canary, max(canary_cap, 100 - baseline_most))
-    return Weights(100 - canary, canary)
+    return weights if canary == weights.canary else Weights(100 - canary, canary)
 
 
 def carries_all(budget: Budget, baseline_ready: int) -> bool:

@@ -32,6 +32,7 @@ from tests.cluster.rollouts import (
 )
 
 from specgate import api
+from specgate.traffic import shares
 from specgate_lab.loadgen import LoadResult
 
 pytestmark = [pytest.mark.cluster, pytest.mark.gateway]
@@ -75,7 +76,9 @@ def sample(api_client: client.ApiClient, namespace: str, name: str, load: LoadRe
     weights = None
     if routes:
         refs = {ref["name"]: ref.get("weight", 1) for ref in routes[0]["spec"]["rules"][0]["backendRefs"]}
-        weights = (refs[f"{name}-baseline"], refs[f"{name}-canary"])
+        # Relative weights (the Ready pods, issue 57) as the percent split they make.
+        split = shares(refs[f"{name}-baseline"], refs[f"{name}-canary"])
+        weights = None if split is None else split.pair
     return Sample(weights, (replicas[0], replicas[1]), load.errors, dict(load.failures))
 
 

@@ -154,7 +154,7 @@ def test_the_owned_route_is_applied_with_the_weights_and_reported_in_status(
     route = applied["llama"][3]
     assert route["parentRefs"] == [{"name": "inference", "namespace": "gw"}]
     assert [(b["name"], b["weight"]) for b in route["rules"][0]["backendRefs"]] == [
-        ("llama-baseline", 100),
+        ("llama-baseline", 2),  # the Ready pods: Gateway API weights are relative (issue 57)
         ("llama-canary", 0),
     ]
     traffic = decision.status.traffic
@@ -198,7 +198,7 @@ def test_the_users_rule_is_patched_only_where_its_weights_differ(monkeypatch: py
     assert operations[0] == {"op": "test", "path": "/spec/rules/1/name", "value": "completions"}
     assert operations[1]["path"] == "/spec/rules/1/backendRefs"
     assert [(b["name"], b["weight"]) for b in operations[1]["value"]] == [
-        ("llama-baseline", 100),
+        ("llama-baseline", 2),  # the Ready pods: Gateway API weights are relative (issue 57)
         ("llama-canary", 0),
     ]
     assert not any(call[0] == "apply" and call[1] == "HTTPRoute" for call in fake.calls)

@@ -52,7 +52,7 @@ def test_a_users_rule_keeps_its_backends_until_the_baseline_is_ready(monkeypatch
     patches = [call for call in fake.calls if call[0] == "patch route"]
     assert len(patches) == 1
     refs = fake.routes["chat"]["spec"]["rules"][1]["backendRefs"]
-    assert [(r["name"], r["weight"]) for r in refs] == [("llama-baseline", 100), ("llama-canary", 0)]
+    assert [(r["name"], r["weight"]) for r in refs] == [("llama-baseline", 2), ("llama-canary", 0)]
     assert run.status.traffic is not None and run.status.traffic.original is not None
     assert run.status.traffic.original.backend_refs == USERS  # what deletion puts back
 
@@ -587,3 +587,28 @@ def test_roll_carries_counts_the_tracks_own_pods_against_its_weight() -> None:
     assert not roll_carries(Budget(4, 1, 1), Side(3, 3), 100)  # 2 pods left for the floor's 3
     assert roll_carries(Budget(4, 1, 1), Side(4, 4), 100)
     assert roll_carries(Budget(1, 0, 1), Side(1, 1), 100)  # replicas 1, maxUnavailable 1: allowed
+
+
+# --- item 10: Gateway API weights are relative: the route is written with pod counts ---
+
+
+def test_a_one_pod_canary_beside_199_baseline_pods_gets_its_pods_share() -> None:
+    """Percent weights rounded the canary's 0.5 % to 0: its Ready pod got no traffic. The route is
+    written with the Ready pods (199 and 1); status and decisions keep the percents."""
+    step = order(Budget(200, 1, 0), Side(199, 199), Side(1, 1), (199, 1), Weights(100, 0))
+    assert step.weights == Weights(100, 0) and step.weights is not None
+    assert step.weights.written == (199, 1)
+    refs = render.backend_refs(OWNER, step.weights)
+    assert [(r["name"], r["weight"]) for r in refs] == [("llama-baseline", 199), ("llama-canary", 1)]
+    capped_step = order(Budget(4, 1, 0), Side(4, 4), Side(1, 1), (4, 1), Weights(100, 0), canary_cap=10)
+    assert capped_step.weights is not None and capped_step.weights.written == (90, 10)  # a cap: percents
+
+
+def test_route_differs_compares_relative_weights_by_the_split_they_make() -> None:
+    template = api.parse_spec(spec_body(traffic=OWNED)).rollout.traffic
+    assert template is not None and template.http_route is not None
+    manifest = render.http_route(OWNER, template.http_route, Weights(75, 25, relative=(3, 1)))
+    as_percent = accepted(render.http_route(OWNER, template.http_route, Weights(75, 25)))
+    assert not render.route_differs(as_percent, manifest)
+    half = accepted(render.http_route(OWNER, template.http_route, Weights(50, 50, relative=(2, 2))))
+    assert render.route_differs(half, manifest)

@@ -40,6 +40,11 @@ def tracks(baseline: int = 100, canary: int = 0) -> list[dict[str, Any]]:
     return render.backend_refs(OWNER, Weights(baseline, canary))
 
 
+# What specgate writes beside 2 Ready baseline pods: the pod counts (Gateway API weights are relative,
+# issue 57), which route at 100/0.
+WRITTEN = render.backend_refs(OWNER, Weights(100, 0, relative=(2, 0)))
+
+
 def completions(fake: FakeKube) -> Any:
     return fake.routes["chat"]["spec"]["rules"][1].get("backendRefs")
 
@@ -104,7 +109,7 @@ def taken_over(monkeypatch: pytest.MonkeyPatch, traffic: dict[str, Any] = EXISTI
     run = Run(make_spec(traffic=traffic))
     fake = FakeKube({"llama-baseline": ready(2)}, routes={"chat": route(USERS)}).install(monkeypatch)
     run.status = reconcile_step(run, after=0).status
-    assert completions(fake) == tracks()
+    assert completions(fake) == WRITTEN
     return run, fake
 
 
@@ -114,7 +119,7 @@ def test_the_rules_own_backend_refs_are_recorded_once(monkeypatch: pytest.Monkey
     # The route's owner applies it again: specgate sets the rule again and keeps the first record.
     fake.routes["chat"] = route([{"name": "vllm-v2", "port": 8000}])
     status = reconcile_step(run, after=10).status
-    assert completions(fake) == tracks()
+    assert completions(fake) == WRITTEN
     assert status.traffic is not None and status.traffic.original == record(USERS)
 
 
@@ -140,7 +145,7 @@ def test_a_rule_that_moved_keeps_its_record_until_the_next_reconcile(monkeypatch
     real_read = fake.read_route
     monkeypatch.setattr(handlers.kube, "read_route", lambda ns, name: route(tracks(), version="76"))
     kept = reconcile_step(run, after=10).status.traffic  # the route changed after this (stale) read
-    assert completions(fake) == tracks()
+    assert completions(fake) == WRITTEN
     assert kept is not None and kept.route == "chat" and kept.original == record(USERS, rule_index=1)
     assert kept.desired is None
     monkeypatch.setattr(handlers.kube, "read_route", real_read)
@@ -154,7 +159,7 @@ def test_another_rule_gets_the_old_one_put_back_and_is_recorded(monkeypatch: pyt
     run.spec = make_spec(traffic={**EXISTING, "existingRoute": {"name": "chat", "ruleName": "health"}})
     traffic = reconcile_step(run, after=10).status.traffic
     rules = fake.routes["chat"]["spec"]["rules"]
-    assert (rules[0]["backendRefs"], rules[1]["backendRefs"]) == (tracks(), USERS)
+    assert (rules[0]["backendRefs"], rules[1]["backendRefs"]) == (WRITTEN, USERS)
     assert traffic is not None and traffic.original == record(PROBE, rule_name="health")
 
 
