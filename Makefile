@@ -76,8 +76,8 @@ demo: venv engines cluster-up $(if $(filter gateway,$(SCENARIO)),gateway) ## rol
 	exit $$rc
 
 .PHONY: test
-test: venv lint $(TEST_PREREQS) ## all tests: unit, integration (real Prometheus, engines) and cluster
-	$(VENV)/bin/pytest -q -ra --durations=25 tests
+test: venv lint $(TEST_PREREQS) ## all tests: unit, integration (real Prometheus, engines) and cluster, in timed tiers (hack/test.sh)
+	hack/test.sh
 
 .PHONY: test-fast
 test-fast: venv lint cluster-up gateway ## the development tier: unit, integration and cluster tests that start no real vLLM engine

@@ -21,7 +21,8 @@ PROM_FLAVOUR="${SPECGATE_PROMETHEUS:-3}"
 PROM_RETENTION=6h
 BRIDGE_PORT="${SPECGATE_BRIDGE_PORT:-18080}"
 PY="${PY:-$ROOT/.venv/bin/python}"
-GPU_NODES="${SPECGATE_GPU_NODES:-2}"
+# Four: `make test` runs test modules side by side (hack/test.sh), each rollout asking for 2-3 GPUs.
+GPU_NODES="${SPECGATE_GPU_NODES:-4}"
 
 log() { printf '[cluster-up %s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
 alive() { [ -f "$1" ] && kill -0 "$(cat "$1")" 2>/dev/null; }

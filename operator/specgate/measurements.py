@@ -42,7 +42,7 @@ def measurement(metrics: TrackMetrics, now: datetime) -> Measurement:
     itl, per_token, load = metrics.itl, metrics.per_token, metrics.load
     return Measurement(
         window_start=iso(metrics.window_start) if metrics.window_start else None,
-        window_end=iso(now),
+        window_end=iso(metrics.window_end or now),
         p99_itl_ms=ms(p99(itl)),
         mean_itl_ms=metrics.mean_itl_ms,
         p99_ttft_ms=metrics.p99_ttft_ms,

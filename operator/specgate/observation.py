@@ -44,7 +44,8 @@ class TrackMetrics:
     itl: Histogram | None = None  # per engine step: the stall
     per_token: Histogram | None = None  # per request: its time per output token
     mean_itl_ms: float | None = None
-    window_start: datetime | None = None
+    window_start: datetime | None = None  # the first scrape the figures count (or the window's start)
+    window_end: datetime | None = None  # the last scrape they count; None: the time of the reading
     p99_ttft_ms: float | None = None
     per_token_latency_ms: float | None = None
     output_tokens_per_second: float | None = None

@@ -30,7 +30,7 @@ and one forward pass of a network over T new tokens of B requests, each with `co
   EAGLE/draft-model proposer runs its first pass over every verified token, then K - 1 passes of one.
 
 Parameters come from the target's size and the accelerator (`ACCELERATORS`, from the vendors'
-datasheets) times efficiencies fitted to a measured H100 table (`../shared/gpu/h100-step-costs.jsonl`:
+datasheets) times efficiencies fitted to a measured H100 table (`bench/gpu/h100-step-costs.jsonl`:
 `fit_pass` refits them from any such table), and from measurement wherever the canary's and the
 baseline's mean step times exist (`CostModel.measured`: the per-draft-pass overhead absorbs what the
 physics does not explain). bench/draft_length.py scores the advice against real engines.

@@ -29,7 +29,7 @@ import threading
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -360,13 +360,15 @@ def _track_metrics(
     requests_per_second = _rate(families.get(SUCCEEDED, []), since, leave_out)
     means = [m for s in families.get(RUNNING, []) if (m := s.mean(since, leave_out)) is not None]
     running = _finite_sum(means) if means else None
+    first, last = measured_span(families, since, leave_out) or (since, None)
     return TrackMetrics(
         acceptance=acceptance,
         accepted_per_position=per_position,
         itl=histogram(families, itl_name, since, leave_out),
         per_token=histogram(families, PER_TOKEN, since, leave_out),
         mean_itl_ms=ms(_mean(families, itl_name, since, leave_out)),
-        window_start=window.start,
+        window_start=datetime.fromtimestamp(first, UTC),
+        window_end=None if last is None else datetime.fromtimestamp(last, UTC),
         p99_ttft_ms=ms(p99(histogram(families, TTFT, since, leave_out))),
         per_token_latency_ms=ms(_mean(families, PER_TOKEN, since, leave_out)),
         output_tokens_per_second=_round(_rate(families.get(GENERATED, []), since, leave_out)),
@@ -376,6 +378,19 @@ def _track_metrics(
         scrape_interval_seconds=round(interval, 3),
         acceptance_window_seconds=round(step, 3),
     )
+
+
+def measured_span(
+    families: Families, since: float, leave_out: Sequence[Window]
+) -> tuple[float, float] | None:
+    """The first and last scrape the figures count (the earlier scrape of the first increase, the
+    later of the last), None without one. The query's own window is wider: a scrape stamped before
+    its end may not be in Prometheus yet (a loaded engine answers /metrics seconds late, and
+    Prometheus stamps the scrape when it starts), so the window a status reports is this span."""
+    increases = [i for series in families.values() for s in series for i in s.increases(since, leave_out)]
+    if not increases:
+        return None
+    return min(i.start for i in increases), max(i.end for i in increases)
 
 
 def history_step(scrape_interval: float) -> float:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 import uuid
@@ -27,9 +28,13 @@ BRIDGE_URL = f"http://127.0.0.1:{os.environ.get('SPECGATE_BRIDGE_PORT', '18080')
 
 @pytest.fixture(scope="session")
 def kubeconfig() -> str:
-    """Bring the lab up (a no-op when it runs already); failing to do so fails the tests."""
+    """Bring the lab up (a no-op when it runs already); failing to do so fails the tests. One
+    pytest-xdist worker at a time (they start together)."""
     env = {**os.environ, "PY": str(ROOT / ".venv" / "bin" / "python")}
-    done = subprocess.run([str(ROOT / "hack" / "cluster-up.sh")], env=env, capture_output=True, text=True)
+    CACHE.mkdir(parents=True, exist_ok=True)
+    with (CACHE / "cluster-up.lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        done = subprocess.run([str(ROOT / "hack" / "cluster-up.sh")], env=env, capture_output=True, text=True)
     assert done.returncode == 0, f"cluster-up failed:\n{done.stderr[-3000:]}"
     return str(CACHE / "kubeconfig")
 
@@ -178,9 +183,25 @@ def side_by_side(runs: dict[str, Run]) -> Any:
     return rollouts
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[pytest.TestReport]:
+    """Figures measured so far ride on the report (a worker's reach the controller that way)."""
+    report: pytest.TestReport = yield
+    report.user_properties.extend(("figure", line) for line in FIGURES)
+    FIGURES.clear()
+    return report
+
+
+SUMMARY: list[str] = []
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    SUMMARY.extend(str(value) for key, value in report.user_properties if key == "figure")
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
     """The figures the cluster tests measured, for CI's log and the issues' notes."""
-    if FIGURES:
+    if SUMMARY:
         terminalreporter.section("figures measured by the cluster tests")
-        for line in FIGURES:
+        for line in SUMMARY:
             terminalreporter.write_line(line)

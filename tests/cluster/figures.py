@@ -1,5 +1,6 @@
 """Figures the cluster tests measured (kills survived, fuzz cases, verdicts, capacity, ...), printed in
-the session's summary (tests/cluster/conftest.py)."""
+the session's summary (tests/cluster/conftest.py). Under pytest-xdist a worker's figures travel to
+the summary on the reports of the test that measured them."""
 
 from __future__ import annotations
 

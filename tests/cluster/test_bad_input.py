@@ -56,6 +56,7 @@ def test_a_bad_prometheus_url_is_refused_naming_the_field(
     assert "spec.rollout.metrics.prometheusUrl" in done.stderr and "http://" in done.stderr, done.stderr
 
 
+@pytest.mark.cluster_wide  # serves an older CRD for a moment
 def test_an_object_named_before_the_rule_can_still_be_updated_and_deleted(
     api_client: client.ApiClient, namespace: str, tmp_path: Path
 ) -> None:
@@ -161,6 +162,7 @@ POD_MONITOR_CRD = {
 }  # fmt: skip
 
 
+@pytest.mark.cluster_wide  # creates and deletes the PodMonitor CRD
 def test_a_pod_monitor_without_the_prometheus_operator_is_a_failed_status_naming_the_field(
     lab: dict[str, Any],
 ) -> None:

@@ -19,7 +19,7 @@ from tests.cluster.rollouts import run_rollout, sim_rollout
 from specgate import cli
 from specgate_lab.crds import crd_path, install_crd, peering_crds_path
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.cluster_wide]  # a cluster-wide operator
 
 RELEASE_NS = "specgate-system"
 DASHBOARD = CHART / "dashboards" / "specgate.json"

@@ -20,7 +20,7 @@ from tests.conftest import load_sample
 
 from specgate_lab.crds import CRD_FILE, install_crd
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.cluster_wide]  # the CRD every test uses
 
 CRD_NAME = "speculativedeployments.specgate.dev"
 RELEASE = "specgate-upgrade"  # not the other Helm test's release: its cluster-wide RBAC is named after it

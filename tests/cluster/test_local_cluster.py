@@ -111,6 +111,7 @@ def test_bridge_engine_is_scraped_with_pod_labels_and_removed_with_the_pod(
     wait_for(lambda: prom_query(prometheus_url, f"{NUM_REQUESTS_RUNNING}{new_selector}"), 60, "new series")
 
 
+@pytest.mark.cluster_wide  # which CPU is the fewest pinned engines use depends on every engine running
 def test_engines_asking_for_a_pinned_cpu_run_on_the_cpu_fewest_pinned_engines_use(
     api_client: client.ApiClient, namespace: str, bridge_url: str
 ) -> None:

@@ -145,7 +145,11 @@ def unix(text: str) -> float:
 def check_measured_like_the_engine(
     status: dict[str, Any], engine: EngineCounters, lab: dict[str, Any]
 ) -> None:
-    """Alpha and drafts in status equal the engine's own counters over the span Prometheus saw."""
+    """Alpha and drafts in status equal the engine's own counters over the span Prometheus saw.
+    Status names the first and last scrape it counted (whole seconds: a scrape 15 s away is never
+    within the second after). It once named the query's window, which the scrapes either side of
+    it could be in (the second its start was truncated by, a scrape not yet stored when the operator
+    read): the engine's figures then ran a scrape interval longer than the operator's."""
     canary = status["canary"]
     times = scrape_times(
         lab["prometheus_url"], lab["namespace"], unix(canary["windowStart"]), unix(canary["windowEnd"]) + 1

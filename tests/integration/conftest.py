@@ -14,14 +14,6 @@ SELF_DRAFT = {"method": "draft_model", "model": "specgate/tiny-llama", "num_spec
 PROMPTS = ("the model drafts token target", "cluster node pod gpu memory", "build run deploy")
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """A test that takes the real engines is an `engine` test, marked or not: `make test-fast`
-    deselects those by the marker, and starting them costs minutes."""
-    for item in items:
-        if "engines" in getattr(item, "fixturenames", ()):
-            item.add_marker(pytest.mark.engine)
-
-
 @pytest.fixture(scope="session")
 def engines(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """Two real engines, started once: speculation off ("off") and the target drafting for itself

@@ -1,7 +1,7 @@
 """The cost model against measured GPU step times (issue 40).
 
-Expected values come from the measured table (`../shared/gpu/h100-step-costs.jsonl`, beside the
-checkout) and from the issue's and seed 004's text, never from the code under test."""
+Expected values come from the measured tables (`bench/gpu/`, copied from the GPU runs in
+`../shared/gpu/`) and from the issue's and seed 004's text, never from the code under test."""
 
 from __future__ import annotations
 
@@ -14,11 +14,9 @@ import pytest
 
 from specgate import planning
 
-GPU_TABLES = Path(__file__).resolve().parents[2] / ".." / "shared" / "gpu"
+GPU_TABLES = Path(__file__).resolve().parents[2] / "bench" / "gpu"
 TABLE = GPU_TABLES / "h100-step-costs.jsonl"
 H200_70B_TABLE = GPU_TABLES / "h200-70b-fp8-step-costs.jsonl"
-needs_table = pytest.mark.skipif(not TABLE.exists(), reason=f"no measured table at {TABLE}")
-needs_h200_table = pytest.mark.skipif(not H200_70B_TABLE.exists(), reason=f"no table at {H200_70B_TABLE}")
 
 
 def _points(model: str, table: Path = TABLE) -> list[planning.StepPoint]:
@@ -35,7 +33,6 @@ def _relative_errors(
     ]
 
 
-@needs_table
 @pytest.mark.parametrize("model", ["target", "eagle3_head", "draft_1b"])
 def test_the_fit_is_within_10_percent_of_every_measured_pass(model: str) -> None:
     points = _points(model)
@@ -46,7 +43,6 @@ def test_the_fit_is_within_10_percent_of_every_measured_pass(model: str) -> None
     assert max(errors) < 0.10
 
 
-@needs_h200_table
 @pytest.mark.parametrize("model", ["target_70b_fp8", "eagle3_head_70b"])
 def test_the_fit_holds_for_a_second_size_on_another_gpu(model: str) -> None:
     """The same shape fits a Llama-3.3-70B-shaped FP8 target and its EAGLE-3 head on an H200."""
@@ -56,7 +52,6 @@ def test_the_fit_holds_for_a_second_size_on_another_gpu(model: str) -> None:
     assert max(_relative_errors(fit.fitted, fit.verify_ms, points)) < 0.10
 
 
-@needs_h200_table
 def test_the_datasheet_model_predicts_the_70b_fp8_table_it_was_not_fitted_to() -> None:
     """Out of sample: the efficiencies come from the H100 8B table, the sizes from the 70B config and
     the H200 datasheet. Weight reads are predicted within 6 %; past the ridge the FP8 GEMMs reach less
@@ -73,7 +68,6 @@ def test_the_datasheet_model_predicts_the_70b_fp8_table_it_was_not_fitted_to() -
     assert max(_relative_errors(cost.draft, 0.0, head)) < 0.25
 
 
-@needs_table
 def test_the_default_h100_model_is_within_10_percent_of_every_target_pass() -> None:
     """The defaults (datasheet figures times the efficiencies written down from the fit) describe the
     table as well: the fit is not only inside the test."""
@@ -82,7 +76,6 @@ def test_the_default_h100_model_is_within_10_percent_of_every_target_pass() -> N
     assert max(_relative_errors(cost.target, cost.verify_ms, points)) < 0.10
 
 
-@needs_table
 def test_the_fitted_roofline_is_physical() -> None:
     """The fitted weight read and compute rate sit below the H100 datasheet's bandwidth and FLOPs."""
     fitted = planning.fit_pass(_points("target")).fitted

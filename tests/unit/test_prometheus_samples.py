@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from specgate import api, gates, prometheus
+from specgate import api, gates, measurements, prometheus
 from specgate.gates import AcceptanceWindow
 from specgate.observation import TrackMetrics, Window
 from specgate.prometheus import ACCEPTED, DRAFT_TOKENS, DRAFTS, Selector, Series
@@ -399,3 +399,25 @@ def test_a_malformed_history_answer_is_metrics_unavailable(monkeypatch: pytest.M
     selector = Selector("ml", "llama", "canary", api.MetricsSource())
     with pytest.raises(prometheus.MetricsUnavailable, match="malformed"):
         client.history_windows(selector, Window(T0, T0 + timedelta(hours=4)), 15.0)
+
+
+def test_status_reports_the_scrapes_it_counted_not_the_querys_window() -> None:
+    """A reading at 12:02:30.6 over a window from 12:00:31.4: the scrapes at 12:00:30 (before the
+    window) and 12:02:30 (stamped before the reading, still in flight: a loaded engine answers
+    /metrics late, and Prometheus stamps a scrape when it starts) are not in what the operator
+    counts. Status says the figures run from the 12:00:45 scrape to the 12:02:15 one, so anyone
+    who sets the engine's own counters beside them (the real-engine cluster test does) compares the
+    same span; the query's edges would add a scrape interval at either end."""
+    pod = counters("a:8000", 15.0, 0.0, 2.25, (20, 0.7))  # scrapes at 12:00:00, :15, ... 12:02:15
+    window = Window(T0 + timedelta(seconds=31.4), T0 + timedelta(seconds=150.6))
+    metrics = prometheus._track_metrics(families(pod), window, 15.0, ())
+    status = measurements.measurement(metrics, window.end)
+    assert (status.window_start, status.window_end) == ("2026-11-23T12:00:45Z", "2026-11-23T12:02:15Z")
+    assert sum(w.drafts for w in metrics.acceptance) == pytest.approx(20 * 90)
+
+
+def test_without_a_scrape_in_the_window_status_keeps_the_querys_window() -> None:
+    pod = counters("a:8000", 15.0, 0.0, 0.5, (20, 0.7))  # the last scrape at 12:00:30
+    window = Window(T0 + timedelta(seconds=31.4), T0 + timedelta(seconds=40.2))
+    status = measurements.measurement(prometheus._track_metrics(families(pod), window, 15.0, ()), window.end)
+    assert (status.window_start, status.window_end) == ("2026-11-23T12:00:31Z", "2026-11-23T12:00:40Z")
