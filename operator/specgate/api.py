@@ -469,6 +469,7 @@ class Router(StrEnum):
 # Gateway API's patterns (its HTTPRoute CRD, v1.6.3): admission refuses what the route would refuse.
 GATEWAY_SUBDOMAIN = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
 GATEWAY_HOSTNAME = r"^(\*\.)?[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$"
+GATEWAY_DURATION = r"^([0-9]{1,5}(h|m|s|ms)){1,4}$"  # Gateway API's Duration (GEP-2257)
 GATEWAY_NAMESPACE = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 
 
@@ -493,6 +494,23 @@ class ParentReference(Model):
     port: int | None = Field(None, ge=1, le=65535, description="Port of the Gateway's listener.")
 
 
+class RouteTimeouts(Model):
+    """Gateway API HTTPRouteTimeouts of the owned route's rule: Envoy-based gateways cut a request
+    (a token stream too) at 15 s by default."""
+
+    request: str | None = Field(
+        None,
+        pattern=GATEWAY_DURATION,
+        description="The gateway's timeout for the whole request, streamed response included "
+        '(Gateway API Duration, e.g. "10m"; "0s": none).',
+    )
+    backend_request: str | None = Field(
+        None,
+        pattern=GATEWAY_DURATION,
+        description="The timeout of one request from the gateway to a backend (Gateway API Duration).",
+    )
+
+
 class HTTPRouteTemplate(Model):
     """The HTTPRoute <name> specgate creates and owns: one rule, the two tracks' Services as its
     weighted backends."""
@@ -510,6 +528,9 @@ class HTTPRouteTemplate(Model):
         max_length=64,
         description="The rule's matches (Gateway API HTTPRouteMatch: path, headers, queryParams, "
         "method); empty: every request.",
+    )
+    timeouts: RouteTimeouts | None = Field(
+        None, description="The rule's timeouts; absent: the gateway's defaults (Envoy's cut streams at 15 s)."
     )
 
 

@@ -429,6 +429,8 @@ def http_route(owner: Owner, template: api.HTTPRouteTemplate, weights: Weights) 
     rule: dict[str, Any] = {"backendRefs": backend_refs(owner, weights)}
     if template.matches:
         rule["matches"] = template.matches
+    if template.timeouts is not None:
+        rule["timeouts"] = template.timeouts.model_dump(by_alias=True, exclude_none=True)
     spec: dict[str, Any] = {
         "parentRefs": [p.model_dump(by_alias=True, exclude_none=True) for p in template.parent_refs],
         "rules": [rule],

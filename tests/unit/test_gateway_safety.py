@@ -612,3 +612,26 @@ def test_route_differs_compares_relative_weights_by_the_split_they_make() -> Non
     assert not render.route_differs(as_percent, manifest)
     half = accepted(render.http_route(OWNER, template.http_route, Weights(50, 50, relative=(2, 2))))
     assert render.route_differs(half, manifest)
+
+
+# --- item 10: the owned route's rule can set Gateway API timeouts ---
+
+
+def test_the_owned_routes_rule_carries_the_timeouts_asked_for() -> None:
+    """Envoy-based gateways cut streams at 15 s by default; on 1be5013 the owned route could not say
+    otherwise (the field did not exist)."""
+    traffic = {
+        **OWNED,
+        "httpRoute": {**OWNED["httpRoute"], "timeouts": {"request": "10m", "backendRequest": "1h30m"}},
+    }
+    template = make_spec(traffic=traffic).rollout.traffic
+    assert template is not None and template.http_route is not None
+    rule = render.http_route(OWNER, template.http_route, Weights(100, 0))["spec"]["rules"][0]
+    assert rule["timeouts"] == {"request": "10m", "backendRequest": "1h30m"}
+    plain = make_spec(traffic=OWNED).rollout.traffic
+    assert plain is not None and plain.http_route is not None
+    assert "timeouts" not in render.http_route(OWNER, plain.http_route, Weights(100, 0))["spec"]["rules"][0]
+    with pytest.raises(api.SpecError):
+        make_spec(
+            traffic={**OWNED, "httpRoute": {**OWNED["httpRoute"], "timeouts": {"request": "10 minutes"}}}
+        )
