@@ -169,3 +169,25 @@ def test_the_gitops_checks_catch_an_unknown_value() -> None:
     assert unknown_values({"metrics": {"prometheusRules": {"enabled": True}}}) == [
         "metrics.prometheusRules.enabled"
     ]
+
+
+# --- figures cite their source ---
+
+GATES_FOR_YOU = DOCS_DIR / "concepts" / "what-the-gates-mean.md"
+FIGURE_SOURCES = [DOCS_DIR / "benchmarks.md", ROOT / "bench" / "gpu" / "README.md"]
+
+
+def figures(text: str) -> set[str]:
+    """The decimal figures of a text's prose (outside code spans and blocks)."""
+    prose = re.sub(r"^```[^\n]*\n.*?^```", "", text, flags=re.S | re.M)
+    prose = re.sub(r"`[^`\n]+`", "", prose)
+    return set(re.findall(r"(?<![\w.])\d+\.\d+(?![\d.])", prose))
+
+
+def test_every_figure_on_the_gates_page_is_in_its_sources() -> None:
+    """Each decimal figure of what-the-gates-mean.md is one that benchmarks.md or bench/gpu/ records."""
+    recorded = set().union(*(figures(source.read_text()) for source in FIGURE_SOURCES))
+    found = figures(GATES_FOR_YOU.read_text())
+    assert {"1.49", "0.47", "133"} & found == {"1.49", "0.47"}
+    assert sorted(found - recorded) == []
+    assert figures("1.50x and `--alpha 0.6`") == {"1.50"}
