@@ -689,7 +689,13 @@ def _traffic_baseline(step: _Step, measured_from: datetime) -> tuple[_Step, bool
         stored_for_comparison=spec.rollout.strategy == Strategy.SEQUENTIAL,
     )
     if short:
-        message = f"baseline has too little traffic to measure ({short}): send traffic to the Service"
+        held = _route_hold(step)
+        where = (
+            "send traffic to the Service" if not routes_by_weight(spec) else "send traffic to the HTTPRoute"
+        )
+        if held is not None:  # behind a Gateway API route, the route may be what keeps traffic away
+            where = f"the HTTPRoute does not carry it yet: {held}"
+        message = f"baseline has too little traffic to measure ({short}): {where}"
         return _inconclusive_or_wait(step, message), False
     return step.update(baseline=measurements.measurement(metrics, step.now)), True
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import copy
 import json
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -635,3 +636,21 @@ def test_the_owned_routes_rule_carries_the_timeouts_asked_for() -> None:
         make_spec(
             traffic={**OWNED, "httpRoute": {**OWNED["httpRoute"], "timeouts": {"request": "10 minutes"}}}
         )
+
+
+# --- item 10: the Baseline phase names the route, not "the Service", when the route holds traffic ---
+
+
+def test_a_baseline_short_of_traffic_behind_a_refused_route_says_so() -> None:
+    run = Run(make_spec(traffic=OWNED))
+    refused = RouteState(hold="parent Gateway inference: Accepted is False (NotAllowedByListeners: )")
+    idle = replace(metrics(), itl=None)
+    run.step(baseline=ready(2), route=refused)
+    run.step(baseline=ready(2), route=refused)
+    run.step(after=95, baseline=ready(2), baseline_metrics=idle, route=refused)
+    run.expect(Phase.BASELINE)
+    assert (run.status.message or "").endswith(
+        "the HTTPRoute does not carry it yet: parent Gateway inference: Accepted is False "
+        "(NotAllowedByListeners: )"
+    )
+    assert "send traffic to the Service" not in (run.status.message or "")
