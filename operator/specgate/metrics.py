@@ -33,6 +33,12 @@ CANARY_ALPHA = Gauge(
     "Latest measured alpha of the canary (accepted / draft tokens).",
     ["namespace", "name"],
 )
+ROUTE_WEIGHT = Gauge(
+    "specgate_route_weight_percent",
+    "router GatewayAPI: each track's percent of the route's rule, as specgate sets it (source desired) "
+    "and as its Gateways accepted it (source accepted; absent until they have).",
+    ["namespace", "name", "track", "source"],
+)
 BUILD_INFO = Info("specgate_build", "The operator's version.")
 BUILD_INFO.info({"version": __version__})
 DECISIONS = Counter(
@@ -74,10 +80,25 @@ def record(
         CONDITION.labels(namespace, name, condition.type).set(1 if condition.status == "True" else 0)
     if status.canary is not None and status.canary.alpha is not None:
         CANARY_ALPHA.labels(namespace, name).set(status.canary.alpha)
+    _record_route(namespace, name, decision)
     if status.phase != before:
         DECISIONS.labels(status.phase.value, status.reason or "").inc()
         if before == Phase.ANALYZING and status.phase in _VERDICT_PHASES and analysis_seconds is not None:
             TIME_TO_VERDICT.observe(analysis_seconds)
+
+
+def _record_route(namespace: str, name: str, decision: Decision) -> None:
+    """Desired and accepted weights, each series dropped while it is unknown (a stale accepted
+    weight would hide a mismatch)."""
+    traffic = decision.status.traffic
+    for source in ("desired", "accepted"):
+        weights = None if traffic is None else (traffic.desired if source == "desired" else traffic.actual)
+        for track in ("baseline", "canary"):
+            if weights is None:
+                with contextlib.suppress(KeyError):
+                    ROUTE_WEIGHT.remove(namespace, name, track, source)
+            else:
+                ROUTE_WEIGHT.labels(namespace, name, track, source).set(getattr(weights, track))
 
 
 def forget(namespace: str, name: str) -> None:
@@ -86,6 +107,11 @@ def forget(namespace: str, name: str) -> None:
         [(ROLLOUT_PHASE, (namespace, name, p.value)) for p in Phase]
         + [(CONDITION, (namespace, name, t)) for t in (*TYPES, RECONCILE_ERROR)]
         + [(PHASE_SINCE, (namespace, name)), (CANARY_ALPHA, (namespace, name))]
+        + [
+            (ROUTE_WEIGHT, (namespace, name, t, s))
+            for t in ("baseline", "canary")
+            for s in ("desired", "accepted")
+        ]
     )
     for metric, labels in series:
         with contextlib.suppress(KeyError):  # never recorded: nothing to drop

@@ -13,11 +13,13 @@ from typing import Any
 
 import pytest
 from kubernetes.client.exceptions import ApiException
+from prometheus_client import REGISTRY
 from tests.unit.handler_fakes import OWNER, FakeKube, reconcile_step
 from tests.unit.rollout_driver import Run, edit, make_spec, metrics, ready, spec_body
 from tests.unit.test_gateway_rollout import EXISTING, OWNED, accepted, gateway_run, user_route
 
-from specgate import api, kube, render, rollout
+from specgate import api, handlers, kube, render, rollout
+from specgate import metrics as operator_metrics
 from specgate.api import Phase
 from specgate.capacity import Budget, Side
 from specgate.observation import RouteState, TrackState
@@ -140,8 +142,6 @@ def test_failed_the_weight_still_leaves_a_track_without_ready_pods(monkeypatch: 
 
 
 def handlers_step(raw: dict[str, Any], run: Run) -> rollout.Decision:
-    from specgate import handlers
-
     return handlers.step(raw, run.status, OWNER, run.generation + 1, run.now, {}, kube.Children())
 
 
@@ -654,3 +654,30 @@ def test_a_baseline_short_of_traffic_behind_a_refused_route_says_so() -> None:
         "(NotAllowedByListeners: )"
     )
     assert "send traffic to the Service" not in (run.status.message or "")
+
+
+# --- item 10: the desired and accepted weights as gauges, for an alert on a lasting mismatch ---
+
+
+def test_the_routes_desired_and_accepted_weights_are_exported_and_dropped() -> None:
+    def weight(track: str, source: str) -> float | None:
+        labels = {"namespace": "ml", "name": "route-gauges", "track": track, "source": source}
+        return REGISTRY.get_sample_value("specgate_route_weight_percent", labels)
+
+    run = gateway_run()
+    d = run.step(baseline=ready(1), canary=ready(1), route=routed(Weights(100, 0)))
+    traffic = api.TrafficStatus(
+        route="llama",
+        desired=api.RouteWeights(baseline=50, canary=50),
+        actual=api.RouteWeights(baseline=100, canary=0),
+    )
+    d = replace(d, status=d.status.model_copy(update={"traffic": traffic}))
+    operator_metrics.record("ml", "route-gauges", Phase.ANALYZING, d, None)
+    assert [weight(t, s) for s in ("desired", "accepted") for t in ("baseline", "canary")] == [50, 50, 100, 0]
+    unaccepted = replace(
+        d, status=d.status.model_copy(update={"traffic": traffic.model_copy(update={"actual": None})})
+    )
+    operator_metrics.record("ml", "route-gauges", Phase.ANALYZING, unaccepted, None)
+    assert (weight("canary", "desired"), weight("canary", "accepted")) == (50, None)  # no stale accepted
+    operator_metrics.forget("ml", "route-gauges")
+    assert weight("canary", "desired") is None
