@@ -12,11 +12,14 @@ from __future__ import annotations
 import re
 import tomllib
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import yaml
 from tests.conftest import ROOT
 from tests.docs_text import DOCS_DIR, README, fenced_blocks
+
+from specgate import api, render
 
 GITOPS = DOCS_DIR / "guides" / "gitops.md"
 CHANGELOG = ROOT / "CHANGELOG.md"
@@ -79,12 +82,16 @@ def test_the_changelog_checks_catch_a_missing_version() -> None:
 # --- the GitOps page ---
 
 
-def manifests() -> list[dict[str, Any]]:
+def manifests_of(page: Path) -> list[dict[str, Any]]:
     return [
         doc
-        for block in fenced_blocks(GITOPS.read_text(), "yaml")
+        for block in fenced_blocks(page.read_text(), "yaml")
         if isinstance(doc := yaml.safe_load(block), dict)
     ]
+
+
+def manifests() -> list[dict[str, Any]]:
+    return manifests_of(GITOPS)
 
 
 def by_kind(kind: str) -> list[dict[str, Any]]:
@@ -191,3 +198,29 @@ def test_every_figure_on_the_gates_page_is_in_its_sources() -> None:
     assert {"1.49", "0.47", "133"} & found == {"1.49", "0.47"}
     assert sorted(found - recorded) == []
     assert figures("1.50x and `--alpha 0.6`") == {"1.50"}
+
+
+# --- a plain scrape_config ---
+
+
+def sd_label(pod_label: str) -> str:
+    """Kubernetes service discovery's meta label for a pod label (dots and slashes to underscores)."""
+    return "__meta_kubernetes_pod_label_" + re.sub(r"[^A-Za-z0-9_]", "_", pod_label)
+
+
+def test_the_plain_scrape_config_gives_the_labels_the_operator_selects_by() -> None:
+    """The scrape_config of guides/prometheus.md keeps the pods render.py marks as vLLM engines and
+    writes each label the operator's selector reads (MetricsSource's defaults) from its pod label."""
+    (config,) = [m for m in manifests_of(DOCS_DIR / "guides" / "prometheus.md") if "scrape_configs" in m]
+    (job,) = config["scrape_configs"]
+    rules = job["relabel_configs"]
+    keeps = {r["source_labels"][0]: r["regex"] for r in rules if r.get("action") == "keep"}
+    assert keeps[sd_label(render.LABEL_ENGINE)] == "vllm"
+    written = {r["target_label"]: r["source_labels"][0] for r in rules if "target_label" in r}
+    source = api.MetricsSource()
+    assert written == {
+        source.namespace_label: "__meta_kubernetes_namespace",
+        source.deployment_label: sd_label(render.LABEL_DEPLOYMENT),
+        source.track_label: sd_label(render.LABEL_TRACK),
+    }
+    assert job["scrape_interval"] == api.MetricsSource.model_fields["scrape_interval"].default
