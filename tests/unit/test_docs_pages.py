@@ -224,3 +224,23 @@ def test_the_plain_scrape_config_gives_the_labels_the_operator_selects_by() -> N
         source.track_label: sd_label(render.LABEL_TRACK),
     }
     assert job["scrape_interval"] == api.MetricsSource.model_fields["scrape_interval"].default
+
+
+# --- sizing: the cold start's clocks ---
+
+
+def test_the_sizing_page_states_the_startup_probe_and_the_deadline_rendered() -> None:
+    """install/sizing.md's '10 s x 180', '30 minutes' and '15m' are what render.py gives the vLLM
+    container and api.py's progressDeadline default."""
+    spec = api.parse_spec(
+        {"model": {"name": "m"}, "image": "vllm/vllm-openai:v0.32.0", "speculative": {"method": "ngram"}}
+    )
+    owner = render.Owner(name="m", namespace="ns", uid="0")
+    (container,) = render.deployment(spec, owner, render.Track.BASELINE, 1)["spec"]["template"]["spec"][
+        "containers"
+    ]
+    probe = container["startupProbe"]
+    text = (DOCS_DIR / "install" / "sizing.md").read_text()
+    assert f"{probe['periodSeconds']} s x {probe['failureThreshold']}" in text
+    assert f"{probe['periodSeconds'] * probe['failureThreshold'] // 60} minutes" in text
+    assert f"`rollout.progressDeadline`** ({api.RolloutSpec().progress_deadline} by default)" in text
