@@ -409,6 +409,19 @@ def _restore_rule(owner: Owner, original: api.OriginalRule) -> rollout.Event | N
     except LookupError as why:
         message = f"{why}: its backendRefs were left as they are, not put back to what they were"
         return rollout.Event("Warning", rollout.Reason.ROUTE_RULE_NOT_RESTORED, message)
+    gone = [
+        ref["name"]
+        for ref in original.backend_refs
+        if ref.get("group") in (None, "")
+        and ref.get("kind", "Service") == "Service"
+        and not kube.service_exists(ref.get("namespace") or owner.namespace, ref["name"])
+    ]
+    if gone:  # a rule pointed back at a Service that is gone answers nothing
+        message = (
+            f"{rule}: its own backends ({', '.join(f'Service {name}' for name in gone)}) no longer exist: "
+            "its backendRefs were left as they are; point the rule at a Service that serves"
+        )
+        return rollout.Event("Warning", rollout.Reason.ROUTE_RULE_NOT_RESTORED, message)
     kube.patch_route(owner.namespace, original.route, operations)
     message = f"{rule}: its own backendRefs are back, as before specgate routed it"
     return rollout.Event("Normal", rollout.Reason.ROUTE_RULE_RESTORED, message)

@@ -634,6 +634,17 @@ class Invalid(Exception):
     """The API server's validation (the CRD's schema or CEL rules) refused the object as patched."""
 
 
+def service_exists(namespace: str, name: str) -> bool:
+    """Whether Service namespace/name exists (a backend a rule is about to be pointed back at)."""
+    try:
+        _request("GET", SERVICE, namespace=namespace, name=name)
+    except ApiException as exc:
+        if exc.status == 404:
+            return False
+        raise
+    return True
+
+
 def patch_route(namespace: str, name: str, operations: list[dict[str, Any]]) -> None:
     """Apply a JSON patch (render.rule_patch) to a user's HTTPRoute. Conflict when its test ops
     fail: the route's rules moved since it was read, and the next reconcile reads it again. Invalid,

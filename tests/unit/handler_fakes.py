@@ -29,6 +29,7 @@ class FakeKube:
     pod_monitor_crd: bool = True
     http_route_crd: bool = True
     routes: dict[str, dict[str, Any]] = field(default_factory=dict)  # HTTPRoutes by name, as read
+    missing_services: set[str] = field(default_factory=set)  # Services that do not exist (others do)
     calls: list[tuple[Any, ...]] = field(default_factory=list)
 
     def install(self, monkeypatch: pytest.MonkeyPatch) -> FakeKube:
@@ -39,6 +40,7 @@ class FakeKube:
             "serves_http_routes",
             "read_route",
             "patch_route",
+            "service_exists",
             "apply",
             "scale_deployment",
             "delete_benchmark_jobs",
@@ -62,6 +64,9 @@ class FakeKube:
 
     def read_route(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self.routes.get(name)
+
+    def service_exists(self, namespace: str, name: str) -> bool:
+        return name not in self.missing_services
 
     def patch_route(self, namespace: str, name: str, operations: list[dict[str, Any]]) -> None:
         """Applied to the stored route as the API server would: all or nothing, and kube.Conflict

@@ -681,3 +681,23 @@ def test_the_routes_desired_and_accepted_weights_are_exported_and_dropped() -> N
     assert (weight("canary", "desired"), weight("canary", "accepted")) == (50, None)  # no stale accepted
     operator_metrics.forget("ml", "route-gauges")
     assert weight("canary", "desired") is None
+
+
+# --- item 10: a rule is put back only on backends that still exist ---
+
+
+def test_a_rule_whose_own_service_is_gone_is_not_pointed_back_at_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The router goes back to Service after the user's own Service vllm was deleted: putting the
+    rule back would send its traffic to nothing, so it keeps routing to the tracks (which serve) and
+    a Warning says why. On 1be5013 the rule was pointed at the missing Service."""
+    run = Run(make_spec(traffic=EXISTING))
+    fake = FakeKube({"llama-baseline": ready(2)}, routes={"chat": user_route(USERS)}).install(monkeypatch)
+    run.status = reconcile_step(run, after=0).status
+    assert run.status.traffic is not None and run.status.traffic.original is not None
+    fake.missing_services = {"vllm"}
+    run.spec = make_spec()
+    decision = reconcile_step(run, after=10)
+    refs = fake.routes["chat"]["spec"]["rules"][1]["backendRefs"]
+    assert [r["name"] for r in refs] == ["llama-baseline", "llama-canary"]
+    (event,) = [e for e in decision.events if e.reason == Reason.ROUTE_RULE_NOT_RESTORED]
+    assert event.type == "Warning" and "(Service vllm) no longer exist" in event.message
