@@ -221,7 +221,7 @@ def step(
         route = kube.read_route(owner.namespace, render.route_name(owner, traffic)) if traffic else None
         refused = _refused_rule(traffic, route, owner)
         if refused is not None:
-            return rollout.failed(rollout.Reason.INVALID_SPEC, refused, current, generation, now)
+            return rollout.failed(*refused, current, generation, now)
         observation = replace(
             observe(spec, current, owner, generation, now, children),
             abort=requests.abort,
@@ -305,15 +305,22 @@ def _route_traffic(
     return original or render.rule_record(route, existing, owner), ()
 
 
-def _refused_rule(traffic: api.Traffic | None, route: dict[str, Any] | None, owner: Owner) -> str | None:
-    """existingRoute naming a rule whose backends are not core Services: why it is refused."""
+def _refused_rule(
+    traffic: api.Traffic | None, route: dict[str, Any] | None, owner: Owner
+) -> tuple[str, str] | None:
+    """existingRoute naming a rule whose backends are not core Services (InvalidSpec), or that
+    another SpeculativeDeployment routes (NameConflict): the reason and why it is refused."""
     existing = traffic.existing_route if traffic is not None else None
     if existing is None or route is None:
         return None
     try:
-        return render.foreign_backends(route, existing, owner)
+        foreign = render.foreign_backends(route, existing, owner)
+        taken = render.routed_by_another(route, existing, owner)
     except LookupError:
         return None  # route_state names the field to fix
+    if foreign is not None:
+        return rollout.Reason.INVALID_SPEC, foreign
+    return None if taken is None else (rollout.Reason.NAME_CONFLICT, taken)
 
 
 def _owned_route_left(

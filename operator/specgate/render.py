@@ -546,6 +546,28 @@ def owned_by(route: Mapping[str, Any], owner: Owner) -> bool:
     return any(reference.get("uid") == owner.uid for reference in references)
 
 
+def routed_by_another(route: Mapping[str, Any], existing: api.ExistingRoute, owner: Owner) -> str | None:
+    """Why the user's rule is refused because another SpeculativeDeployment routes it (None: none
+    does): its backends are exactly another object's track Services (<other>-baseline and
+    <other>-canary). Two objects weighting one rule would write it in turn every reconcile."""
+    refs = _rule_refs(route, rule_index(route, existing))
+    names = sorted(str(ref.get("name", "")) for ref in refs if ref.get("kind", "Service") == "Service")
+    if (
+        len(refs) != 2
+        or len(names) != 2
+        or not (names[0].endswith("-baseline") and names[1].endswith("-canary"))
+    ):
+        return None
+    other = names[0].removesuffix("-baseline")
+    if other != names[1].removesuffix("-canary") or other == owner.name:
+        return None
+    return (
+        f"spec.rollout.traffic.existingRoute: {describe_rule(existing)} is routed by SpeculativeDeployment "
+        f"{other} (its Services {other}-baseline and {other}-canary): one object per rule; name another "
+        "rule, or remove that object's existingRoute first"
+    )
+
+
 def foreign_backends(route: Mapping[str, Any], existing: api.ExistingRoute, owner: Owner) -> str | None:
     """Why specgate refuses to route the user's rule (None: it does not): a backend that is not a core
     Service (an InferencePool's endpoint picker, say) would be replaced by the tracks' Services and

@@ -701,3 +701,28 @@ def test_a_rule_whose_own_service_is_gone_is_not_pointed_back_at_it(monkeypatch:
     assert [r["name"] for r in refs] == ["llama-baseline", "llama-canary"]
     (event,) = [e for e in decision.events if e.reason == Reason.ROUTE_RULE_NOT_RESTORED]
     assert event.type == "Warning" and "(Service vllm) no longer exist" in event.message
+
+
+# --- item 10: one object per rule ---
+
+
+def test_a_rule_another_object_routes_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two SpeculativeDeployments naming one rule wrote it in turn every 10 s on 1be5013; the second
+    now fails with NameConflict, naming the other, and leaves the rule alone."""
+    theirs = [
+        {"kind": "Service", "name": "mistral-baseline", "port": 8000, "weight": 3},
+        {"kind": "Service", "name": "mistral-canary", "port": 8000, "weight": 1},
+    ]
+    run = Run(make_spec(traffic=EXISTING))
+    fake = FakeKube({"llama-baseline": ready(2)}, routes={"chat": user_route(theirs)}).install(monkeypatch)
+    status = reconcile_step(run, after=0).status
+    assert (status.phase, status.reason) == (Phase.FAILED, Reason.NAME_CONFLICT)
+    assert "is routed by SpeculativeDeployment mistral" in (status.message or "")
+    assert not [call for call in fake.calls if call[0] in ("patch route", "apply", "scale")]
+    ours = render.backend_refs(OWNER, Weights(100, 0))
+    assert (
+        render.routed_by_another(
+            user_route(ours), api.ExistingRoute(name="chat", rule_name="completions"), OWNER
+        )
+        is None
+    )
