@@ -189,6 +189,7 @@ FIGURE_SOURCES = {
         BENCHMARKS,
         ROOT / "operator" / "specgate" / "planning.py",
     ],
+    DOCS_DIR / "concepts" / "how-it-compares.md": [BENCHMARKS],
 }
 
 
@@ -200,8 +201,8 @@ def figures(text: str) -> set[str]:
 
 
 def test_every_figure_on_the_pages_of_figures_is_in_their_sources() -> None:
-    """Each decimal figure of what-the-gates-mean.md and choosing-a-draft.md is one their sources
-    record: docs/benchmarks.md, bench/gpu/, the cost model's shapes."""
+    """Each decimal figure of the pages of figures (what the gates mean, choosing a draft, how it
+    compares) is one their sources record: docs/benchmarks.md, bench/gpu/, the cost model's shapes."""
     problems = []
     for page, sources in FIGURE_SOURCES.items():
         recorded = set().union(*(figures(source.read_text()) for source in sources))
