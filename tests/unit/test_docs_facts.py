@@ -337,3 +337,24 @@ def test_the_version_floors_are_the_charts_and_the_labs() -> None:
         ]
     assert problems == []
     assert re.findall(r"Kubernetes(?: \| | )(\d+\.\d+) or later", README.read_text()) == [floor[1]]
+
+
+# --- sources inside the repository ---
+
+# What a reader of the repository cannot open: the sibling ../shared folder (the design notes, the
+# research seeds), cited as `DESIGN §2` or `seed 004`.
+OUTSIDE_SOURCES = re.compile(r"\.\./shared|\bDESIGN\b|\b[Ss]eed 0\d\d\b")
+
+
+def outside_sources(text: str) -> list[str]:
+    return OUTSIDE_SOURCES.findall(text)
+
+
+def test_the_docs_cite_no_source_outside_the_repository() -> None:
+    pages = [*PAGES, ROOT / "CHANGELOG.md"]
+    assert [f"{doc_id(p)}: {m}" for p in pages for m in outside_sources(p.read_text())] == []
+    assert outside_sources("(DESIGN §2); seed 004 measured; ../shared/gpu/; a design effect") == [
+        "DESIGN",
+        "seed 004",
+        "../shared",
+    ]
