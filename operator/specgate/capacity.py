@@ -53,16 +53,20 @@ class Budget:
         return max(self.replicas - self.max_unavailable, 0)
 
 
-def step_toward(budget: Budget, baseline: Side, canary: Side, targets: tuple[int, int]) -> tuple[int, int]:
-    """The replica counts to apply now, on the way from the observed sides to (baseline, canary)."""
+def step_toward(
+    budget: Budget, baseline: Side, canary: Side, targets: tuple[int, int], canary_share: int = 0
+) -> tuple[int, int]:
+    """The replica counts to apply now, on the way from the observed sides to (baseline, canary);
+    the canary's Ready pods a lowering would take are kept up to `canary_share` of them."""
     want_b, want_c = targets
     # The second shrink counts only the Ready pods the first one keeps, so together they hold the floor.
     canary_ready = canary.kept(canary.replicas)
     b = max(
         _shrink(budget, baseline, want_b, canary_ready),
-        _baseline_kept_above_its_replicas(budget, baseline, canary_ready),
+        _kept_above_its_replicas(budget, baseline, canary_ready),
     )
     c = _shrink(budget, canary, want_c, other_ready=baseline.kept(b))
+    c = max(c, min(_kept_above_its_replicas(budget, canary, baseline.kept(b)), canary_share))
     most_pods = max(budget.replicas + budget.max_surge, want_b + want_c)
     c = _grow(canary.replicas, want_c, room=most_pods - b) if want_c > canary.replicas else c
     b = max(b, _grow(baseline.replicas, want_b, room=most_pods - c)) if want_b > baseline.replicas else b
@@ -102,12 +106,13 @@ def _shrink(budget: Budget, side: Side, target: int, other_ready: int) -> int:
     return side.replicas if side.rolling else min(side.replicas, max(target, needed))
 
 
-def _baseline_kept_above_its_replicas(budget: Budget, baseline: Side, other_ready: int) -> int:
-    """Ready pods above the baseline's replicas (a lowering its Deployment has not acted on yet, or
-    its roll's surge) would go: those the floor has come to need since (an HPA scale-up, a lost pod)
-    are kept by raising its replicas back. The baseline's only: raising the canary's could serve an
-    ungated config above its share."""
-    return _needed(budget, baseline, other_ready) if baseline.ready > baseline.replicas else 0
+def _kept_above_its_replicas(budget: Budget, side: Side, other_ready: int) -> int:
+    """Ready pods above a track's replicas (a lowering its Deployment has not acted on yet, or its
+    roll's surge) would go: those the floor has come to need since (an HPA scale-up, a lost pod) are
+    kept by raising its replicas back. The canary's only up to its share (step_toward): more could
+    serve an ungated config above it (issue 61: a rollback lowered the canary 1 -> 0 at a floor of
+    1, then replicas 2 -> 6 raised the floor before its Deployment acted)."""
+    return _needed(budget, side, other_ready) if side.ready > side.replicas else 0
 
 
 def _needed(budget: Budget, side: Side, other_ready: int) -> int:

@@ -332,9 +332,8 @@ class _Step:
         budget = capacity.Budget(self.spec.replicas, rollout.max_surge, rollout.max_unavailable)
         baseline = _side(self.obs.baseline, rollout.max_unavailable)
         canary = _side(self.obs.canary, rollout.max_unavailable)
-        b, c = capacity.step_toward(
-            budget, baseline, canary, (self.baseline_replicas, self.canary_replicas or 0)
-        )
+        targets = (self.baseline_replicas, self.canary_replicas or 0)
+        b, c = capacity.step_toward(budget, baseline, canary, targets, canary_share=rollout.canary_replicas)
         weights = None
         if routes_by_weight(self.spec):
             route = self.obs.route
