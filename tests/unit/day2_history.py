@@ -15,13 +15,21 @@ kubelet. Invariants checked every tick (DESIGN.md, section 2):
 - Never more Ready pods on canary templates that no gate passed than the canary's share
   (canaryReplicas, plus maxSurge while the canary Deployment itself rolls).
 - A rollback resumed after a failed spec ends with the reason it began with.
+- A reconcile never raises (issue 61: a measurement switched mid-analysis raised on every tick).
+
+Besides the images, drafts, pauses, retries, aborts and replicas of day 2, the histories edit
+maxSurge and maxUnavailable (the fake cluster scales a mid-roll Deployment proportionally, as
+Kubernetes does) and rollout.measurement, in every phase; benchmark Jobs run for a minute and report
+the canary's alpha, as Prometheus reads it over the Job.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import json
 import random
+import traceback
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -35,7 +43,7 @@ from tests.unit.rollout_driver import T0, metrics, spec_body
 from specgate import api, handlers, kube, render
 from specgate.api import Phase
 from specgate.gates import AcceptanceWindow
-from specgate.observation import TrackMetrics
+from specgate.observation import BenchmarkJob, TrackMetrics
 from specgate.prometheus import MetricsUnavailable, Selector
 from specgate.render import Owner, Track
 from specgate.rollout import Reason
@@ -46,6 +54,7 @@ EVENT_RATE = 0.1  # the chance of an event in a tick
 OWNER = Owner(name="llama", namespace="ml", uid="u-1")
 UPGRADE_LABEL = "specgate.dev/fake-operator-version"  # what an operator upgrade renders differently
 FAULTS = frozenset({"crash", "unready", "crash loop", "delete"})  # each takes one Ready pod
+JOB_TICKS = 6  # a benchmark Job's run
 
 T = TypeVar("T")
 Patch = dict[str, Any]  # a JSON merge patch (RFC 7386): what `kubectl patch --type merge` sends
@@ -153,6 +162,18 @@ def _hpa(d: _Drawing) -> Event:
     return d.edit("hpa", {"replicas": d.rng.randint(1, 6)})
 
 
+def _budget(d: _Drawing) -> Event:
+    """maxSurge and maxUnavailable, together (both 0 is refused at admission)."""
+    surge, unavailable = d.rng.choice([(0, 1), (1, 0), (1, 1), (0, 2), (2, 0), (2, 1), (3, 0), (3, 1)])
+    return d.edit("budget", {"rollout": {"maxSurge": surge, "maxUnavailable": unavailable}})
+
+
+def _measurement(d: _Drawing) -> Event:
+    current = d.raw["rollout"].get("measurement", "traffic")
+    mode = d.rng.choice([m for m in ("traffic", "benchmark", "both") if m != current])
+    return d.edit("measurement", {"rollout": {"measurement": mode}})
+
+
 def _fault(kind: str) -> Callable[[_Drawing], Event]:
     return lambda d: Event(d.tick, kind, pick=d.rng.random())
 
@@ -173,6 +194,8 @@ EVENTS: dict[str, tuple[float, Callable[[_Drawing], Event]]] = {
     "crash loop": (0.5, _fault("crash loop")),
     "delete": (1, _fault("delete")),
     "metrics": (1, lambda d: Event(d.tick, "metrics", lasts=d.rng.randint(3, 20))),
+    "budget": (2, _budget),
+    "measurement": (1.5, _measurement),
 }
 
 
@@ -224,6 +247,7 @@ class History:
     min_ready: int | None = None  # the fewest Ready serving pods once the floor was reached and began
     floors: set[int] = field(default_factory=set)  # every floor in force
     rollback_reason: str | None = None
+    jobs: dict[str, int] = field(default_factory=dict)  # benchmark Jobs by name: the tick each was made
     log: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
@@ -242,7 +266,8 @@ class History:
                 patch.setattr(kube, name, lambda *_, **__: [])
             patch.setattr(kube, "serves_pod_monitors", lambda: True)
             patch.setattr(kube, "_read_previous_log", lambda *_: "")
-            patch.setattr(kube, "apply", lambda manifest, _=None: self.cluster.apply(manifest))
+            patch.setattr(kube, "apply", lambda manifest, _=None: self.apply(manifest))
+            patch.setattr(kube, "benchmark_job", lambda _owner, name: self.benchmark_job(name))
             patch.setattr(kube, "scale_deployment", lambda _ns, name, n, _=None: self.cluster.scale(name, n))
             patch.setattr(render, "pod_labels", self.pod_labels(render.pod_labels))
             patch.setattr(handlers, "PrometheusClient", lambda _url: self)
@@ -254,14 +279,57 @@ class History:
 
         return labels
 
+    def apply(self, manifest: dict[str, Any]) -> None:
+        """A benchmark Job starts running; the rest is the cluster's."""
+        if manifest["kind"] == "Job":
+            self.jobs.setdefault(manifest["metadata"]["name"], self.tick)
+        else:
+            self.cluster.apply(manifest)
+
+    def now_at(self, tick: int) -> datetime:
+        return T0 + timedelta(seconds=TICK_SECONDS * tick)
+
+    def canary_alpha(self) -> float:
+        """The alpha of the config the canary runs: good (0.8) three times in four, else 0.3."""
+        canary = self.cluster.deployments.get(render.deployment_name(OWNER, Track.CANARY))
+        template = canary.manifest["metadata"]["annotations"][render.ANNOTATION_TEMPLATE] if canary else ""
+        return self.alpha.setdefault(template, 0.8 if self.rng.random() < 0.75 else 0.3)
+
+    def benchmark_job(self, name: str) -> BenchmarkJob:
+        """A Job runs JOB_TICKS, then reports every point: the canary a little faster per token,
+        with its config's alpha (the driver's figure; the gate reads job_windows')."""
+        made = self.jobs.get(name)
+        if made is None:
+            return BenchmarkJob(name)
+        if self.tick < made + JOB_TICKS:
+            return BenchmarkJob(name, exists=True, start=self.now_at(made))
+        canary = f"-bench-{Track.CANARY.value}-" in name
+        rate = {"acceptance_rate_percent": self.canary_alpha() * 100, "drafts": 400} if canary else {}
+        points = [
+            {"concurrency": c, "completed": 50, "failed": 0, "p99_itl_ms": 21.0, "mean_itl_ms": 10.0,
+             "p99_tpot_ms": 15.0, "mean_tpot_ms": 9.0 if canary else 10.0, "p99_ttft_ms": 80.0,
+             "output_throughput": 100.0, **rate}
+            for c in self.valid.rollout.benchmark.concurrency
+        ]  # fmt: skip
+        report = json.dumps({"points": points})
+        end = self.now_at(made + JOB_TICKS)
+        return BenchmarkJob(name, exists=True, finished=True, report=report, start=self.now_at(made), end=end)
+
+    def job_windows(self, sel: Selector, *_: Any) -> tuple[tuple[AcceptanceWindow, ...], float]:
+        """The canary's counters over its Job: its config's alpha, and only the Job's requests."""
+        if self.tick < self.metrics_lost_until:
+            raise MetricsUnavailable("Prometheus query failed: connection refused")
+        alpha = self.canary_alpha()
+        return tuple(AcceptanceWindow(100, 300, 300 * alpha) for _ in range(6)), 50.0 * len(
+            self.valid.rollout.benchmark.concurrency
+        )
+
     def track_metrics(self, sel: Selector, *_: Any) -> TrackMetrics:
         if self.tick < self.metrics_lost_until:
             raise MetricsUnavailable("Prometheus query failed: connection refused")
         if sel.track == Track.BASELINE.value:
             return metrics()
-        canary = self.cluster.deployments.get(render.deployment_name(OWNER, Track.CANARY))
-        template = canary.manifest["metadata"]["annotations"][render.ANNOTATION_TEMPLATE] if canary else ""
-        return metrics(self.alpha.setdefault(template, 0.8 if self.rng.random() < 0.75 else 0.3))
+        return metrics(self.canary_alpha())
 
     def history_windows(self, sel: Selector, *_: Any) -> tuple[tuple[AcceptanceWindow, ...], float]:
         """The replaced promoted config's hours (read once per re-rollout): a steady mix, or lost."""
@@ -293,9 +361,14 @@ class History:
         now = T0 + timedelta(seconds=TICK_SECONDS * self.tick)
         before = self.status
         children = self.cluster.children()
-        decision = handlers.step(
-            copy.deepcopy(self.raw), before, OWNER, self.generation, now, dict(self.annotations), children
-        )
+        try:
+            decision = handlers.step(
+                copy.deepcopy(self.raw), before, OWNER, self.generation, now, dict(self.annotations), children
+            )
+        except Exception as error:  # a reconcile that raises never converges (issue 61)
+            self.log.append(traceback.format_exc(limit=-4))
+            yield f"reconcile raised {type(error).__name__}: {error} (phase {before.phase.value})"
+            return
         self.status = status = decision.status
         if status.phase != before.phase:
             self.log.append(f"{self.tick}: {before.phase} -> {status.phase} ({status.reason})")
