@@ -61,8 +61,9 @@ unit: venv ## pure unit tests (no cluster, no engine)
 FUZZ_HISTORIES ?= 5000
 
 .PHONY: fuzz
-fuzz: venv ## the day-2 property test on more random histories (FUZZ_HISTORIES, default 5000; about 20 minutes, no per-test timeout)
-	SPECGATE_FUZZ_HISTORIES=$(FUZZ_HISTORIES) $(VENV)/bin/pytest -q --timeout=0 tests/unit/test_day2_property.py
+fuzz: venv ## the day-2 and route property tests on more random histories (FUZZ_HISTORIES, default 5000 each; no per-test timeout)
+	SPECGATE_FUZZ_HISTORIES=$(FUZZ_HISTORIES) SPECGATE_ROUTE_HISTORIES=$(FUZZ_HISTORIES) \
+		$(VENV)/bin/pytest -q --timeout=0 -n 2 tests/unit/test_day2_property.py tests/unit/test_gateway_property.py
 
 SCENARIO ?= default
 KEEP ?= 0

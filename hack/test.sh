@@ -1,62 +1,63 @@
 #!/usr/bin/env bash
-# `make test`: every test, in three tiers, timed. The lab (cluster, Prometheus, engines, gateway) is
-# up already (the Makefile's prerequisites).
+# `make test`: every test, in lines that run side by side, timed. The lab (cluster, Prometheus,
+# engines, gateway) is up already (the Makefile's prerequisites).
+# First (CPU-bound):
 #   unit          tests/unit on both cores (pytest-xdist);
 #   cluster-wide  beside it, one at a time: the tests marked cluster_wide (a cluster-wide operator,
-#                 an older CRD, the PodMonitor CRD, CPU pinning), which must not run beside others;
-#   lab           tests/integration and tests/cluster side by side: the tests that start real vLLM
-#                 engines on one worker, one after another and first (tests/conftest.py groups
-#                 them), every other module on the other workers (they mostly wait on windows).
-# Each tier prints its own report; the last lines are the tiers' times and the total count.
+#                 an older CRD, the PodMonitor CRD, CPU pinning), which must not run beside others.
+# Then, side by side (each test in namespaces of its own):
+#   engines       the tests that start real vLLM engines, one after another: they share the
+#                 integration engines and load both cores; the run's longest line;
+#   lab           every other integration and cluster module on two workers, a module whole on one
+#                 (its module-scoped rollouts start once): simulated rollouts mostly wait on windows;
+#   gateway       the tests that share the lab's Traefik, one after another.
+# Each line prints its own report; the last lines are the lines' times and one count over all.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PYTEST=.venv/bin/pytest
-LAB_WORKERS="${SPECGATE_TEST_WORKERS:-3}"
 reports="$(mktemp -d)"
 trap 'rm -rf "$reports"' EXIT
 status=0
 times=()
 
-note() {  # note NAME RC SECONDS: a tier's time, and its failure
-  times+=("$1=$3s")
-  if [ "$2" -ne 0 ]; then
-    echo "tier $1 failed (pytest exit $2)"
-    status=1
-  fi
-}
-
-timed() {  # timed NAME COMMAND...
-  local name=$1 begun=$SECONDS rc=0
-  shift
-  "$@" || rc=$?
-  note "$name" "$rc" $((SECONDS - begun))
-}
-
-pytest_tier() {  # pytest_tier NAME ARGS...: pytest with the tier's JUnit report
+start_line() {  # start_line NAME PYTEST-ARGS...: pytest in the background, its report in a file
   local name=$1
   shift
-  "$PYTEST" -q -ra -p no:cacheprovider --junitxml="$reports/$name.xml" "$@"
+  (
+    begun=$SECONDS
+    "$PYTEST" -q -ra -p no:cacheprovider --junitxml="$reports/$name.xml" "$@" >"$reports/$name.log" 2>&1
+    echo "$? $((SECONDS - begun))" >"$reports/$name.rc"
+  ) &
+}
+
+finish_line() {  # finish_line NAME: its report, its time, and its failure
+  local name=$1 rc seconds
+  read -r rc seconds <"$reports/$name.rc"
+  echo "=== $name: pytest exit $rc after ${seconds}s ==="
+  cat "$reports/$name.log"
+  times+=("$name=${seconds}s")
+  [ "$rc" -eq 0 ] || status=1
 }
 
 started=$SECONDS
-(
-  begun=$SECONDS
-  pytest_tier cluster-wide --durations=10 -m cluster_wide tests/cluster >"$reports/cluster-wide.log" 2>&1
-  echo "$? $((SECONDS - begun))" >"$reports/cluster-wide.rc"
-) &
-wide=$!
-timed unit pytest_tier unit -n 2 --durations=10 tests/unit
-wait "$wide"
-read -r wide_rc wide_seconds <"$reports/cluster-wide.rc"
-echo "=== tier cluster-wide (ran beside the unit tier) ==="
-cat "$reports/cluster-wide.log"
-note cluster-wide "$wide_rc" "$wide_seconds"
-timed lab pytest_tier lab -n "$LAB_WORKERS" --dist loadgroup --no-loadscope-reorder --durations=25 -m "not cluster_wide" \
+start_line cluster-wide --durations=10 -m cluster_wide tests/cluster
+start_line unit -n 2 --durations=10 tests/unit
+wait
+finish_line unit
+finish_line cluster-wide
+
+start_line engines --durations=0 -m "engine and not cluster_wide" tests/integration tests/cluster
+start_line lab -n 2 --dist loadfile --durations=25 -m "not engine and not gateway and not cluster_wide" \
   tests/integration tests/cluster
+start_line gateway --durations=10 -m "gateway and not engine and not cluster_wide" tests/cluster
+wait
+finish_line engines
+finish_line lab
+finish_line gateway
 
 echo "test-times: ${times[*]} total=$((SECONDS - started))s"
-.venv/bin/python - "$reports" <<'EOF'
-"""The tiers' counts from their JUnit reports, as one closing line."""
+.venv/bin/python - "$reports" <<'PY'
+"""The lines' counts from their JUnit reports, as one closing line."""
 import sys
 import xml.etree.ElementTree as ET
 from pathlib import Path
@@ -69,5 +70,5 @@ for report in sorted(Path(sys.argv[1]).glob("*.xml")):
 failed = totals["failures"] + totals["errors"]
 passed = totals["tests"] - failed - totals["skipped"]
 print(f"total: {passed} passed, {failed} failed, {totals['skipped']} skipped")
-EOF
+PY
 exit "$status"

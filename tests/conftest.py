@@ -23,37 +23,20 @@ settings.register_profile("any-machine", deadline=None)
 settings.load_profile("any-machine")
 
 
-@pytest.hookimpl(tryfirst=True)  # before pytest-xdist reads the groups (--dist loadgroup)
+@pytest.hookimpl(tryfirst=True)  # before `-m` deselects by the marker
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """A test that takes the real integration engines is an `engine` test, marked or not (`make
-    test-fast` deselects them). Each test gets the group that `make test` (hack/test.sh) runs it in
-    side by side with the others: the tests that start real vLLM engines in one, one after another
-    and first (they share the engines and load both cores, so they are the run's longest line), the
-    gateway's in one (they share the lab's Traefik), every other module in its own (its
-    module-scoped fixtures start once).
+    """A test that takes the real integration engines is an `engine` test, marked or not: `make
+    test` runs those in a line of their own (hack/test.sh) and `make test-fast` deselects them.
     Under `make mutate` (mutmut sets MUTANT_UNDER_TEST), a mutant's tests run fastest first, as
     mutmut's stats timed them, so a mutant dies on its quickest killing test, not after minutes of
     the property test that happens to come first in file order."""
     for item in items:
         if "engines" in getattr(item, "fixturenames", ()):
             item.add_marker(pytest.mark.engine)
-        item.add_marker(pytest.mark.xdist_group(_group(item)))
-    items.sort(key=lambda item: _group(item) != ENGINE_GROUP)  # stable: modules stay in order
     stats = Path("mutmut-stats.json")
     if os.environ.get("MUTANT_UNDER_TEST") and stats.exists():
         durations = json.loads(stats.read_text()).get("duration_by_test", {})
         items.sort(key=lambda item: durations.get(item.nodeid, 0.0))
-
-
-ENGINE_GROUP = "engines"
-
-
-def _group(item: pytest.Item) -> str:
-    if item.get_closest_marker("engine"):
-        return ENGINE_GROUP
-    if item.get_closest_marker("gateway"):
-        return "gateway"
-    return item.nodeid.split("::")[0]
 
 
 def load_sample(name: str) -> dict[str, Any]:

@@ -386,7 +386,8 @@ class Guard(Model):
         gt=0,
         description="The guard's budget of false alarms: how often, per 30 days, it may roll back a "
         "canary whose alpha holds at minAcceptanceRate + indifference, whether the traffic mix drifts "
-        "or not (its threshold is calibrated on a traffic model: README). A drop to minAcceptanceRate - "
+        "or not (its threshold is calibrated on a traffic model: docs/concepts/gates.md, bench/guard.py). "
+        "A drop to minAcceptanceRate - "
         "indifference or below is caught sooner the larger this is (the CUSUM threshold grows with "
         "the log of the blocks between false alarms).",
     )
