@@ -1,10 +1,13 @@
-"""traffic.existingRoute on the real API server (issue 41): the operator takes a rule of the user's
-HTTPRoute over, records its backendRefs, and puts them back when the router goes back to Service and
-when the object is deleted (kopf's delete handler), by JSON patches the API server applies with
-their test ops. Needs the Gateway API CRDs (`make gateway`), not Traefik: no Gateway serves the route."""
+"""traffic.existingRoute on the real API server (issues 41, 57): the operator leaves a rule of the
+user's HTTPRoute alone while no baseline pod is Ready (its backends carry the traffic: specgate's
+would answer 503), then takes it over, records its backendRefs, and puts them back when the router
+goes back to Service and when the object is deleted (kopf's delete handler), by JSON patches the API
+server applies with their test ops. Needs the Gateway API CRDs (`make gateway`), not Traefik: no
+Gateway serves the route."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 from typing import Any
 
@@ -12,6 +15,7 @@ import pytest
 from kubernetes import client
 from tests.cluster.gateway import GROUP, VERSION, install_gateway_api_crds
 from tests.cluster.operator_process import (
+    OPERATOR_INTERVAL_SECONDS,
     create_sd,
     custom_objects,
     get_sd,
@@ -64,6 +68,11 @@ def record(api_client: client.ApiClient, namespace: str) -> dict[str, Any] | Non
     return original
 
 
+def phase(api_client: client.ApiClient, namespace: str) -> str | None:
+    status: dict[str, Any] = get_sd(api_client, namespace, "tiny").get("status") or {}
+    return status.get("phase")
+
+
 def set_traffic(api_client: client.ApiClient, namespace: str, traffic: dict[str, Any]) -> None:
     patch = {"spec": {"rollout": {"traffic": traffic}}}
     custom_objects(api_client).patch_namespaced_custom_object(
@@ -75,15 +84,27 @@ def test_the_users_rule_is_put_back_when_the_router_changes_and_on_deletion(
     api_client: client.ApiClient, namespace: str, kubeconfig: str, kubectl: str, tmp_path: Path
 ) -> None:
     install_gateway_api_crds(kubeconfig, kubectl)
+    # The Service the user's rule sends to (the operator puts a rule back only on backends that exist).
+    service = {"metadata": {"name": "vllm"}, "spec": {"selector": {"app": "vllm"}, "ports": [{"port": 8000}]}}
+    client.CoreV1Api(api_client).create_namespaced_service(namespace, service)
     objects = custom_objects(api_client)
     objects.create_namespaced_custom_object(GROUP, VERSION, namespace, "httproutes", user_route())
     before = rules(api_client, namespace)  # as stored: with the API server's defaults
     body = tiny()
     body["spec"]["rollout"]["traffic"] = EXISTING
-    body["spec"]["nodeSelector"] = {"specgate.dev/no-such-node": "true"}  # pods stay Pending: no engine
+    body["spec"]["nodeSelector"] = {"specgate.dev/no-such-node": "true"}  # pods stay Pending at first
     create_sd(api_client, namespace, body)
     with operator_process(kubeconfig, tmp_path / "operator.log", "--namespace", namespace):
-        wait_for(lambda: backends(api_client, namespace) == TRACKS, 60, "the rule routed to the tracks")
+        wait_for(lambda: phase(api_client, namespace) == "Baseline", 60, "the rollout to begin")
+        time.sleep(5 * OPERATOR_INTERVAL_SECONDS)  # reconciles that could have taken the rule over
+        assert backends(api_client, namespace) == ["vllm"], "the rule was taken over with no pod Ready"
+        assert record(api_client, namespace) is None
+        # Schedulable, on simulated engines: the baseline's pod becomes Ready and can carry the rule.
+        sim = {"nodeSelector": None, "podAnnotations": {"specgate.dev/lab-engine": "sim"}}
+        objects.patch_namespaced_custom_object(
+            api.GROUP, api.VERSION, namespace, api.PLURAL, "tiny", {"spec": sim}
+        )
+        wait_for(lambda: backends(api_client, namespace) == TRACKS, 180, "the rule routed to the tracks")
         original = wait_for(lambda: record(api_client, namespace), 30, "the rule's record in status")
         assert original["backendRefs"] == before[1]["backendRefs"], original
 
