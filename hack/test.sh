@@ -4,7 +4,8 @@
 # First (CPU-bound):
 #   unit          tests/unit on both cores (pytest-xdist);
 #   cluster-wide  beside it, one at a time: the tests marked cluster_wide (a cluster-wide operator,
-#                 an older CRD, the PodMonitor CRD, CPU pinning), which must not run beside others.
+#                 an older CRD, the PodMonitor CRD, CPU pinning, fifty rollouts' hundred engines),
+#                 which must not run beside other cluster tests.
 # Then, side by side (each test in namespaces of its own):
 #   engines       the tests that start real vLLM engines, one after another: they share the
 #                 integration engines and load both cores; the run's longest line;

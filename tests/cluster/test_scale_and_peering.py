@@ -37,6 +37,7 @@ GOOD_ALPHA, BAD_ALPHA = 0.8, 0.3
 TAKEOVER = "Resuming operations"  # kopf logs it when no live peer outranks the replica any more
 
 
+@pytest.mark.cluster_wide  # a hundred engines load both cores: nothing but the unit tests beside it
 def test_fifty_rollouts_at_once_reach_their_verdicts(lab: dict[str, Any]) -> None:
     """Half the drafts are good, half are not: every object gets the verdict its own data implies,
     none is lost. How many reach minDrafts and minLatencySamples within maxAnalysisDuration is the
