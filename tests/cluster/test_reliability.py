@@ -535,8 +535,11 @@ def test_fuzzed_specs_are_rejected_with_the_field_or_handled_by_the_operator(
             assert exc.status == 422, (exc.status, exc.body, case)
             status = json.loads(exc.body or "{}")
             causes = [c.get("field", "") for c in status["details"]["causes"]]
+            # The API server writes some paths with a leading dot (".spec.replicas: Invalid value").
             named = [
-                c for c in causes if c and c in status["message"] and any(_related(c, f) for f in case.fields)
+                c
+                for c in causes
+                if c and c in status["message"] and any(_related(c.lstrip("."), f) for f in case.fields)
             ]
             assert named, (case, status["message"])
             counts["rejected"] += 1
