@@ -414,11 +414,10 @@ def _new_template_keeps_floor(
 ) -> bool:
     """True unless the track's Deployment would roll to a new template (a Deployment from before
     template hashes is not judged) at its wanted replicas and could take it below the floor."""
-    state, other = states[track], states[_other(track)]
-    if not state.exists or state.template_hash in (None, render.template_hash(spec, track)):
+    rolling = _rolling(spec, track, states, wanted)
+    if rolling is None:
         return True
-    replicas = wanted[track]
-    rolling = capacity.Side(replicas, min(state.ready_replicas, replicas))
+    other = states[_other(track)]
     other_side = _side(other, budget.max_unavailable)
     other_ready = other_side.kept(wanted.get(_other(track), other_side.replicas))
     return capacity.roll_keeps_floor(budget, rolling, other_ready)
@@ -434,11 +433,22 @@ def _roll_carries_route(
 ) -> bool:
     """True unless the track's Deployment would roll to a new template while the route gives it
     more than the Ready pods its roll's worst case leaves can carry."""
+    rolling = _rolling(spec, track, states, wanted)
+    return rolling is None or traffic.roll_carries(budget, rolling, routed.get(track, 0))
+
+
+def _rolling(
+    spec: SpeculativeDeploymentSpec,
+    track: Track,
+    states: Mapping[Track, TrackState],
+    wanted: Mapping[Track, int],
+) -> capacity.Side | None:
+    """The track at its wanted replicas if its Deployment would roll to a new template (one from
+    before template hashes is not judged), else None."""
     state = states[track]
     if not state.exists or state.template_hash in (None, render.template_hash(spec, track)):
-        return True
-    rolling = capacity.Side(wanted[track], min(state.ready_replicas, wanted[track]))
-    return traffic.roll_carries(budget, rolling, routed.get(track, 0))
+        return None
+    return capacity.Side(wanted[track], min(state.ready_replicas, wanted[track]))
 
 
 def invalid_spec(
