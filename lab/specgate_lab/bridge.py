@@ -73,7 +73,6 @@ SCRAPE_INTERVALS = ("2s", "15s", "30s", "60s")
 DEFAULT_SCRAPE_INTERVAL = "15s"
 POLL_SECONDS = 1.0
 RESTART_BACKOFF_SECONDS = 5.0
-READINESS_FAILURE_SECONDS = 15.0  # the rendered readinessProbe: periodSeconds 5 x failureThreshold 3
 # On a cluster a starting pod has its own GPU; here it shares two cores with the engines that serve
 # the load, and a vLLM canary took 150 s to start beside a busy baseline against 40 s on an idle
 # machine. Until it is first Ready, an engine's processes run at this nice value (the bridge runs
@@ -85,6 +84,24 @@ LOG_TAIL_BYTES = 2048  # terminationMessagePolicy FallbackToLogsOnError: the log
 HOP_HEADERS = {"connection", "keep-alive", "transfer-encoding", "content-length", "host", "content-encoding"}
 
 log = logging.getLogger("specgate.bridge")
+
+
+@dataclass(frozen=True)
+class ReadinessProbe:
+    """A container's readinessProbe, as a kubelet reads it (Kubernetes' defaults where unset)."""
+
+    period: float = 10.0
+    timeout: float = 1.0
+    failures: int = 3
+
+    @staticmethod
+    def of(container: Any) -> "ReadinessProbe":
+        probe = container.readiness_probe
+        if probe is None:
+            return ReadinessProbe()
+        return ReadinessProbe(
+            float(probe.period_seconds or 10), float(probe.timeout_seconds or 1), int(probe.failure_threshold or 3)
+        )
 
 
 @dataclass
@@ -109,7 +126,9 @@ class Engine:
     restarts: int = 0
     exited_at: float | None = None
     last_exit_code: int | None = None  # the engine process's, for the pod's lastState
-    failing_since: float | None = None  # loop time of the first /health failure in a row
+    probe: "ReadinessProbe" = field(default_factory=lambda: ReadinessProbe())
+    failures: int = 0  # /health probes failed in a row
+    last_probe: float | None = None  # loop time of the last probe counted
     shipped: int = 0  # bytes of log_path already copied to the CRI log
 
     @property
@@ -412,6 +431,7 @@ class Bridge:
             log_path=self.state_dir / "engines" / f"{pod.metadata.namespace}_{pod.metadata.name}.log",
             cpu=self._free_cpu() if annotations.get(PIN_CPU_ANNOTATION) == "true" else None,
             pre_stop_seconds=_pre_stop_seconds(container),
+            probe=ReadinessProbe.of(container),
         )
         engine.start()
         self.engines[engine.uid] = engine
@@ -495,22 +515,25 @@ class Bridge:
                 engine.start()
             return
         engine.ship_log()
+        now = asyncio.get_running_loop().time()
+        if engine.ready and engine.last_probe is not None and now - engine.last_probe < engine.probe.period:
+            return  # a kubelet probes a Ready pod once a period
+        engine.last_probe = now
         try:
-            async with session.get(f"http://{engine.address}/health") as resp:
+            timeout = aiohttp.ClientTimeout(total=engine.probe.timeout)
+            async with session.get(f"http://{engine.address}/health", timeout=timeout) as resp:
                 healthy = resp.status == 200
         except (aiohttp.ClientError, TimeoutError):
             healthy = False
-        now = asyncio.get_running_loop().time()
         if healthy:
             if not engine.ready:
                 engine.prioritize(starting=False)
-            engine.ready, engine.failing_since = True, None
+            engine.ready, engine.failures = True, 0
             return
-        # As a kubelet's readinessProbe: a Ready pod turns unready only after failing for
-        # periodSeconds x failureThreshold (render.py's 5 s x 3), not at one slow answer of a busy
-        # machine; a pod that never was Ready stays unready.
-        engine.failing_since = engine.failing_since if engine.failing_since is not None else now
-        if now - engine.failing_since >= READINESS_FAILURE_SECONDS:
+        # As a kubelet: a Ready pod turns unready after failureThreshold probes in a row, each
+        # given the probe's timeoutSeconds; a pod that never was Ready stays unready.
+        engine.failures += 1
+        if engine.failures >= engine.probe.failures:
             engine.ready = False
 
     async def _sync_pod_status(self, pod: Any, engine: Engine) -> None:

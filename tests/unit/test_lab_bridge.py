@@ -87,3 +87,60 @@ def test_a_gone_pods_engine_serves_through_its_prestop_sleep_and_keeps_its_addre
     time.sleep(0.5)
     old.stop.assert_called_once()
     assert lab.draining == {}
+
+
+def test_a_ready_engine_turns_unready_only_after_failure_threshold_probes_each_given_its_timeout(
+    tmp_path: Path,
+) -> None:
+    """As a kubelet reads the rendered readinessProbe: an answer slower than 1 s but within
+    timeoutSeconds keeps the pod Ready (a busy machine answers slowly); failureThreshold failed probes
+    in a row, one a period, make it unready."""
+    import asyncio
+
+    import aiohttp
+    from aiohttp import web
+
+    from specgate_lab.bridge import Engine, ReadinessProbe
+
+    rendered = client.ApiClient().deserialize(
+        json.dumps(
+            render.deployment(api.parse_spec(tiny("slow")["spec"]), OWNER, Track.BASELINE, 1)["spec"]["template"][
+                "spec"
+            ]["containers"][0]
+        ),
+        "V1Container",
+        "application/json",
+    )
+    probe = ReadinessProbe.of(rendered)
+    assert (probe.period, probe.timeout, probe.failures) == (5.0, 5.0, 3)
+
+    async def scenario() -> list[bool]:
+        delay = {"seconds": 1.2}
+
+        async def health(_: web.Request) -> web.Response:
+            await asyncio.sleep(delay["seconds"])
+            return web.Response(text="ok")
+
+        app = web.Application()
+        app.router.add_get("/health", health)
+        runner = web.AppRunner(app)
+        await runner.setup()
+        site = web.TCPSite(runner, LOOPBACK, 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        engine = Engine("ns", "p", "u", {}, LOOPBACK, port, [], {}, tmp_path / "p.log")
+        engine.probe = ReadinessProbe(period=0.0, timeout=1.6, failures=3)
+        engine.ship_log = lambda partial=False: None  # type: ignore[method-assign]
+        engine.prioritize = lambda starting: None  # type: ignore[method-assign]
+        seen = []
+        async with aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=1)) as session:
+            await bridge(tmp_path)._check(engine, session)  # 1.2 s: slow, within the 1.6 s timeout
+            seen.append(engine.ready)
+            delay["seconds"] = 2.5  # past the timeout from now on
+            for _ in range(3):
+                await bridge(tmp_path)._check(engine, session)
+                seen.append(engine.ready)
+        await runner.cleanup()
+        return seen
+
+    assert asyncio.run(scenario()) == [True, True, True, False]
