@@ -13,7 +13,7 @@ import logging
 import os
 import socket
 from dataclasses import replace
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import kopf
@@ -30,7 +30,6 @@ log = logging.getLogger(__name__)
 INTERVAL_SECONDS = float(os.environ.get("SPECGATE_INTERVAL_SECONDS", "10"))
 METRICS_PORT = int(os.environ.get("SPECGATE_METRICS_PORT", "8080"))
 VERBOSE = os.environ.get("SPECGATE_VERBOSE") == "1"
-RESTORE_RETRIES = 6  # of the delete handler that puts a user's rule back, INTERVAL_SECONDS apart
 # Reconciles raising the same exception in a row before status (ReconcileError) and an Event say so.
 RECONCILE_ERRORS_SURFACED = int(os.environ.get("SPECGATE_RECONCILE_ERRORS_SURFACED", "3"))
 
@@ -160,24 +159,45 @@ def _holds_a_rule(spec: kopf.Spec, status: kopf.Status, **_: Any) -> bool:
 
 # Only objects that hold a user's rule match (`when`), and only they get the annotation (see
 # forget). kopf's finalizer, there for the timer already, keeps the object (and in a background
-# deletion its track Services) until the rule is back. The retries (about a minute) bound how long
-# a rule that keeps moving, or an API error, holds a deletion: then kopf logs the failure (an Error
-# Event) and lets the object go, the rule left as it is.
+# deletion its track Services) until the rule is back. The object's progressDeadline, not a count
+# of retries, bounds how long a rule that keeps moving, or an API server that fails, holds a
+# deletion (a minute was shorter than an API server's restart): then a Warning Event says the rule
+# was left as it is, and the object goes.
 @kopf.on.delete(
-    api.GROUP, api.VERSION, api.PLURAL, when=_holds_a_rule, retries=RESTORE_RETRIES, backoff=INTERVAL_SECONDS
+    api.GROUP, api.VERSION, api.PLURAL, when=_holds_a_rule, retries=None, backoff=INTERVAL_SECONDS
 )
-def restore_rule(body: kopf.Body, meta: kopf.Meta, status: kopf.Status, **_: Any) -> None:
+def restore_rule(
+    body: kopf.Body, meta: kopf.Meta, spec: kopf.Spec, status: kopf.Status, runtime: timedelta, **_: Any
+) -> None:
     """On deletion, put the user's rule's recorded backendRefs back (traffic.existingRoute)."""
     recorded = api.parse_status(dict(status)).traffic
     if recorded is None or recorded.original is None:
         return  # the rule was never taken over (or was put back already): nothing to restore
     owner = Owner(name=meta["name"], namespace=meta["namespace"], uid=meta["uid"])
+    deadline = restore_deadline(dict(spec))
     try:
-        event = _restore_rule(owner, recorded.original)
-    except kube.Conflict as moved:
-        raise kopf.TemporaryError(f"{moved}; trying again", delay=INTERVAL_SECONDS) from moved
+        event = _restore_rule(owner, recorded.original, deleting=True)
+    except Exception as failed:  # every failure is tried again, until the deadline
+        if runtime < deadline:
+            raise kopf.TemporaryError(f"{failed}; trying again", delay=INTERVAL_SECONDS) from failed
+        rule = render.describe_rule(render.recorded_rule(recorded.original))
+        message = (
+            f"{rule}: its backendRefs could not be put back within progressDeadline "
+            f"({deadline.total_seconds():.0f} s) of the deletion and were left as they are: {failed}"
+        )
+        event = rollout.Event("Warning", rollout.Reason.ROUTE_RULE_NOT_RESTORED, message)
     if event is not None:
         kopf.event(body, type=event.type, reason=event.reason, message=event.message)
+
+
+def restore_deadline(spec: dict[str, Any]) -> timedelta:
+    """How long a deletion may try to put the user's rule back: the object's progressDeadline, or
+    its default where the spec cannot be read."""
+    try:
+        deadline = api.parse_spec(spec).rollout.progress_deadline
+    except api.SpecError:
+        deadline = api.RolloutSpec.model_fields["progress_deadline"].default
+    return timedelta(seconds=api.parse_duration(deadline))
 
 
 def step(
@@ -396,16 +416,18 @@ def _release_rule(
     """Put back the rule specgate no longer routes; the record is kept (tried again on the next
     reconcile) only where the rules moved since they were read."""
     try:
-        event = _restore_rule(owner, original)
+        event = _restore_rule(owner, original, deleting=False)
     except kube.Conflict as moved:
         log.info("%s; its backendRefs are put back on the next reconcile", moved)
         return original, ()
     return None, (event,) if event else ()
 
 
-def _restore_rule(owner: Owner, original: api.OriginalRule) -> rollout.Event | None:
+def _restore_rule(owner: Owner, original: api.OriginalRule, deleting: bool) -> rollout.Event | None:
     """Put the recorded backendRefs back on their rule (render.restore_patch): the Event saying so,
-    or why they were left; None when the route is gone. kube.Conflict: the rules moved since read."""
+    or why they were left; None when the route is gone. Where the recorded Services are gone, the
+    rule routes to Service <name> instead (`deleting`: the object's deletion, which takes it too).
+    kube.Conflict: the rules moved since read."""
     rule = render.describe_rule(render.recorded_rule(original))
     route = kube.read_route(owner.namespace, original.route)
     if route is None:
@@ -416,22 +438,37 @@ def _restore_rule(owner: Owner, original: api.OriginalRule) -> rollout.Event | N
     except LookupError as why:
         message = f"{why}: its backendRefs were left as they are, not put back to what they were"
         return rollout.Event("Warning", rollout.Reason.ROUTE_RULE_NOT_RESTORED, message)
-    gone = [
+    gone = _gone_services(owner, original)
+    if gone:  # a rule pointed back at a Service that is gone answers nothing
+        kube.patch_route(
+            owner.namespace,
+            original.route,
+            render.restore_patch(route, original, owner, render.shared_service_refs(owner)),
+        )
+        until = (
+            "until this object's deletion takes that Service with it"
+            if deleting
+            else "which keeps serving both tracks' pods"
+        )
+        message = (
+            f"{rule}: its own backends ({', '.join(f'Service {name}' for name in gone)}) no longer exist, "
+            f"so it routes to Service {owner.name} instead, {until}; point the rule at a Service that serves"
+        )
+        return rollout.Event("Warning", rollout.Reason.ROUTE_RULE_NOT_RESTORED, message)
+    kube.patch_route(owner.namespace, original.route, operations)
+    message = f"{rule}: its own backendRefs are back, as before specgate routed it"
+    return rollout.Event("Normal", rollout.Reason.ROUTE_RULE_RESTORED, message)
+
+
+def _gone_services(owner: Owner, original: api.OriginalRule) -> list[str]:
+    """The core Services among the recorded backendRefs that no longer exist."""
+    return [
         ref["name"]
         for ref in original.backend_refs
         if ref.get("group") in (None, "")
         and ref.get("kind", "Service") == "Service"
         and not kube.service_exists(ref.get("namespace") or owner.namespace, ref["name"])
     ]
-    if gone:  # a rule pointed back at a Service that is gone answers nothing
-        message = (
-            f"{rule}: its own backends ({', '.join(f'Service {name}' for name in gone)}) no longer exist: "
-            "its backendRefs were left as they are; point the rule at a Service that serves"
-        )
-        return rollout.Event("Warning", rollout.Reason.ROUTE_RULE_NOT_RESTORED, message)
-    kube.patch_route(owner.namespace, original.route, operations)
-    message = f"{rule}: its own backendRefs are back, as before specgate routed it"
-    return rollout.Event("Normal", rollout.Reason.ROUTE_RULE_RESTORED, message)
 
 
 def scale_status(owner: Owner, observation: Observation) -> dict[str, Any]:

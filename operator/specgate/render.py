@@ -533,11 +533,15 @@ def repoint_patch(route: Mapping[str, Any], index: int, owner: Owner) -> list[di
     Service serves them), refused if the route changed since it was read: what the HTTPRoute specgate
     owned routes once the object stops weighting it (the gateway's clients keep being served)."""
     version = route["metadata"]["resourceVersion"]
-    refs = [{"kind": "Service", "name": service_name(owner), "port": HTTP_PORT}]
     return [
         {"op": "test", "path": "/metadata/resourceVersion", "value": version},
-        {"op": "add", "path": _refs_path(index), "value": refs},
+        {"op": "add", "path": _refs_path(index), "value": shared_service_refs(owner)},
     ]
+
+
+def shared_service_refs(owner: Owner) -> list[dict[str, Any]]:
+    """backendRefs to Service <name>, both tracks' serving pods."""
+    return [{"kind": "Service", "name": service_name(owner), "port": HTTP_PORT}]
 
 
 def owned_by(route: Mapping[str, Any], owner: Owner) -> bool:
@@ -636,9 +640,15 @@ def releases(original: api.OriginalRule, traffic: api.Traffic | None) -> bool:
     return existing != recorded_rule(original)
 
 
-def restore_patch(route: Mapping[str, Any], original: api.OriginalRule, owner: Owner) -> list[dict[str, Any]]:
-    """A JSON patch that puts the recorded backendRefs back on their rule, guarded as rule_patch's,
-    and with a test of the backendRefs read: a change made since the read is not overwritten.
+def restore_patch(
+    route: Mapping[str, Any],
+    original: api.OriginalRule,
+    owner: Owner,
+    refs: list[dict[str, Any]] | None = None,
+) -> list[dict[str, Any]]:
+    """A JSON patch that puts the recorded backendRefs back on their rule (or `refs` instead, where
+    those no longer serve), guarded as rule_patch's, and with a test of the backendRefs read: a
+    change made since the read is not overwritten.
 
     LookupError, saying why, where there is nothing to put back: the rule is gone (by its name, or
     its index is past the end), or it no longer routes to the tracks' Services (someone pointed it
@@ -648,17 +658,18 @@ def restore_patch(route: Mapping[str, Any], original: api.OriginalRule, owner: O
         index = rule_index(route, rule)
     except LookupError:
         raise LookupError(f"{describe_rule(rule)} is gone") from None
-    refs = _rule_refs(route, index)
-    if _track_weights(refs, owner) is None:
+    read = _rule_refs(route, index)
+    if _track_weights(read, owner) is None:
         services = " and ".join(service_name(owner, track) for track in Track)
         raise LookupError(f"{describe_rule(rule)} no longer routes to Services {services}")
     path = _refs_path(index)
+    put_back = original.backend_refs if refs is None else refs
     put = (
-        {"op": "replace", "path": path, "value": original.backend_refs}
-        if original.backend_refs
+        {"op": "replace", "path": path, "value": put_back}
+        if put_back
         else {"op": "remove", "path": path}  # the rule had none
     )
-    return [*_rule_guard(route, rule, index), {"op": "test", "path": path, "value": refs}, put]
+    return [*_rule_guard(route, rule, index), {"op": "test", "path": path, "value": read}, put]
 
 
 def route_name(owner: Owner, traffic: api.Traffic) -> str:

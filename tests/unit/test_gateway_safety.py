@@ -688,8 +688,9 @@ def test_the_routes_desired_and_accepted_weights_are_exported_and_dropped() -> N
 
 def test_a_rule_whose_own_service_is_gone_is_not_pointed_back_at_it(monkeypatch: pytest.MonkeyPatch) -> None:
     """The router goes back to Service after the user's own Service vllm was deleted: putting the
-    rule back would send its traffic to nothing, so it keeps routing to the tracks (which serve) and
-    a Warning says why. On 1be5013 the rule was pointed at the missing Service."""
+    rule back would send its traffic to nothing, and the track Services' weights are no longer set,
+    so it routes to Service llama (both tracks' serving pods, which the Service router keeps) and a
+    Warning says why. On 1be5013 the rule was pointed at the missing Service."""
     run = Run(make_spec(traffic=EXISTING))
     fake = FakeKube({"llama-baseline": ready(2)}, routes={"chat": user_route(USERS)}).install(monkeypatch)
     run.status = reconcile_step(run, after=0).status
@@ -698,9 +699,13 @@ def test_a_rule_whose_own_service_is_gone_is_not_pointed_back_at_it(monkeypatch:
     run.spec = make_spec()
     decision = reconcile_step(run, after=10)
     refs = fake.routes["chat"]["spec"]["rules"][1]["backendRefs"]
-    assert [r["name"] for r in refs] == ["llama-baseline", "llama-canary"]
+    assert refs == render.shared_service_refs(OWNER)
+    assert decision.status.traffic is None  # the rule is the user's again
     (event,) = [e for e in decision.events if e.reason == Reason.ROUTE_RULE_NOT_RESTORED]
-    assert event.type == "Warning" and "(Service vllm) no longer exist" in event.message
+    assert event.type == "Warning"
+    assert (
+        "(Service vllm) no longer exist, so it routes to Service llama instead, which keeps" in event.message
+    )
 
 
 # --- item 10: one object per rule ---

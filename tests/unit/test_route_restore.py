@@ -5,10 +5,12 @@ that rule (handlers.step), only while the rule still routes to the tracks' Servi
 from __future__ import annotations
 
 import copy
+from datetime import timedelta
 from typing import Any
 
 import kopf
 import pytest
+from kubernetes.client.exceptions import ApiException
 from tests.unit.handler_fakes import OWNER, FakeKube, json_patched, reconcile_step
 from tests.unit.rollout_driver import Run, make_spec, ready
 
@@ -180,13 +182,22 @@ def test_a_rule_pointed_elsewhere_is_left_with_a_warning_and_forgotten(
 # --- the delete handler ---
 
 
-def deleted(original: api.OriginalRule | None, spec: dict[str, Any] | None = None) -> dict[str, Any]:
-    """restore_rule's arguments for the object being deleted, with this record in status."""
+def deleted(
+    original: api.OriginalRule | None, spec: dict[str, Any] | None = None, runtime: float = 0
+) -> dict[str, Any]:
+    """restore_rule's arguments for the object being deleted, with this record in status, `runtime`
+    seconds after kopf first ran the handler for this deletion."""
     traffic = None if original is None else api.TrafficStatus(route="chat", original=original)
     status = api.SpeculativeDeploymentStatus(traffic=traffic).model_dump(by_alias=True, mode="json")
     meta = {"name": OWNER.name, "namespace": OWNER.namespace, "uid": OWNER.uid}
     body = kopf.Body({"metadata": meta, "spec": spec or {}, "status": status})
-    return {"body": body, "meta": body.meta, "spec": body.spec, "status": body.status}
+    return {
+        "body": body,
+        "meta": body.meta,
+        "spec": body.spec,
+        "status": body.status,
+        "runtime": timedelta(seconds=runtime),
+    }
 
 
 @pytest.fixture
@@ -244,13 +255,56 @@ def test_deletion_tries_again_where_the_rules_moved(
     assert completions(fake) == tracks() and events == []
 
 
+def test_deletion_tries_again_until_progress_deadline_then_lets_the_object_go(
+    monkeypatch: pytest.MonkeyPatch, events: list[Any]
+) -> None:
+    """On 1be5013 kopf gave up after 6 retries 10 s apart, however long the object's deadline: an API
+    server restarting for a minute left the rule on Services about to be deleted. Now every failure
+    is tried again until progressDeadline from the deletion; past it, a Warning says the rule was left."""
+    FakeKube(routes={"chat": route(tracks())}).install(monkeypatch)
+
+    def down(namespace: str, name: str) -> dict[str, Any]:
+        raise ApiException(status=503, reason="Service Unavailable")
+
+    monkeypatch.setattr(handlers.kube, "read_route", down)
+    spec = make_spec(traffic=EXISTING, progressDeadline="30m").model_dump(by_alias=True, mode="json")
+    with pytest.raises(kopf.TemporaryError):
+        handlers.restore_rule(**deleted(record(USERS), spec, runtime=25 * 60))
+    assert events == []
+    handlers.restore_rule(**deleted(record(USERS), spec, runtime=30 * 60))
+    ((type, reason, message),) = events
+    assert (type, reason) == ("Warning", Reason.ROUTE_RULE_NOT_RESTORED)
+    assert "within progressDeadline (1800 s) of the deletion and were left as they are" in message
+    assert handlers.restore_deadline({}) == timedelta(minutes=15)  # a spec that cannot be read: the default
+
+
+def test_deletion_points_a_rule_whose_own_service_is_gone_at_the_shared_service(
+    monkeypatch: pytest.MonkeyPatch, events: list[Any]
+) -> None:
+    """The user's Service vllm was deleted before the object: the rule is not pointed back at it (a
+    backend that answers nothing) nor left on the track Services' frozen weights, but routes to
+    Service llama while it lasts, and the Warning says so (on 1be5013 it was pointed back at vllm)."""
+    fake = FakeKube(routes={"chat": route(tracks(60, 40))}, missing_services={"vllm"}).install(monkeypatch)
+    handlers.restore_rule(**deleted(record(USERS)))
+    assert completions(fake) == [{"kind": "Service", "name": "llama", "port": render.HTTP_PORT}]
+    ((type, reason, message),) = events
+    assert (type, reason) == ("Warning", Reason.ROUTE_RULE_NOT_RESTORED)
+    assert (
+        "(Service vllm) no longer exist, so it routes to Service llama instead, until this object's"
+        in message
+    )
+
+
 def test_only_objects_that_hold_a_users_rule_get_the_delete_handler() -> None:
-    """Its `when` filter: the others get no change handling from kopf (nor its annotation)."""
+    """Its `when` filter: the others get no change handling from kopf (nor its annotation); no count
+    of retries or fixed timeout bounds it (progressDeadline does, in the handler)."""
     (handler,) = kopf.get_default_registry()._changing.get_all_handlers()
-    assert (handler.id, handler.requires_finalizer, handler.when) == (
+    assert (handler.id, handler.requires_finalizer, handler.when, handler.retries, handler.timeout) == (
         "restore_rule",
         True,
         handlers._holds_a_rule,
+        None,
+        None,
     )
     with_rule = deleted(None, {"rollout": {"traffic": EXISTING}})
     with_record = deleted(record(USERS), {"rollout": {"traffic": OWNED}})
