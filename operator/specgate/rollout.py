@@ -1155,8 +1155,10 @@ def _promoting(step: _Step) -> _Step:
 def _promoted(step: _Step) -> _Step:
     spec = step.spec
     step, serves = _canary_serves(step.targets(0, spec.replicas))
-    if not serves or not spec.rollout.guard.enabled:
+    if not serves:
         return step
+    if not spec.rollout.guard.enabled:
+        return _settled(step, Track.BASELINE)
     step, metrics = _guard_metrics(step)
     if metrics is None:
         return step
@@ -1173,7 +1175,48 @@ def _promoted(step: _Step) -> _Step:
     acceptance = _acceptance_gate(spec, metrics, _stored_drift(step.status) or _first_rollout_drift(spec))
     if acceptance.estimate is not None:  # until the guard has drafts, the analysis figures stand
         step = step.update(canary=measurements.canary_measurement(metrics, acceptance, step.now))
-    return step.note(Reason.GUARDING, f"guard: {guard.message}")
+    return _guarding(step, f"guard: {guard.message}")
+
+
+def _guarding(step: _Step, message: str) -> _Step:
+    """Promoted's word on the guard; while the route holds the baseline's last pods, that hold
+    first, the guard's word after it (one reason each reconcile: two would send an Event each)."""
+    held = _last_pods_held(step, Track.BASELINE)
+    if held is None:
+        return step.note(Reason.GUARDING, message)
+    return _held_by_route(step, held[0], f"{held[1]}; {message}")
+
+
+def _settled(step: _Step, track: Track) -> _Step:
+    """Promoted without a guard, or RolledBack: what holds `track`'s last pods, while the route does
+    (RouteNotAccepted, Degraded, a Warning Event once), then again the reason the phase began with."""
+    held = _last_pods_held(step, track)
+    return _reason_entered_with(step) if held is None else _held_by_route(step, *held)
+
+
+def _last_pods_held(step: _Step, track: Track) -> tuple[str, str] | None:
+    """Promoted or RolledBack behind a route: traffic.order keeps `track`'s last pods while the
+    route's Gateways have not accepted the weights that take its traffic away. What is held, and
+    why (_route_hold), while that is so and the other track has all its pods Ready; None otherwise
+    (a held scale-down nobody reports reads as one that failed)."""
+    if not routes_by_weight(step.spec):
+        return None
+    baseline, canary, _ = step._replicas()
+    kept = baseline if track is Track.BASELINE else canary or 0
+    other = step.obs.canary if track is Track.BASELINE else step.obs.baseline
+    held = _route_hold(step)
+    if kept == 0 or held is None or not other.ready(step.spec.replicas):
+        return None
+    return f"the {track.value}'s scale-down of its last {kept} pod{'' if kept == 1 else 's'}", held
+
+
+def _reason_entered_with(step: _Step) -> _Step:
+    """Once the Gateways accept: the reason and message the phase was entered with again, in place
+    of RouteNotAccepted (a rollback says again why it rolls back)."""
+    entered = _entered(step.status, step.status.phase)
+    if step.status.reason == Reason.ROUTE_NOT_ACCEPTED and entered is not None:
+        return step.update(reason=entered.reason, message=entered.message)
+    return step
 
 
 def _acceptance_guard(step: _Step) -> gates.GuardResult:
@@ -1300,7 +1343,7 @@ def _guard_metrics(step: _Step) -> tuple[_Step, TrackMetrics | None]:
     step = step.update(metrics_unavailable_since=iso(since))
     budget = step.spec.rollout.metrics_unavailable_budget
     if step.now - since < _seconds(budget):
-        return step.note(Reason.GUARDING, f"guard: metrics unavailable since {iso(since)}: {error}"), None
+        return _guarding(step, f"guard: metrics unavailable since {iso(since)}: {error}"), None
     if step.spec.rollout.guard.on_metrics_unavailable == GuardAction.ROLL_BACK:
         message = f"guard: metrics unavailable for {budget}: {error}"
         return _roll_back(step, Reason.METRICS_UNAVAILABLE, message), None
@@ -1325,10 +1368,7 @@ def _rolling_back(step: _Step) -> _Step:
     held = _route_hold(step)
     if held is not None:
         return _held_by_route(step, "the canary's scale-down", held)
-    entered = _entered(step.status, Phase.ROLLING_BACK)
-    if step.status.reason == Reason.ROUTE_NOT_ACCEPTED and entered is not None:  # the Gateways accepted
-        return step.update(reason=entered.reason, message=entered.message)
-    return step
+    return _reason_entered_with(step)
 
 
 def _failed(step: _Step) -> _Step:
@@ -1337,7 +1377,9 @@ def _failed(step: _Step) -> _Step:
 
 
 def _rolled_back(step: _Step) -> _Step:
-    return step.targets(step.spec.replicas, None if step.canary_replicas is None else 0)
+    return _settled(
+        step.targets(step.spec.replicas, None if step.canary_replicas is None else 0), Track.CANARY
+    )
 
 
 _HANDLERS = {

@@ -731,3 +731,51 @@ def test_a_rule_another_object_routes_is_refused(monkeypatch: pytest.MonkeyPatch
         )
         is None
     )
+
+
+# --- item 10: a held last scale-down in Promoted or RolledBack is reported ---
+
+
+def test_a_promoted_baseline_held_by_the_route_says_what_holds_it_once() -> None:
+    """Promoted while the Gateways have not accepted 0/100: the baseline's last pod stays (it may
+    still get traffic) and status and one Warning Event say so, the guard's word after it (on
+    1be5013 status said Guarding and nothing named the pod nobody scaled down); once the
+    Gateways accept, the pod goes and status is the guard's again."""
+    run = gateway_run()
+    passing = {"baseline_metrics": metrics(), "canary_metrics": metrics(0.8)}
+    run.step(after=70, baseline=ready(1), canary=ready(1), route=routed(Weights(50, 50)), **passing)
+    run.expect(Phase.PROMOTING)
+    run.step(baseline=ready(1), canary=ready(2), route=routed(Weights(50, 50)), **passing)
+    run.expect(Phase.PROMOTED)
+    d = run.step(baseline=ready(1), canary=ready(2), route=NOT_ACCEPTED, **passing)
+    assert (d.baseline_replicas, run.status.reason) == (1, Reason.ROUTE_NOT_ACCEPTED)
+    held = (
+        "the baseline's scale-down of its last 1 pod waits for the HTTPRoute: "
+        "parent Gateway inference: Accepted is False (NotAllowedByListeners: ); guard: "
+    )
+    assert (run.status.message or "").startswith(held)
+    assert [(e.type, e.reason) for e in d.events] == [("Warning", Reason.ROUTE_NOT_ACCEPTED)]
+    degraded = next(c for c in d.status.conditions if c.type == "Degraded")
+    assert degraded.status == "True"
+    again = run.step(baseline=ready(1), canary=ready(2), route=NOT_ACCEPTED, **passing)
+    assert again.events == ()  # said once
+    done = run.step(baseline=ready(1), canary=ready(2), route=routed(Weights(0, 100)), **passing)
+    assert (done.baseline_replicas, run.status.reason) == (0, Reason.GUARDING)
+
+
+def test_a_rolled_back_canary_held_by_the_route_says_so_then_why_it_rolled_back() -> None:
+    """RolledBack: the canary's last pod waits for the Gateways to accept 100/0, said
+    in status and one Warning; once they do, status says again why the rollout rolled back."""
+    run = gateway_run()
+    low: dict[str, Any] = {"baseline_metrics": metrics(), "canary_metrics": metrics(0.2)}
+    run.step(after=70, baseline=ready(1), canary=ready(1), route=routed(Weights(50, 50)), **low)
+    run.expect(Phase.ROLLING_BACK)
+    run.step(baseline=ready(2), canary=ready(1), route=routed(Weights(50, 50)))
+    run.expect(Phase.ROLLED_BACK)
+    d = run.step(baseline=ready(2), canary=ready(1), route=NOT_ACCEPTED)
+    assert (d.canary_replicas, run.status.reason) == (1, Reason.ROUTE_NOT_ACCEPTED)
+    assert (run.status.message or "").startswith("the canary's scale-down of its last 1 pod waits for")
+    assert [(e.type, e.reason) for e in d.events] == [("Warning", Reason.ROUTE_NOT_ACCEPTED)]
+    done = run.step(baseline=ready(2), canary=ready(1), route=routed(Weights(100, 0)))
+    assert (done.canary_replicas, run.status.reason) == (0, Reason.ACCEPTANCE_BELOW_GATE)
+    assert done.events == ()
