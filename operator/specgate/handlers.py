@@ -14,6 +14,7 @@ import os
 import socket
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 
 import kopf
@@ -220,14 +221,12 @@ def step(
     spec, k_schedule = schedule.resolve(spec, current, now)  # Auto: held per rollout, see schedule.py
     deployments = [render.deployment(spec, owner, track, 0) for track in Track]
     conflicts = kube.foreign_children([*deployments, *_named_children(spec, owner)], owner.uid)
+    failed = partial(_failed, owner, current, children, generation, now)
     if conflicts:
         message = f"{'; '.join(conflicts)}: rename this object or remove the other; nothing was changed"
-        return rollout.failed(rollout.Reason.NAME_CONFLICT, message, current, generation, now)
+        return failed(rollout.Reason.NAME_CONFLICT, message)
     if spec.rollout.metrics.pod_monitor and not kube.serves_pod_monitors():
-        _route_while_failed(owner, current, children)
-        return rollout.failed(
-            rollout.Reason.POD_MONITOR_CRD_MISSING, NO_POD_MONITOR_CRD, current, generation, now
-        )
+        return failed(rollout.Reason.POD_MONITOR_CRD_MISSING, NO_POD_MONITOR_CRD)
     traffic = spec.rollout.traffic if rollout.routes_by_weight(spec) else None
     if traffic is not None and not kube.serves_http_routes():
         return rollout.failed(
@@ -241,7 +240,7 @@ def step(
         route = kube.read_route(owner.namespace, render.route_name(owner, traffic)) if traffic else None
         refused = _refused_rule(traffic, route, owner)
         if refused is not None:
-            return rollout.failed(*refused, current, generation, now)
+            return failed(*refused)
         observation = replace(
             observe(spec, current, owner, generation, now, children),
             abort=requests.abort,
@@ -257,8 +256,7 @@ def step(
                 )
                 released += repaired
     except kube.ForeignChild as taken:  # a benchmark Job read, or a child taken since it was read free
-        message = f"{taken}: rename this object or remove the other"
-        return rollout.failed(rollout.Reason.NAME_CONFLICT, message, current, generation, now)
+        return failed(rollout.Reason.NAME_CONFLICT, f"{taken}: rename this object or remove the other")
     except kube.Invalid as refused:  # the route's own validation refuses the weights: not a race
         message = (
             f"HTTPRoute {render.route_name(owner, traffic) if traffic else ''} refused the weights: {refused}"
@@ -380,13 +378,29 @@ def _release_owned_route(owner: Owner, name: str) -> tuple[bool, rollout.Event |
     return True, rollout.Event("Normal", rollout.Reason.ROUTE_RELEASED, message)
 
 
+def _failed(
+    owner: Owner,
+    current: SpeculativeDeploymentStatus,
+    children: kube.Children,
+    generation: int,
+    now: datetime,
+    reason: str,
+    message: str,
+) -> rollout.Decision:
+    """Phase Failed for bad input (rollout.failed): no child is changed, the route aside
+    (_route_while_failed)."""
+    _route_while_failed(owner, current, children)
+    return rollout.failed(reason, message, current, generation, now)
+
+
 def _route_while_failed(owner: Owner, current: SpeculativeDeploymentStatus, children: kube.Children) -> None:
     """Failed (the spec cannot be read, or is refused): no child is changed, but the route that
     status.traffic names must not send traffic to a track without Ready pods. The rule that routes
-    the tracks' Services gives that track's weight to the other one (traffic.away_from_unready);
-    a route that moved since it was read is looked at again on the next reconcile."""
+    the tracks' Services gives that track's weight to the other one (traffic.away_from_unready),
+    whatever status says was set last (a pause before may have left it empty); a route that moved
+    since it was read is looked at again on the next reconcile."""
     recorded = current.traffic
-    if recorded is None or recorded.desired is None:
+    if recorded is None:
         return
     route = kube.read_route(owner.namespace, recorded.route)
     index = render.tracks_rule(route, owner) if route is not None else None

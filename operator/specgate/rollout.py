@@ -323,11 +323,8 @@ class _Step:
         """The phase's targets, reached the capacity-safe way (see capacity.py); behind a Gateway
         API route, with the weights that go with them, a track giving up pods only once the route
         no longer sends it more than the pods it keeps (see traffic.py)."""
-        if self.hold:  # paused: weights only move away from a track without Ready pods
-            route = self.obs.route if routes_by_weight(self.spec) else None
-            ready = (self.obs.baseline.serving, self.obs.canary.serving)
-            weights = traffic.away_from_unready(route.in_spec, *ready) if route is not None else None
-            return self.baseline_replicas, self.canary_replicas, weights
+        if self.hold:  # paused (or Failed): weights only move away from a track without Ready pods
+            return self.baseline_replicas, self.canary_replicas, _held_weights(self)
         rollout = self.spec.rollout
         budget = capacity.Budget(self.spec.replicas, rollout.max_surge, rollout.max_unavailable)
         baseline = _side(self.obs.baseline, rollout.max_unavailable)
@@ -349,6 +346,23 @@ class _Step:
         if self.hold:
             return frozenset(Track)
         return frozenset() if self.status.phase in CANARY_TEMPLATE_PHASES else frozenset({Track.CANARY})
+
+
+def _held_weights(step: _Step) -> traffic.Weights | None:
+    """Pods held as they are (Paused, Failed): the weights the rule carries, moved away from a track
+    without Ready pods (traffic.held). Paused, the route specgate owns gets back the weights it last
+    set where someone deleted or edited it (a pause holds the rollout, not someone else's change to
+    one of its children), moved likewise; Failed, it is only ever moved away from such a track."""
+    route = step.obs.route if routes_by_weight(step.spec) else None
+    if route is None:
+        return None
+    rule = route.in_spec
+    owned = step.spec.rollout.traffic is not None and step.spec.rollout.traffic.http_route is not None
+    recorded = step.status.traffic
+    if owned and step.status.phase == Phase.PAUSED and recorded is not None:
+        last = recorded.desired or recorded.actual
+        rule = traffic.Weights(last.baseline, last.canary) if last is not None else rule
+    return traffic.held(rule, step.obs.baseline.serving, step.obs.canary.serving)
 
 
 def _side(track: TrackState, max_unavailable: int) -> capacity.Side:
@@ -1372,8 +1386,9 @@ def _rolling_back(step: _Step) -> _Step:
 
 
 def _failed(step: _Step) -> _Step:
-    """Nothing to do: a valid spec arrives as a new generation, which restarts the rollout."""
-    return step
+    """Nothing to do: a valid spec arrives as a new generation, which restarts the rollout. Pods are
+    held as they are, and the route's weights only move away from a track without Ready pods."""
+    return replace(step, hold=True)
 
 
 def _rolled_back(step: _Step) -> _Step:

@@ -81,6 +81,19 @@ def away_from_unready(written: Weights | None, baseline_ready: int, canary_ready
     return None
 
 
+def held(rule: Weights | None, baseline_ready: int, canary_ready: int) -> Weights | None:
+    """Paused or Failed: the weights the rule must carry, `rule` (its own, or what specgate last set
+    on a route someone deleted) moved away from a track without Ready pods; None where there is
+    nothing to write: no rule, or a track it weights has no Ready pod and the other none to take
+    its share (whatever carries the traffic keeps it; a route is not made for pods that cannot serve)."""
+    if rule is None:
+        return None
+    weights = away_from_unready(rule, baseline_ready, canary_ready) or rule
+    if (weights.baseline > 0 and baseline_ready == 0) or (weights.canary > 0 and canary_ready == 0):
+        return None
+    return weights
+
+
 def roll_carries(budget: Budget, rolling: Side, weight: int) -> bool:
     """Behind a route, whether a track rolling to a new pod template keeps, through its roll's worst
     case (maxUnavailable of its Ready pods down), Ready pods that carry its `weight` percent of the

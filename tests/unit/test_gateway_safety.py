@@ -97,7 +97,7 @@ def paused_at_half() -> Run:
     edit(run, paused=True)
     held = run.step(baseline=ready(1), canary=ready(1), route=routed(Weights(50, 50)))
     run.expect(Phase.PAUSED)
-    assert held.route_weights is None  # both tracks serve: the rule is left as it is
+    assert held.route_weights == Weights(50, 50)  # both tracks serve: the rule keeps what it has
     return run
 
 
@@ -111,7 +111,7 @@ def test_paused_the_weight_leaves_a_track_whose_pods_go_not_ready() -> None:
     run.expect(Phase.PAUSED)
     assert (d.baseline_replicas, d.canary_replicas, d.route_weights) == (1, 1, Weights(100, 0))
     back = run.step(baseline=ready(1), canary=ready(1), route=routed(Weights(100, 0)))
-    assert back.route_weights is None  # never toward a track while paused
+    assert back.route_weights == Weights(100, 0)  # never toward a track while paused
     lost = run.step(
         baseline=TrackState(exists=True, replicas=1), canary=ready(1), route=routed(Weights(50, 50))
     )
@@ -779,3 +779,116 @@ def test_a_rolled_back_canary_held_by_the_route_says_so_then_why_it_rolled_back(
     done = run.step(baseline=ready(2), canary=ready(1), route=routed(Weights(100, 0)))
     assert (done.canary_replicas, run.status.reason) == (0, Reason.ACCEPTANCE_BELOW_GATE)
     assert done.events == ()
+
+
+# --- sequence 6, Failed: the last weights kept, moved only away from a track without Ready pods ---
+
+
+def failing(cause: str, run: Run, fake: FakeKube) -> dict[str, Any]:
+    """The raw spec of `run`, with what makes handlers.step fail for `cause` set on it or the fake."""
+    raw = run.spec.model_dump(by_alias=True, mode="json")
+    if cause == Reason.INVALID_SPEC:
+        raw["replicas"] = -1
+    elif cause == Reason.POD_MONITOR_CRD_MISSING:
+        raw["rollout"]["metrics"] = {**raw["rollout"].get("metrics", {}), "podMonitor": True}
+        fake.pod_monitor_crd = False
+    else:
+        fake.taken = ["Service llama-canary is owned by another object"]
+    return raw
+
+
+@pytest.mark.parametrize("cause", [Reason.INVALID_SPEC, Reason.POD_MONITOR_CRD_MISSING, Reason.NAME_CONFLICT])
+@pytest.mark.parametrize("recorded", [api.RouteWeights(baseline=50, canary=50), None])
+def test_failed_keeps_the_last_weights_and_only_moves_them_away_from_unready_pods(
+    monkeypatch: pytest.MonkeyPatch, cause: str, recorded: api.RouteWeights | None
+) -> None:
+    """Whatever fails the object (no child is changed): while both tracks serve the rule keeps its
+    weights; a track whose pods go NotReady loses its share to the other; back Ready, nothing moves
+    toward it. On 1be5013 (and before this, for NameConflict, and for a status whose desired weights
+    a pause had left empty: `recorded` None) the rule kept half its traffic on a Service without
+    endpoints."""
+    run = gateway_run()
+    route = user_route(render.backend_refs(OWNER, Weights(50, 50)))
+    fake = FakeKube({"llama-baseline": ready(1), "llama-canary": ready(1)}, routes={"chat": route})
+    fake.install(monkeypatch)
+    traffic = api.TrafficStatus(route="chat", desired=recorded)
+    run.status = run.status.model_copy(update={"traffic": traffic})
+    raw = failing(cause, run, fake)
+    failed = handlers_step(raw, run)
+    assert (failed.status.phase, failed.status.reason) == (Phase.FAILED, cause)
+    assert not [call for call in fake.calls if call[0] in ("patch route", "apply", "scale")]
+    run.status = failed.status
+    fake.tracks["llama-canary"] = TrackState(exists=True, replicas=1, ready_replicas=0)
+    handlers_step(raw, run)
+    refs = fake.routes["chat"]["spec"]["rules"][1]["backendRefs"]
+    assert [(r["name"], r["weight"]) for r in refs] == [("llama-baseline", 100), ("llama-canary", 0)]
+    fake.tracks["llama-canary"], fake.calls = ready(1), []
+    handlers_step(raw, run)
+    assert not [call for call in fake.calls if call[0] == "patch route"]  # never back toward it
+
+
+def test_failed_without_a_phase_to_resume_never_moves_weight_toward_a_track() -> None:
+    """Failed with no phase to resume (a status an older operator wrote), the spec valid again:
+    decide() holds the pods and the route (on 1be5013 it set the load-matched 50/50, moving half
+    the rule's traffic to the canary of a rollout that was not running)."""
+    spec = make_spec(traffic=OWNED)
+    run = Run(spec)
+    run.status = api.SpeculativeDeploymentStatus(
+        phase=Phase.FAILED,
+        phase_since="2026-11-22T12:00:00Z",
+        template_hash=render.template_hash(spec),
+        observed_generation=1,
+    )
+    d = run.step(baseline=ready(1), canary=ready(1), route=routed(Weights(100, 0)))
+    run.expect(Phase.FAILED)
+    assert (d.baseline_replicas, d.canary_replicas, d.route_weights) == (1, 1, Weights(100, 0))
+    lost = run.step(
+        baseline=TrackState(exists=True, replicas=1), canary=ready(1), route=routed(Weights(100, 0))
+    )
+    assert lost.route_weights == Weights(0, 100)
+
+
+# --- sequence 2 while Paused: the owned route is put back, only toward Ready pods ---
+
+
+def test_the_owned_route_deleted_while_paused_is_put_back_toward_ready_pods_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Paused in Analyzing at 50/50, someone deletes the owned route: it is applied again at the
+    weights specgate last set (on 1be5013 it stayed deleted while paused: the gateway answered 404);
+    deleted again while the canary's pod is NotReady, it comes back without the canary's share;
+    with no Ready pod on either track it is not made. The pause holds throughout: no replica moves,
+    and unpausing resumes the analysis, not a new rollout."""
+    run = gateway_run()
+    template = run.spec.rollout.traffic
+    assert template is not None and template.http_route is not None
+    half = accepted(render.http_route(OWNER, template.http_route, Weights(50, 50)))
+    fake = FakeKube({"llama-baseline": ready(1), "llama-canary": ready(1)}, routes={"llama": half})
+    fake.install(monkeypatch)
+    recorded = api.TrafficStatus(route="llama", desired=api.RouteWeights(baseline=50, canary=50))
+    run.status = run.status.model_copy(update={"traffic": recorded})
+    edit(run, paused=True)
+
+    def reconcile(after: float) -> tuple[list[list[int]], list[str]]:
+        """One reconcile while paused: the route's weights written, and the Events' reasons."""
+        fake.calls = []
+        decision = reconcile_step(run, after=after)
+        run.status = decision.status
+        assert (run.status.phase, run.status.resume_phase) == (Phase.PAUSED, Phase.ANALYZING)
+        assert {call[2] for call in fake.calls if call[0] == "scale"} <= {1}  # replicas as they are
+        routes = [call[3]["rules"][0]["backendRefs"] for call in fake.calls if call[1] == "HTTPRoute"]
+        return [[ref["weight"] for ref in refs] for refs in routes], [e.reason for e in decision.events]
+
+    assert reconcile(10)[0] == []  # as set: nothing written
+    del fake.routes["llama"]
+    assert reconcile(20) == ([[50, 50]], [Reason.ROUTE_REPAIRED])
+    fake.tracks["llama-canary"] = TrackState(exists=True, replicas=1, ready_replicas=0)
+    assert reconcile(30)[0] == [[100, 0]]  # still deleted, now without the canary's share
+    fake.tracks["llama-baseline"] = TrackState(exists=True, replicas=1, ready_replicas=0)
+    assert reconcile(40)[0] == []  # no Ready pod on either track: no route made for them
+    fake.tracks = {"llama-baseline": ready(1), "llama-canary": ready(1)}
+    fake.routes["llama"] = accepted(render.http_route(OWNER, template.http_route, Weights(100, 0)))
+    edit(run, paused=False)
+    resumed = reconcile_step(run, after=50)
+    assert resumed.status.phase == Phase.ANALYZING  # not Baseline: the rollout goes on where it was
+    assert [h.reason for h in resumed.status.history[-2:]] == [Reason.PAUSED, Reason.RESUMED]
