@@ -80,6 +80,20 @@ DOWN_TEXT = annotations(
     'No target of up{job="specgate-metrics",namespace="specgate-system"} has been up for 5 minutes.',
     "operator-down.md",
 )
+
+
+def mismatch(name: str) -> dict[str, Any]:
+    """SpecgateRouteWeightMismatch as it fires for object ns/NAME."""
+    text = annotations(
+        f"ns/{name}: its Gateways do not route the weights specgate sets",
+        "For 15m the weights the HTTPRoute's Gateways accepted have differed from those specgate sets, "
+        "or been absent: meanwhile an analysis is held and a track losing weight keeps its pods. "
+        f"kubectl get sd -n ns {name} -o jsonpath='{{.status.traffic}}' shows both.",
+        "route-weight-mismatch.md",
+    )
+    return {"exp_labels": {"severity": "warning", "namespace": "ns", "name": name}, "exp_annotations": text}
+
+
 UP = 'up{job="specgate-metrics",namespace="specgate-system",instance="%s"}'
 DOWN_LABELS = {"severity": "warning", "job": "specgate-metrics", "namespace": RELEASE_NS}
 
@@ -100,6 +114,18 @@ def degraded(name: str, values: str) -> dict[str, str]:
 
 def since(name: str, values: str) -> dict[str, str]:
     return series("specgate_phase_since_timestamp_seconds", name, values)
+
+
+def weight(name: str, track: str, source: str, values: str) -> dict[str, str]:
+    return series("specgate_route_weight_percent", name, values, track=track, source=source)
+
+
+def route(name: str, source: str, canary: str) -> list[dict[str, str]]:
+    """Both tracks' series of one source, the canary's percent given and the baseline's the rest."""
+    rest = " ".join(
+        f"{100 - int(value)}x{count}" for value, count in (part.split("x") for part in canary.split())
+    )
+    return [weight(name, "canary", source, canary), weight(name, "baseline", source, rest)]
 
 
 def quiet(alert: str, *minutes: int) -> list[dict[str, Any]]:
@@ -151,6 +177,21 @@ CASES: dict[str, list[dict[str, Any]]] = {
     ], "alert_rule_test": [
         *quiet("SpecgatePhaseStuck", 119),
         fires("SpecgatePhaseStuck", 121, {"severity": "warning", "namespace": "ns", "name": "waiting", "phase": "Baseline"}, STUCK_TEXT),
+    ]}],
+    # A route its Gateway never accepts (accepted absent) fires 15 minutes on; one edited by hand
+    # from minute 8 fires later (a different object, so at minute 20 only the first); rounding
+    # (33 against 34) does not, nor a weight change the Gateway accepts a minute later, nor an
+    # object whose desired weights are unset (Paused long ago on an older operator, router Service).
+    "SpecgateRouteWeightMismatch": [{"input_series": [
+        *route("refused", "desired", "25x40"),
+        *route("edited", "desired", "50x40"), *route("edited", "accepted", "50x8 20x32"),
+        *route("rounded", "desired", "33x40"), *route("rounded", "accepted", "34x40"),
+        *route("moving", "desired", "0x10 50x30"), *route("moving", "accepted", "0x11 50x29"),
+        weight("unset", "canary", "accepted", "25x40"),
+    ], "alert_rule_test": [
+        *quiet("SpecgateRouteWeightMismatch", 10, 14),
+        {"eval_time": "20m", "alertname": "SpecgateRouteWeightMismatch", "exp_alerts": [mismatch("refused")]},
+        {"eval_time": "30m", "alertname": "SpecgateRouteWeightMismatch", "exp_alerts": [mismatch("refused"), mismatch("edited")]},
     ]}],
     # Two peered replicas: one down is not an outage; both down for 5 minutes is. Then the targets
     # gone from Prometheus altogether (the Deployment deleted, the ServiceMonitor's selector wrong).
