@@ -1,4 +1,4 @@
-"""Vectorized twin of gates._per_token_variance for the benches, which compute every look at once;
+"""Vectorized twin of gates.acceptance._per_token_variance for the benches, which compute every look at once;
 each bench checks its looks against the gates module itself before printing a figure."""
 
 from __future__ import annotations

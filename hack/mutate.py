@@ -27,7 +27,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 STAGE = ROOT / "build" / "mutate"
 MUTANTS = STAGE / "mutants" / "src" / "specgate"
-MODULES = ("capacity", "gates", "rollout", "render", "prometheus")
+# Dotted below specgate: gates is a package, one module per concern.
+GATES = ("common", "acceptance", "drift", "guard", "latency", "load")
+MODULES = ("capacity", *(f"gates.{m}" for m in GATES), "rollout", "render", "prometheus")
 # prometheus.py is mutated only where it turns samples into windows, not where it does HTTP.
 WINDOWING = (
     "Series.increases", "Series.values", "Series.mean", "_spans", "_total", "_inside", "scrape_spacing",
@@ -107,24 +109,24 @@ EQUIVALENT: dict[str, str] = {
         for n in (2, 4, 5)
     },
     **{
-        f"specgate.gates.x__bracket__mutmut_{n}": "`low or 1.0` / `high or 1.0`: the operator's ranks "
+        f"specgate.gates.latency.x__bracket__mutmut_{n}": "`low or 1.0` / `high or 1.0`: the operator's ranks "
         "(q 0.99, z 1.96, at least one sample) are above 0, so no estimate is 0 or None"
         for n in (31, 33)
     },
-    "specgate.gates.x__heavier_tail__mutmut_16": "`break` for the first `continue`: bounds ascend, so "
+    "specgate.gates.latency.x__heavier_tail__mutmut_16": "`break` for the first `continue`: bounds ascend, so "
     "once an edge is skipped as beyond the baseline's last finite one, every later edge is too",
-    "specgate.gates.x__bucket_edges__mutmut_24": "`count >= 0`: the ranks passed are above 0, so "
+    "specgate.gates.latency.x__bucket_edges__mutmut_24": "`count >= 0`: the ranks passed are above 0, so "
     "`count >= rank` already means count > 0",
-    "specgate.gates.x__drift_blocks__mutmut_21": "`and` for `or`: differs only where some windows have "
+    "specgate.gates.drift.x__drift_blocks__mutmut_21": "`and` for `or`: differs only where some windows have "
     "an end and others not; the operator sets end on every window",
-    "specgate.gates.x__drift_blocks__mutmut_31": "accepted tokens negated: every block's alpha and the "
+    "specgate.gates.drift.x__drift_blocks__mutmut_31": "accepted tokens negated: every block's alpha and the "
     "mean flip sign, and the fit reads only products of centred values",
-    "specgate.gates.x_measure_mix_drift__mutmut_42": "`/` for `//` inside int(): equal for the "
+    "specgate.gates.drift.x_measure_mix_drift__mutmut_42": "`/` for `//` inside int(): equal for the "
     "positive block lengths a history has",
-    "specgate.gates.x_measure_mix_drift__mutmut_57": "`<` for `<=` history / 8: a timescale of the "
+    "specgate.gates.drift.x_measure_mix_drift__mutmut_57": "`<` for `<=` history / 8: a timescale of the "
     "grid equals it only for histories under the hour measure_mix_drift needs",
     **{
-        f"specgate.gates.x_measure_mix_drift__mutmut_{n}": "`>=` for `>`: differs only at an exact "
+        f"specgate.gates.drift.x_measure_mix_drift__mutmut_{n}": "`>=` for `>`: differs only at an exact "
         "float tie of the fitted variance with its bound"
         for n in (131, 133)
     },
@@ -193,10 +195,15 @@ def why_equivalent(mutant: str) -> str | None:
     return ZIP_STRICT_REASON if zips and removed and stripped[0] == stripped[1] else None
 
 
+def _path(module: str, suffix: str) -> Path:
+    """mutmut's copy of a dotted module below specgate (`gates.latency`), or its results (.py.meta)."""
+    return MUTANTS / f"{module.replace('.', '/')}{suffix}"
+
+
 @functools.cache
 def functions(module: str) -> dict[str, list[str]]:
     """The lines of every function in mutmut's copy of `module` (its mutants and originals), by name."""
-    source = (MUTANTS / f"{module}.py").read_text()
+    source = _path(module, ".py").read_text()
     lines = source.splitlines()
     nodes = (n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.FunctionDef | ast.AsyncFunctionDef))
     return {n.name: lines[n.lineno : n.end_lineno] for n in nodes}
@@ -204,7 +211,7 @@ def functions(module: str) -> dict[str, list[str]]:
 
 def changed_lines(mutant: str) -> tuple[list[str], list[str]]:
     """(the original's lines the mutant removes, the lines it adds), below the def line."""
-    module, name = mutant.split(".")[1], mutant.rsplit(".", 1)[1]
+    module, name = mutant.split(".", 1)[1].rsplit(".", 1)
     table = functions(module)
     original, mutated = table[name.rsplit("__mutmut_", 1)[0] + "__mutmut_orig"], table[name]
     blocks = difflib.SequenceMatcher(None, original, mutated, autojunk=False).get_opcodes()
@@ -231,7 +238,7 @@ def patterns() -> list[str]:
 
 
 def results(module: str) -> dict[str, int | None]:
-    meta = MUTANTS / f"{module}.py.meta"
+    meta = _path(module, ".py.meta")
     codes: dict[str, int | None] = json.loads(meta.read_text())["exit_code_by_key"] if meta.exists() else {}
     if module == "prometheus":
         codes = {name: code for name, code in codes.items() if function_of(name) in WINDOWING}
@@ -266,7 +273,7 @@ def pending() -> list[str]:
     """The mutants of patterns() that have no result yet: mutmut reruns every mutant named on its
     command line, judged or not, so a second run names only these (all patterns on a first run)."""
     names = [name for module in MODULES for name, code in results(module).items() if code is None]
-    have_results = any((MUTANTS / f"{module}.py.meta").exists() for module in MODULES)
+    have_results = any(_path(module, ".py.meta").exists() for module in MODULES)
     return names if have_results else patterns()
 
 

@@ -242,7 +242,7 @@ def orphaned_pods(api_client: client.ApiClient, namespace: str) -> list[str]:
     ]
 
 
-# The counts an InsufficientData gate names beside what it needs (gates.py, rollout.py): the
+# The counts an InsufficientData gate names beside what it needs (gates/, rollout.py): the
 # acceptance gate's drafts and windows, a latency histogram's samples (the canary's or a baseline's).
 DRAFTS_NEEDED = re.compile(r"(\d+) drafts in (\d+) windows, need (\d+) drafts and (\d+) windows")
 SAMPLES_NEEDED = re.compile(r"(\d+) [^;:]*?samples[^;:]*?, need (\d+)")

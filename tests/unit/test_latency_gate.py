@@ -20,7 +20,8 @@ from itertools import pairwise
 
 import pytest
 
-from specgate.gates import Histogram, Verdict, _heavier_tail, _quantile_se, cdf, latency_gate
+from specgate.gates import Histogram, Verdict, cdf, latency_gate
+from specgate.gates.latency import _heavier_tail, _quantile_se
 
 INF = math.inf
 BOUNDS = (0.01, 0.02, 0.04, 0.08, INF)

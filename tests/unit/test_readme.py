@@ -380,7 +380,7 @@ def test_every_runbook_named_exists() -> None:
 
 
 def test_repository_paths_in_code_exist() -> None:
-    """`operator/specgate/gates.py`, `hack/cluster-up.sh`, `integrations/argocd/health.lua`, ..."""
+    """`operator/specgate/gates/latency.py`, `hack/cluster-up.sh`, `integrations/argocd/health.lua`, ..."""
     tops = {p.name for p in ROOT.iterdir() if p.is_dir() and not p.name.startswith(".")}
     missing = []
     for doc in DOCS:
