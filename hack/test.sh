@@ -1,14 +1,17 @@
 #!/usr/bin/env bash
 # `make test`: every test, in lines that run side by side, timed. The lab (cluster, Prometheus,
 # engines, gateway) is up already (the Makefile's prerequisites).
-# First (CPU-bound):
-#   unit          tests/unit on both cores (pytest-xdist);
-#   cluster-wide  beside it, one at a time: the tests marked cluster_wide (a cluster-wide operator,
-#                 an older CRD, the PodMonitor CRD, CPU pinning, fifty rollouts' hundred engines),
-#                 which must not run beside other cluster tests.
+# First, beside one another:
+#   cluster-wide  one at a time: the tests marked cluster_wide (a cluster-wide operator, an older
+#                 CRD, the PodMonitor CRD, CPU pinning, fifty rollouts' hundred engines), which must
+#                 not run beside other cluster tests (a cluster-wide operator takes every object);
+#   unit          tests/unit on both cores (pytest-xdist), then in the same line
+#   engines       the integration tests that start real vLLM engines (no operator, no cluster
+#                 object: nothing the cluster-wide line can take), one after another: they share
+#                 the integration engines.
 # Then, side by side (each test in namespaces of its own):
-#   engines       the tests that start real vLLM engines, one after another: they share the
-#                 integration engines and load both cores; the run's longest line;
+#   vllm-rollouts the cluster rollouts on real vLLM engines, a module on each of two workers: their
+#                 time is mostly warm-ups, windows and scrapes, not the engines' CPU;
 #   lab           every other integration and cluster module on two workers, a module whole on one
 #                 (its module-scoped rollouts start once): simulated rollouts mostly wait on windows;
 #   gateway       the tests that share the lab's Traefik, one after another.
@@ -21,14 +24,15 @@ trap 'rm -rf "$reports"' EXIT
 status=0
 times=()
 
-start_line() {  # start_line NAME PYTEST-ARGS...: pytest in the background, its report in a file
-  local name=$1
+run_line() {  # run_line NAME PYTEST-ARGS...: pytest, its report and exit status in files
+  local name=$1 begun=$SECONDS
   shift
-  (
-    begun=$SECONDS
-    "$PYTEST" -q -ra -p no:cacheprovider --junitxml="$reports/$name.xml" "$@" >"$reports/$name.log" 2>&1
-    echo "$? $((SECONDS - begun))" >"$reports/$name.rc"
-  ) &
+  "$PYTEST" -q -ra -p no:cacheprovider --junitxml="$reports/$name.xml" "$@" >"$reports/$name.log" 2>&1
+  echo "$? $((SECONDS - begun))" >"$reports/$name.rc"
+}
+
+start_line() {  # start_line NAME PYTEST-ARGS...: run_line in the background
+  run_line "$@" &
 }
 
 finish_line() {  # finish_line NAME: its report, its time, and its failure
@@ -42,17 +46,21 @@ finish_line() {  # finish_line NAME: its report, its time, and its failure
 
 started=$SECONDS
 start_line cluster-wide --durations=10 -m cluster_wide tests/cluster
-start_line unit -n 2 --durations=10 tests/unit
+(
+  run_line unit -n 2 --durations=10 tests/unit
+  run_line engines --durations=0 -m "engine and not cluster_wide" tests/integration
+) &
 wait
 finish_line unit
+finish_line engines
 finish_line cluster-wide
 
-start_line engines --durations=0 -m "engine and not cluster_wide" tests/integration tests/cluster
+start_line vllm-rollouts -n 2 --dist loadfile --durations=0 -m "engine and not cluster_wide" tests/cluster
 start_line lab -n 2 --dist loadfile --durations=25 -m "not engine and not gateway and not cluster_wide" \
   tests/integration tests/cluster
 start_line gateway --durations=10 -m "gateway and not engine and not cluster_wide" tests/cluster
 wait
-finish_line engines
+finish_line vllm-rollouts
 finish_line lab
 finish_line gateway
 
