@@ -95,12 +95,14 @@ class ReadinessProbe:
     failures: int = 3
 
     @staticmethod
-    def of(container: Any) -> "ReadinessProbe":
+    def of(container: Any) -> ReadinessProbe:
         probe = container.readiness_probe
         if probe is None:
             return ReadinessProbe()
         return ReadinessProbe(
-            float(probe.period_seconds or 10), float(probe.timeout_seconds or 1), int(probe.failure_threshold or 3)
+            float(probe.period_seconds or 10),
+            float(probe.timeout_seconds or 1),
+            int(probe.failure_threshold or 3),
         )
 
 
@@ -126,7 +128,7 @@ class Engine:
     restarts: int = 0
     exited_at: float | None = None
     last_exit_code: int | None = None  # the engine process's, for the pod's lastState
-    probe: "ReadinessProbe" = field(default_factory=lambda: ReadinessProbe())
+    probe: ReadinessProbe = field(default_factory=ReadinessProbe)
     failures: int = 0  # /health probes failed in a row
     last_probe: float | None = None  # loop time of the last probe counted
     shipped: int = 0  # bytes of log_path already copied to the CRI log

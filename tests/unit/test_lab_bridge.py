@@ -104,9 +104,9 @@ def test_a_ready_engine_turns_unready_only_after_failure_threshold_probes_each_g
 
     rendered = client.ApiClient().deserialize(
         json.dumps(
-            render.deployment(api.parse_spec(tiny("slow")["spec"]), OWNER, Track.BASELINE, 1)["spec"]["template"][
-                "spec"
-            ]["containers"][0]
+            render.deployment(api.parse_spec(tiny("slow")["spec"]), OWNER, Track.BASELINE, 1)["spec"][
+                "template"
+            ]["spec"]["containers"][0]
         ),
         "V1Container",
         "application/json",
