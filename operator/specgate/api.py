@@ -281,10 +281,10 @@ class Gates(Model):
         0.50,
         ge=0,
         description="Tolerated regression of the P99 step stall (vllm:inter_token_latency_seconds, one "
-        "sample per engine step, and a speculative step emits several tokens) of the canary over the "
-        "baseline, as a fraction. Looser than the per-token gate because a good draft lengthens each "
-        "step while tokens arrive sooner (EAGLE on an 8B model: +33 % step time for 1.43x throughput, "
-        "the published GPU run in docs/benchmarks.md).",
+        "sample per running request per engine step, judged in engine steps; a speculative step emits "
+        "several tokens) of the canary over the baseline, as a fraction. Looser than the per-token gate "
+        "because a good draft lengthens each step while tokens arrive sooner (EAGLE on an 8B model: "
+        "+33 % step time for 1.43x throughput, the published GPU run in docs/benchmarks.md).",
     )
     max_load_difference: float = Field(
         0.25,
@@ -295,7 +295,10 @@ class Gates(Model):
     )
     min_drafts: int = Field(200, ge=1, description="Drafts to observe before any acceptance verdict.")
     min_latency_samples: int = Field(
-        100, ge=1, description="Inter-token latency observations per track before a latency verdict."
+        100,
+        ge=1,
+        description="Latency observations per track before a latency verdict (the step stall counts "
+        "engine steps).",
     )
     error_rate: float = Field(
         0.05,
@@ -1227,6 +1230,11 @@ class Measurement(StatusModel):
         "its bounds there is decided by the estimate's side of the gate.",
     )
     itl_samples: float | None = Field(None, description="Inter-token latency observations.")
+    itl_steps: float | None = Field(
+        None,
+        description="Engine steps behind the inter-token latency observations, which come one per running "
+        "request per step (the count of vllm:iteration_tokens_total): the step-stall gate's sample size.",
+    )
     itl_bucket_bounds: list[float] = Field(
         default_factory=list,
         description="Baseline only: finite ITL histogram bucket bounds in seconds, kept so the guard "

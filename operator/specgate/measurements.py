@@ -28,6 +28,13 @@ def baseline_histogram(
     return Histogram(bounds=(*bounds, math.inf), counts=tuple(counts)) if bounds else None
 
 
+def baseline_steps(beside: TrackMetrics | None, stored: Measurement | None) -> float | None:
+    """The engine steps behind baseline_histogram(beside, stored, "itl"), from the same source."""
+    if beside is not None and beside.itl is not None:
+        return beside.engine_steps
+    return stored.itl_steps if stored is not None else None
+
+
 def stored_load(stored: Measurement | None) -> Load | None:
     if stored is None or stored.pods is None:
         return None
@@ -57,6 +64,7 @@ def measurement(metrics: TrackMetrics, now: datetime) -> Measurement:
         scrape_interval_seconds=metrics.scrape_interval_seconds,
         acceptance_window_seconds=metrics.acceptance_window_seconds,
         itl_samples=itl.total if itl else None,
+        itl_steps=metrics.engine_steps,
         itl_bucket_bounds=_finite_bounds(itl),
         itl_bucket_counts=list(itl.counts) if itl else [],
         per_token_bucket_bounds=_finite_bounds(per_token),

@@ -41,7 +41,8 @@ class TrackMetrics:
 
     acceptance: tuple[AcceptanceWindow, ...] = ()
     accepted_per_position: tuple[float, ...] = ()
-    itl: Histogram | None = None  # per engine step: the stall
+    itl: Histogram | None = None  # per running request per engine step: the stall
+    engine_steps: float | None = None  # the steps behind `itl` (None: not exported)
     per_token: Histogram | None = None  # per request: its time per output token
     mean_itl_ms: float | None = None
     window_start: datetime | None = None  # the first scrape the figures count (or the window's start)

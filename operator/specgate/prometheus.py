@@ -63,9 +63,10 @@ ACCEPTED_PER_POS = total(vllm_metrics.SPEC_DECODE_NUM_ACCEPTED_TOKENS_PER_POS)
 GENERATED = total(vllm_metrics.GENERATION_TOKENS)
 SUCCEEDED = total(vllm_metrics.REQUEST_SUCCESS)
 RUNNING = vllm_metrics.NUM_REQUESTS_RUNNING
+STEPS = f"{vllm_metrics.ITERATION_TOKENS}_count"  # engine steps: the step stall's sample size
 HISTOGRAMS = (*ITL_METRICS, TTFT, PER_TOKEN)
 FAMILIES = (
-    DRAFTS, DRAFT_TOKENS, ACCEPTED, ACCEPTED_PER_POS, GENERATED, SUCCEEDED, RUNNING,
+    DRAFTS, DRAFT_TOKENS, ACCEPTED, ACCEPTED_PER_POS, GENERATED, SUCCEEDED, RUNNING, STEPS,
     *(f"{h}_{part}" for h in HISTOGRAMS for part in ("bucket", "sum", "count")),
 )  # fmt: skip
 
@@ -365,6 +366,7 @@ def _track_metrics(
         acceptance=acceptance,
         accepted_per_position=per_position,
         itl=histogram(families, itl_name, since, leave_out),
+        engine_steps=engine_steps(families, since, leave_out),
         per_token=histogram(families, PER_TOKEN, since, leave_out),
         mean_itl_ms=ms(_mean(families, itl_name, since, leave_out)),
         window_start=datetime.fromtimestamp(first, UTC),
@@ -469,6 +471,13 @@ def histogram(families: Families, name: str, since: float, leave_out: Sequence[W
         return None
     bounds = sorted(counts)
     return Histogram(bounds=tuple(bounds), counts=tuple(counts[b] for b in bounds))
+
+
+def engine_steps(families: Families, since: float, leave_out: Sequence[Window]) -> float | None:
+    """The engine steps over the window, summed over pods (the step histogram's count); None where
+    no engine exports it, so that the stall gate says it counts samples instead."""
+    series = families.get(STEPS, [])
+    return _finite(_total(series, since, leave_out)) if series else None
 
 
 def _mean(families: Families, name: str, since: float, leave_out: Sequence[Window]) -> float | None:

@@ -724,20 +724,19 @@ def _traffic_baseline(step: _Step, measured_from: datetime) -> tuple[_Step, bool
 
 
 def _too_few_latency_samples(metrics: TrackMetrics, needed: int, stored_for_comparison: bool) -> str:
-    """Which latency histogram has fewer than `needed` samples ("" if none). The step stall always
+    """Which latency histogram has fewer than `needed` samples ("" if none), the step stall's
+    counted as step_stall_gate counts them (in engine steps, where known). The step stall always
     counts (a baseline without traffic). The per-token one (a sample per request) counts where the
     canary is compared with this stored baseline (sequential): one short of it could never be
     compared, and every latency verdict would be InsufficientData until Inconclusive. The canary
     strategy compares with the baseline measured beside the canary, over the whole analysis."""
-    histograms = [("step stall", metrics.itl)]
+    stall = gates.stall_samples(metrics.itl, metrics.engine_steps) if metrics.itl is not None else 0.0
+    counts = [("step stall", stall)]
     if stored_for_comparison:
-        histograms.append(("per-token", metrics.per_token))
-    short = [
-        f"{count:.0f} {figure} samples, need {needed}"
-        for figure, histogram in histograms
-        if (count := histogram.total if histogram is not None else 0) < needed
-    ]
-    return "; ".join(short)
+        counts.append(("per-token", metrics.per_token.total if metrics.per_token is not None else 0.0))
+    return "; ".join(
+        f"{count:.0f} {figure} samples, need {needed}" for figure, count in counts if count < needed
+    )
 
 
 def _baseline_measurement_start(
@@ -1538,7 +1537,7 @@ def _latency_results(step: _Step, metrics: TrackMetrics) -> list[gates.GateResul
             g.max_p99_per_token_regression,
         ),
         (
-            "P99 ITL (step stall)",
+            gates.STALL_FIGURE,
             metrics.itl,
             measurements.baseline_histogram(beside, stored, "itl"),
             g.max_p99_itl_regression,
@@ -1548,6 +1547,13 @@ def _latency_results(step: _Step, metrics: TrackMetrics) -> list[gates.GateResul
             results.append(_insufficient(f"no {figure} histogram yet"))
         elif different is not None:
             results.append(_insufficient(f"{figure} not compared: {different}"))
+        elif figure == gates.STALL_FIGURE:  # counted in engine steps, where both tracks' are known
+            steps = measurements.baseline_steps(beside, stored), metrics.engine_steps
+            results.append(
+                gates.step_stall_gate(
+                    base, canary, *steps, max_regression=tolerance, min_count=g.min_latency_samples
+                )
+            )
         else:
             results.append(
                 gates.latency_gate(

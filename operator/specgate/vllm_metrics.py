@@ -12,6 +12,10 @@ INTER_TOKEN_LATENCY = "vllm:inter_token_latency_seconds"
 TIME_PER_OUTPUT_TOKEN = "vllm:time_per_output_token_seconds"
 REQUEST_TIME_PER_OUTPUT_TOKEN = "vllm:request_time_per_output_token_seconds"
 E2E_REQUEST_LATENCY = "vllm:e2e_request_latency_seconds"
+# A histogram of the tokens each engine step processed, despite the _total in its name: one
+# observation per engine step (with an output), so its _count is the step count. The ITL histogram
+# has one sample per running request per step, all c of a step alike: the stall gate counts steps.
+ITERATION_TOKENS = "vllm:iteration_tokens_total"
 SPEC_DECODE_NUM_DRAFTS = "vllm:spec_decode_num_drafts"
 SPEC_DECODE_NUM_DRAFT_TOKENS = "vllm:spec_decode_num_draft_tokens"
 SPEC_DECODE_NUM_ACCEPTED_TOKENS = "vllm:spec_decode_num_accepted_tokens"

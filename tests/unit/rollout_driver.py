@@ -64,6 +64,7 @@ def metrics(
         acceptance=acceptance,
         accepted_per_position=per_position,
         itl=itl(latency),
+        engine_steps=25_000.0,  # vllm:iteration_tokens_total's count: the ITL's 100,000 samples at 4 running
         per_token=itl(per_token),
         p99_ttft_ms=120.0,
         per_token_latency_ms=30.0,

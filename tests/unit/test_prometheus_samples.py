@@ -282,6 +282,20 @@ def test_a_tracks_histogram_sums_the_buckets_of_its_pods() -> None:
     assert metrics.itl is not None and metrics.itl.counts == (320.0, 640.0, 640.0)
 
 
+def test_the_engine_steps_sum_the_step_histograms_count_over_the_pods() -> None:
+    """vllm:iteration_tokens_total's count rising 5 a scrape on one pod and 7 on another: 8
+    increases each in 2 minutes, 40 + 56 = 96 steps; without the family no step count at all."""
+    stamps = [T0.timestamp() + 15 * i for i in range(9)]
+    steps = [
+        Series({"instance": pod}, tuple((t, per * i) for i, t in enumerate(stamps)))
+        for pod, per in (("a:8000", 5.0), ("b:8000", 7.0))
+    ]
+    window = Window(T0, T0 + timedelta(minutes=2))
+    families = {**itl_series(NEW_ITL, (10, 30)), prometheus.STEPS: steps}
+    assert prometheus._track_metrics(families, window, 15.0, ()).engine_steps == 96.0
+    assert prometheus._track_metrics(itl_series(NEW_ITL, (10, 30)), window, 15.0, ()).engine_steps is None
+
+
 def test_a_counter_that_did_not_move_adds_nothing() -> None:
     """Equal consecutive scrapes are no increase, not a reset (which would count the whole value
     again): 5, 5, 7 is an increase of 2."""

@@ -1520,6 +1520,51 @@ def test_a_sequential_baseline_short_of_both_histograms_names_both() -> None:
     )
 
 
+def test_a_baseline_counts_its_step_stall_in_engine_steps() -> None:
+    """400 step-stall samples at 10 running are 40 engine steps: fewer than minLatencySamples 50."""
+    run = Run()
+    run.step(baseline=ready(2))
+    steps_short = replace(metrics(), itl=itl(0.04, count=400), engine_steps=40.0)
+    run.step(after=120, baseline=ready(2), baseline_metrics=steps_short)
+    assert run.status.message == (
+        "baseline has too little traffic to measure (40 step stall samples, need 50): send traffic to the Service"
+    )
+
+
+def test_a_canary_without_a_step_count_is_judged_on_its_samples_saying_so() -> None:
+    run = Run()
+    run.to_analyzing()
+    no_steps = replace(metrics(0.8), engine_steps=None)
+    run.step(
+        after=30, baseline=ready(1), canary=ready(1), baseline_metrics=metrics(), canary_metrics=no_steps
+    )
+    assert (run.status.message or "").endswith(
+        ": within 50%; no engine step count for the canary (vllm:iteration_tokens_total): samples counted "
+        "as independent"
+    )
+
+
+def test_a_stored_baseline_keeps_its_engine_steps_for_the_stall_gate() -> None:
+    """Sequential: the canary is compared with the stored baseline, whose steps status keeps; one
+    stored before itlSteps existed has none, and the verdict says so."""
+    run = Run(make_spec(strategy="sequential"))
+    run.to_canary()
+    assert run.status.baseline is not None and run.status.baseline.itl_steps == 25_000
+    run.step(baseline=ready(2), canary=ready(1))
+    run.step(baseline=ready(1), canary=ready(2))
+    run.expect(Phase.ANALYZING)
+    gone = TrackState(exists=True)
+    run.step(after=31, baseline=gone, canary=ready(2), canary_metrics=metrics(0.8))
+    assert (run.phase, (run.status.message or "")[-12:]) == (Phase.ANALYZING, ": within 50%")
+    older = run.status.baseline.model_copy(update={"itl_steps": None})
+    run.status = run.status.model_copy(update={"baseline": older})
+    run.step(after=5, baseline=gone, canary=ready(2), canary_metrics=metrics(0.8))
+    assert (run.status.message or "").endswith(
+        ": within 50%; no engine step count for the baseline (vllm:iteration_tokens_total): samples counted "
+        "as independent"
+    )
+
+
 def test_the_baseline_window_opens_only_after_the_warm_up() -> None:
     """Ready at T0, warm-up 30s: at T0 + 30s there is nothing to query yet; a second later, that
     second."""

@@ -12,7 +12,13 @@ import pytest
 
 import specgate_lab.sim.__main__ as sim_module
 from specgate.planning import expected_accepted
-from specgate.vllm_metrics import SPEC_DECODE_NUM_ACCEPTED_TOKENS, SPEC_DECODE_NUM_DRAFT_TOKENS, total
+from specgate.vllm_metrics import (
+    INTER_TOKEN_LATENCY,
+    ITERATION_TOKENS,
+    SPEC_DECODE_NUM_ACCEPTED_TOKENS,
+    SPEC_DECODE_NUM_DRAFT_TOKENS,
+    total,
+)
 from specgate_lab.sim.metrics import EngineMetrics
 from specgate_lab.sim.model import (
     PROFILES,
@@ -182,3 +188,34 @@ def test_exit_speculative_if_a_file_exists(monkeypatch: pytest.MonkeyPatch, tmp_
         sim_main(canary)
     sim_main(["m"])
     assert len(started) == 2
+
+
+def test_the_engine_counts_its_steps_as_vllm_does() -> None:
+    """Four requests of 10 tokens, no speculation: one step prefills them all (each a first token,
+    no ITL), nine more give each its next token. So 10 steps in vllm:iteration_tokens_total (4 x 3
+    prompt tokens and 4 generated in the first, 4 in each other: 16 + 9 x 4 = 52 tokens) and 4 x 9
+    = 36 ITL samples, one per running request per step."""
+    engine = SimEngine(
+        served_name="tiny",
+        knobs=Knobs(step_ms=0.1, token_ms=0.01),
+        spec=None,
+        script=[],
+        metrics=EngineMetrics.create(speculative=False),
+    )
+
+    async def serve() -> None:
+        loop = asyncio.create_task(engine.loop())
+        requests = [Request(3, 10, time.monotonic()) for _ in range(4)]
+        for request in requests:
+            engine.submit(request)
+        for request in requests:
+            while await request.queue.get() is not None:
+                pass
+        loop.cancel()
+
+    asyncio.run(serve())
+    registry, labels = engine.metrics.registry, engine.labels
+    steps = registry.get_sample_value(f"{ITERATION_TOKENS}_count", labels)
+    tokens = registry.get_sample_value(f"{ITERATION_TOKENS}_sum", labels)
+    samples = registry.get_sample_value(f"{INTER_TOKEN_LATENCY}_count", labels)
+    assert (steps, tokens, samples) == (10.0, 52.0, 36.0)

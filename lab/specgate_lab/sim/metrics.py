@@ -20,6 +20,7 @@ ITL_BUCKETS = (
     0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0,
     40.0, 80.0,
 )  # fmt: skip
+ITERATION_TOKENS_BUCKETS = (1, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)
 REQUEST_LATENCY_BUCKETS = (
     0.3, 0.5, 0.8, 1.0, 1.5, 2.0, 2.5, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0, 50.0, 60.0, 120.0, 240.0,
     480.0, 960.0, 1920.0, 7680.0,
@@ -41,6 +42,7 @@ class EngineMetrics:
     itl: Histogram
     per_token: Histogram
     e2e: Histogram
+    iteration_tokens: Histogram  # one observation per engine step: the step count the stall gate reads
     spec: SpecDecodeMetrics | None
 
     @classmethod
@@ -74,6 +76,10 @@ class EngineMetrics:
             e2e=Histogram(
                 vllm_metrics.E2E_REQUEST_LATENCY, "Histogram of e2e request latency in seconds.", LABELS,
                 buckets=REQUEST_LATENCY_BUCKETS, registry=r,
+            ),
+            iteration_tokens=Histogram(
+                vllm_metrics.ITERATION_TOKENS, "Histogram of number of tokens per engine_step.", LABELS,
+                buckets=ITERATION_TOKENS_BUCKETS, registry=r,
             ),
             spec=SpecDecodeMetrics.create(r) if speculative else None,
         )  # fmt: skip

@@ -104,6 +104,7 @@ class SimEngine:
             m.itl,
             m.per_token,
             m.e2e,
+            m.iteration_tokens,
         ):
             metric.labels(**self.labels)
         for reason in ("stop", "length", "abort", "error", "repetition"):
@@ -141,10 +142,13 @@ class SimEngine:
         await asyncio.sleep(step_seconds(knobs, self.spec, len(self.running), prefill))
         now = time.monotonic()
         rates = conditional_rates(knobs, self.spec) if self.spec else []
-        for request in list(self.running):
-            self._advance(request, rates, now)
+        stepped = list(self.running)
+        emitted = sum(self._advance(request, rates, now) for request in stepped)
+        if stepped:  # vLLM observes each step that had outputs: its prompt and generated tokens
+            self.metrics.iteration_tokens.labels(**self.labels).observe(prefill + emitted)
 
-    def _advance(self, request: Request, rates: list[float], now: float) -> None:
+    def _advance(self, request: Request, rates: list[float], now: float) -> int:
+        """Emit this step's tokens for `request`; how many."""
         m = self.metrics
         if not request.prefilled:  # the prefill step yields the first token
             request.prefilled = True
@@ -164,6 +168,7 @@ class SimEngine:
         request.queue.put_nowait([self.rng.choice(WORDS) for _ in range(emitted)])
         if request.generated >= request.max_tokens:
             self._finish(request, now)
+        return emitted
 
     def _draft(self, rates: list[float]) -> int:
         spec = self.metrics.spec

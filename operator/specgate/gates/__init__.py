@@ -80,10 +80,14 @@ from specgate.gates.guard import (
     prewhitened_long_run_variance,
 )
 from specgate.gates.latency import (
+    STALL_FIGURE,
     Histogram,
     cdf,
     histogram_quantile,
     latency_gate,
+    per_step,
+    stall_samples,
+    step_stall_gate,
 )
 from specgate.gates.load import (
     Load,
@@ -112,6 +116,7 @@ __all__ = [
     "NO_DRIFT",
     "OVERSHOOT",
     "SPREAD_ERROR_SHARE",
+    "STALL_FIGURE",
     "TIGHTEST_AT_WINDOWS",
     "AcceptanceWindow",
     "GateResult",
@@ -144,6 +149,7 @@ __all__ = [
     "mean_variance",
     "measure_mix_drift",
     "mix_drift_variance",
+    "per_step",
     "plug_in_spread",
     "prewhitened_long_run_variance",
     "residual_variance",
@@ -152,6 +158,8 @@ __all__ = [
     "sprt_bounds",
     "sprt_log_lr",
     "sprt_step_sd",
+    "stall_samples",
+    "step_stall_gate",
     "student_t_quantile",
     "variance_upper_bound",
     "wald_bounds",
