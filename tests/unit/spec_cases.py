@@ -55,7 +55,9 @@ def traffic(**fields: Any) -> dict[str, Any]:
 
 
 PICKER: dict[str, Any] = {"name": "llama-epp", "port": 9002}
-POOL: dict[str, Any] = {"endpointPicker": {"baseline": PICKER, "canary": {**PICKER, "name": "llama-canary-epp"}}}
+POOL: dict[str, Any] = {
+    "endpointPicker": {"baseline": PICKER, "canary": {**PICKER, "name": "llama-canary-epp"}}
+}
 POOLS: dict[str, Any] = {**GATEWAY, "backend": "InferencePool", "inferencePool": POOL}
 
 
