@@ -340,11 +340,11 @@ def _refused_rule(
 ) -> tuple[str, str] | None:
     """existingRoute naming a rule whose backends are not core Services (InvalidSpec), or that
     another SpeculativeDeployment routes (NameConflict): the reason and why it is refused."""
-    existing = traffic.existing_route if traffic is not None else None
-    if existing is None or route is None:
+    if traffic is None or traffic.existing_route is None or route is None:
         return None
+    existing = traffic.existing_route
     try:
-        foreign = render.foreign_backends(route, existing, owner)
+        foreign = render.foreign_backends(route, existing, owner, traffic.backend)
         taken = render.routed_by_another(route, existing, owner)
     except LookupError:
         return None  # route_state names the field to fix

@@ -629,10 +629,16 @@ def routed_by_another(route: Mapping[str, Any], existing: api.ExistingRoute, own
     )
 
 
-def foreign_backends(route: Mapping[str, Any], existing: api.ExistingRoute, owner: Owner) -> str | None:
+def foreign_backends(
+    route: Mapping[str, Any],
+    existing: api.ExistingRoute,
+    owner: Owner,
+    backend: api.Backend = api.Backend.SERVICE,
+) -> str | None:
     """Why specgate refuses to route the user's rule (None: it does not): a backend that is not a core
-    Service (an InferencePool's endpoint picker, say) would be replaced by the tracks' Services and
-    bypassed. LookupError where the rule is not there (route_state says so)."""
+    Service (an InferencePool's endpoint picker, say) would be replaced by the tracks' Services (or
+    pools: adopting the user's pool as the baseline's is not built) and bypassed. LookupError where
+    the rule is not there (route_state says so)."""
     index = rule_index(route, existing)
     refs = _rule_refs(route, index)
     if _track_weights(refs, owner) is not None:
@@ -644,11 +650,15 @@ def foreign_backends(route: Mapping[str, Any], existing: api.ExistingRoute, owne
     ]
     if not other:
         return None
-    return (
-        f"spec.rollout.traffic.existingRoute: {describe_rule(existing)} sends traffic to "
-        f"{', '.join(other)}: specgate routes only rules whose backends are core Services (it would "
-        "replace these, bypassing them); name another rule, or use httpRoute"
+    why = (
+        "specgate does not yet adopt your InferencePool as the baseline's (it would replace it with "
+        f"InferencePools {' and '.join(deployment_name(owner, track) for track in Track)}, bypassing "
+        "your picker); point the rule at a core Service, name another rule, or use httpRoute"
+        if backend is api.Backend.INFERENCE_POOL
+        else "specgate routes only rules whose backends are core Services (it would replace these, "
+        "bypassing them); name another rule, or use httpRoute"
     )
+    return f"spec.rollout.traffic.existingRoute: {describe_rule(existing)} sends traffic to {', '.join(other)}: {why}"
 
 
 def _rule_guard(route: Mapping[str, Any], existing: api.ExistingRoute, index: int) -> list[dict[str, Any]]:

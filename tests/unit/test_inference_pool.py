@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 from tests.conftest import ROOT
-from tests.unit.handler_fakes import OWNER, FakeKube, reconcile_step
+from tests.unit.handler_fakes import OWNER, FakeKube, json_patched, reconcile_step
 from tests.unit.openapi_check import problems
 from tests.unit.rollout_driver import Run, make_spec, ready
 
@@ -236,3 +236,41 @@ def test_a_pool_name_taken_by_someone_else_is_a_name_conflict(monkeypatch: pytes
     status = reconcile_step(run, after=0).status
     assert (status.phase, status.reason) == (Phase.FAILED, Reason.NAME_CONFLICT)
     assert {f"InferencePool {n}" for n in NAMES} <= set(seen[0])
+
+
+# --- existingRoute: a rule of Services taken over with the pools; a rule of the user's pool refused ---
+
+EXISTING = api.ExistingRoute(name="chat", rule_name="chat")
+USERS_SERVICE = {"kind": "Service", "name": "vllm", "port": 8000}
+USERS_POOL = pool_ref("chat-pool", 1)
+
+
+def users_route(*refs: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "chat", "namespace": "ml", "resourceVersion": "9"},
+        "spec": {"parentRefs": [GATEWAY], "rules": [{"name": "chat", "backendRefs": list(refs)}]},
+    }
+
+
+def test_a_users_rule_of_services_gets_the_pools_and_its_own_backends_back() -> None:
+    route = users_route(USERS_SERVICE)
+    assert render.foreign_backends(route, EXISTING, OWNER, POOL) is None
+    record = render.rule_record(route, EXISTING, OWNER)
+    assert record is not None and record.backend_refs == [USERS_SERVICE]
+    taken = json_patched(route, render.rule_patch(route, EXISTING, OWNER, Weights(100, 0), POOL))
+    assert render.route_weights(taken, 0, OWNER, POOL) == Weights(100, 0)
+    restored = json_patched(taken, render.restore_patch(taken, record, OWNER))
+    assert restored == route
+
+
+def test_a_users_rule_of_its_own_pool_is_refused_not_replaced(monkeypatch: pytest.MonkeyPatch) -> None:
+    route = users_route(USERS_POOL)
+    why = render.foreign_backends(route, EXISTING, OWNER, POOL)
+    assert why is not None and "does not yet adopt your InferencePool" in why
+    assert "InferencePool chat-pool (inference.networking.k8s.io)" in why
+    existing = {**POOLS, "httpRoute": None, "existingRoute": {"name": "chat", "ruleName": "chat"}}
+    run = Run(make_spec(traffic=existing))
+    fake = FakeKube({"llama-baseline": ready(2)}, routes={"chat": route}).install(monkeypatch)
+    status = reconcile_step(run, after=0).status
+    assert (status.phase, status.reason) == (Phase.FAILED, Reason.INVALID_SPEC)
+    assert fake.routes["chat"] == route and not [c for c in fake.calls if c[0] == "apply"]
