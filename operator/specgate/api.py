@@ -1501,8 +1501,12 @@ class GuardStatus(StatusModel):
 
 
 class RouteWeights(StatusModel):
-    baseline: int = Field(description="Percent of the route's traffic to Service <name>-baseline.")
-    canary: int = Field(description="Percent of the route's traffic to Service <name>-canary.")
+    baseline: int = Field(
+        description="Percent of the route's traffic to <name>-baseline (Service or InferencePool)."
+    )
+    canary: int = Field(
+        description="Percent of the route's traffic to <name>-canary (Service or InferencePool)."
+    )
 
 
 class OriginalRule(StatusModel):
