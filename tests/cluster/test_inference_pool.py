@@ -19,6 +19,7 @@ from typing import Any, cast
 
 import pytest
 from kubernetes import client
+from kubernetes.client.exceptions import ApiException
 from tests.cluster.gateway import GROUP as GATEWAY_GROUP
 from tests.cluster.gateway import VERSION as GATEWAY_VERSION
 from tests.cluster.gateway import install_gateway_api_crds
@@ -68,7 +69,7 @@ def read(api_client: client.ApiClient, namespace: str, plural: str, name: str) -
         found = custom_objects(api_client).get_namespaced_custom_object(
             group, version, namespace, plural, name
         )
-    except client.exceptions.ApiException as exc:
+    except ApiException as exc:
         if exc.status == 404:
             return None
         raise

@@ -109,6 +109,14 @@ def test_the_owned_routes_rule_weights_the_two_pools_as_it_would_the_services() 
     assert [ref["weight"] for ref in services] == [ref["weight"] for ref in refs]
 
 
+def test_an_owned_route_of_services_differs_from_one_of_pools() -> None:
+    """Switching backend rewrites the owned route: the kinds are compared, not only the weights."""
+    template = api.HTTPRouteTemplate.model_validate({"parentRefs": [GATEWAY]})
+    services = render.http_route(OWNER, template, Weights(100, 0))
+    assert render.route_differs(services, render.http_route(OWNER, template, Weights(100, 0), POOL))
+    assert not render.route_differs(services, render.http_route(OWNER, template, Weights(100, 0)))
+
+
 def rule(*refs: dict[str, Any]) -> dict[str, Any]:
     return {"metadata": {"resourceVersion": "5"}, "spec": {"rules": [{"backendRefs": list(refs)}]}}
 
