@@ -1531,7 +1531,8 @@ class TrafficStatus(StatusModel):
     actual: RouteWeights | None = Field(
         None,
         description="Weights in the route's rule once its Gateways accepted that generation (Accepted "
-        "and ResolvedRefs); absent until then, and pods of a track losing weight wait for them.",
+        "and ResolvedRefs; with backend InferencePool, both pools' too); absent until then, and pods "
+        "of a track losing weight wait for them.",
     )
     original: OriginalRule | None = Field(
         None,
