@@ -556,6 +556,47 @@ class ExistingRoute(Model):
     )
 
 
+class Backend(StrEnum):
+    SERVICE = "Service"
+    INFERENCE_POOL = "InferencePool"
+
+
+class FailureMode(StrEnum):
+    FAIL_OPEN = "FailOpen"
+    FAIL_CLOSE = "FailClose"
+
+
+class EndpointPicker(Model):
+    """The endpoint picker of one track's InferencePool (its spec.endpointPickerRef): a Service of
+    yours running the picker (Gateway API Inference Extension v1). specgate deploys no picker."""
+
+    name: str = Field(min_length=1, max_length=253, description="Name of the picker's Service.")
+    port: int = Field(
+        ge=1, le=65535, description="The picker's gRPC port on that Service (ext-proc, e.g. 9002)."
+    )
+    failure_mode: FailureMode = Field(
+        FailureMode.FAIL_CLOSE,
+        description="What the gateway does when the picker does not answer: FailClose refuses the "
+        "request, FailOpen sends it to an endpoint of the gateway's choosing.",
+    )
+
+
+class EndpointPickers(Model):
+    baseline: EndpointPicker | None = Field(None, description="Picker of InferencePool <name>-baseline.")
+    canary: EndpointPicker | None = Field(None, description="Picker of InferencePool <name>-canary.")
+
+
+class InferencePoolTemplate(Model):
+    """The InferencePools <name>-baseline and <name>-canary specgate creates and owns (backend
+    InferencePool): each selects its track's pods on the engine's port."""
+
+    endpoint_picker: EndpointPickers | None = Field(
+        None,
+        description="Each pool's endpoint picker (a Service and port): both required. A picker "
+        "serves one pool, so each track has its own.",
+    )
+
+
 class Traffic(Model):
     router: Router = Field(
         Router.SERVICE,
@@ -567,6 +608,17 @@ class Traffic(Model):
     http_route: HTTPRouteTemplate | None = Field(
         None,
         description="GatewayAPI: the HTTPRoute <name> specgate creates. Exactly one of this and existingRoute.",
+    )
+    backend: Backend = Field(
+        Backend.SERVICE,
+        description="GatewayAPI: what the rule's two weighted backendRefs are. Service: Services "
+        "<name>-baseline and <name>-canary. InferencePool: InferencePools <name>-baseline and "
+        "<name>-canary (Gateway API Inference Extension v1, its CRD installed), each with the "
+        "endpoint picker inferencePool names; their weights count as carried once the route and "
+        "both pools report Accepted and ResolvedRefs.",
+    )
+    inference_pool: InferencePoolTemplate | None = Field(
+        None, description="backend InferencePool: the pools' endpoint pickers."
     )
     existing_route: ExistingRoute | None = Field(
         None,
@@ -1022,6 +1074,39 @@ RULES: tuple[Rule, ...] = (
         "history",
         lambda g: parse_duration(g.history) >= 600,
     ),
+    # spec.rollout.traffic.backend InferencePool (issue 59)
+    Rule(
+        Traffic,
+        "!has(self.backend) || self.backend != 'InferencePool' "
+        "|| (has(self.router) && self.router == 'GatewayAPI')",
+        "backend InferencePool weights two InferencePools on an HTTPRoute rule, which needs router "
+        "GatewayAPI: set router: GatewayAPI (with httpRoute or existingRoute), or backend: Service",
+        "backend",
+        lambda t: t.backend != Backend.INFERENCE_POOL or t.router == Router.GATEWAY_API,
+    ),
+    Rule(
+        Traffic,
+        "!has(self.backend) || self.backend != 'InferencePool' || (has(self.inferencePool) "
+        "&& has(self.inferencePool.endpointPicker) && has(self.inferencePool.endpointPicker.baseline) "
+        "&& has(self.inferencePool.endpointPicker.canary))",
+        "backend InferencePool needs inferencePool.endpointPicker.baseline and .canary, each the name "
+        "and port of the Service of that pool's endpoint picker (specgate deploys no picker): set both",
+        "inferencePool",
+        lambda t: t.backend != Backend.INFERENCE_POOL
+        or (
+            t.inference_pool is not None
+            and t.inference_pool.endpoint_picker is not None
+            and t.inference_pool.endpoint_picker.baseline is not None
+            and t.inference_pool.endpoint_picker.canary is not None
+        ),
+    ),
+    Rule(
+        Traffic,
+        "!has(self.inferencePool) || (has(self.backend) && self.backend == 'InferencePool')",
+        "inferencePool applies to backend InferencePool only: set backend: InferencePool or remove it",
+        "inferencePool",
+        lambda t: t.inference_pool is None or t.backend == Backend.INFERENCE_POOL,
+    ),
 )
 
 
@@ -1424,8 +1509,12 @@ class GuardStatus(StatusModel):
 
 
 class RouteWeights(StatusModel):
-    baseline: int = Field(description="Percent of the route's traffic to Service <name>-baseline.")
-    canary: int = Field(description="Percent of the route's traffic to Service <name>-canary.")
+    baseline: int = Field(
+        description="Percent of the route's traffic to <name>-baseline (Service or InferencePool)."
+    )
+    canary: int = Field(
+        description="Percent of the route's traffic to <name>-canary (Service or InferencePool)."
+    )
 
 
 class OriginalRule(StatusModel):
@@ -1450,7 +1539,8 @@ class TrafficStatus(StatusModel):
     actual: RouteWeights | None = Field(
         None,
         description="Weights in the route's rule once its Gateways accepted that generation (Accepted "
-        "and ResolvedRefs); absent until then, and pods of a track losing weight wait for them.",
+        "and ResolvedRefs; with backend InferencePool, both pools' too); absent until then, and pods "
+        "of a track losing weight wait for them.",
     )
     original: OriginalRule | None = Field(
         None,

@@ -220,18 +220,21 @@ def step(
         return rollout.invalid_spec(error, current, generation, now)
     spec, k_schedule = schedule.resolve(spec, current, now)  # Auto: held per rollout, see schedule.py
     deployments = [render.deployment(spec, owner, track, 0) for track in Track]
-    conflicts = kube.foreign_children([*deployments, *_named_children(spec, owner)], owner.uid)
+    traffic = spec.rollout.traffic if rollout.routes_by_weight(spec) else None
+    pools = render.inference_pools(owner, traffic) if traffic is not None else []
+    conflicts = kube.foreign_children([*deployments, *_named_children(spec, owner), *pools], owner.uid)
     failed = partial(_failed, owner, current, children, generation, now)
     if conflicts:
         message = f"{'; '.join(conflicts)}: rename this object or remove the other; nothing was changed"
         return failed(rollout.Reason.NAME_CONFLICT, message)
     if spec.rollout.metrics.pod_monitor and not kube.serves_pod_monitors():
         return failed(rollout.Reason.POD_MONITOR_CRD_MISSING, NO_POD_MONITOR_CRD)
-    traffic = spec.rollout.traffic if rollout.routes_by_weight(spec) else None
     if traffic is not None and not kube.serves_http_routes():
         return rollout.failed(
             rollout.Reason.GATEWAY_API_CRD_MISSING, NO_GATEWAY_API_CRD, current, generation, now
         )
+    if pools and not kube.serves_inference_pools():
+        return failed(rollout.Reason.INFERENCE_POOL_CRD_MISSING, NO_INFERENCE_POOL_CRD)
     original = current.traffic.original if current.traffic else None
     released: tuple[rollout.Event, ...] = ()
     if original is not None and render.releases(original, traffic):
@@ -241,14 +244,18 @@ def step(
         refused = _refused_rule(traffic, route, owner)
         if refused is not None:
             return failed(*refused)
+        pools_read = {pool["metadata"]["name"]: _read_pool(owner, pool) for pool in pools}
         observation = replace(
             observe(spec, current, owner, generation, now, children),
             abort=requests.abort,
-            route=render.route_state(route, traffic, owner) if traffic else None,
+            route=render.route_state(route, traffic, owner, pools_read) if traffic else None,
         )
         decision = rollout.decide(spec, current, observation, now)
         if decision.touch_children:
             apply_children(spec, owner, decision, observation, children)
+            for pool in pools:  # before the route names them
+                if render.spec_differs(pools_read[pool["metadata"]["name"]], pool):
+                    kube.apply(pool)
             if traffic is not None and decision.route_weights is not None:
                 written = current.traffic.desired if current.traffic else None
                 original, repaired = _route_traffic(
@@ -278,6 +285,10 @@ def step(
     )
 
 
+def _read_pool(owner: Owner, pool: Manifest) -> dict[str, Any] | None:
+    return kube.read_inference_pool(owner.namespace, pool["metadata"]["name"])
+
+
 def _route_traffic(
     traffic: api.Traffic,
     owner: Owner,
@@ -292,13 +303,13 @@ def _route_traffic(
     (a rule that moved since it was read waits for the next reconcile). The record of the user's
     rule: `original`, or taken as specgate first sets its backendRefs."""
     if traffic.http_route is not None:
-        manifest = render.http_route(owner, traffic.http_route, weights)
+        manifest = render.http_route(owner, traffic.http_route, weights, traffic.backend)
         if not render.route_differs(route, manifest):
             return original, ()
         kube.apply(manifest)
         last = None if written is None else Weights(written.baseline, written.canary)
         if last is None or not render.route_differs(
-            route, render.http_route(owner, traffic.http_route, last)
+            route, render.http_route(owner, traffic.http_route, last, traffic.backend)
         ):
             return original, ()  # created, or moved on from what specgate wrote itself
         what = "was deleted" if route is None else "was changed by someone else"
@@ -311,10 +322,11 @@ def _route_traffic(
         index = render.rule_index(route, existing)
     except LookupError:
         return original, ()  # status names the field to fix
-    if render.route_weights(route, index, owner) == weights:
+    if render.route_weights(route, index, owner, traffic.backend) == weights:
         return original, ()
+    operations = render.rule_patch(route, existing, owner, weights, traffic.backend)
     try:
-        kube.patch_route(owner.namespace, existing.name, render.rule_patch(route, existing, owner, weights))
+        kube.patch_route(owner.namespace, existing.name, operations)
     except kube.Conflict as moved:
         log.info("%s; weights set again on the next reconcile", moved)
         return original, ()
@@ -328,11 +340,11 @@ def _refused_rule(
 ) -> tuple[str, str] | None:
     """existingRoute naming a rule whose backends are not core Services (InvalidSpec), or that
     another SpeculativeDeployment routes (NameConflict): the reason and why it is refused."""
-    existing = traffic.existing_route if traffic is not None else None
-    if existing is None or route is None:
+    if traffic is None or traffic.existing_route is None or route is None:
         return None
+    existing = traffic.existing_route
     try:
-        foreign = render.foreign_backends(route, existing, owner)
+        foreign = render.foreign_backends(route, existing, owner, traffic.backend)
         taken = render.routed_by_another(route, existing, owner)
     except LookupError:
         return None  # route_state names the field to fix
@@ -589,6 +601,11 @@ NO_GATEWAY_API_CRD = (
     "spec.rollout.traffic.router is GatewayAPI but this cluster has no HTTPRoute resource "
     f"({render.GATEWAY_API_VERSION}): install the Gateway API CRDs (and a Gateway implementation), "
     "or use router: Service; nothing was changed"
+)
+NO_INFERENCE_POOL_CRD = (
+    "spec.rollout.traffic.backend is InferencePool but this cluster has no InferencePool resource "
+    f"({render.INFERENCE_POOL_VERSION}): install the Gateway API Inference Extension's CRDs (v1.0 or "
+    "later, and a gateway that implements InferencePool), or set backend: Service; nothing was changed"
 )
 NO_PROMETHEUS = "no Prometheus URL: set spec.rollout.metrics.prometheusUrl or run with --prometheus-url"
 

@@ -26,6 +26,8 @@ from specgate.render import (
     ANNOTATION_RENDERED,
     ANNOTATION_TEMPLATE,
     GATEWAY_API_VERSION,
+    INFERENCE_GROUP,
+    INFERENCE_POOL_VERSION,
     LABEL_DEPLOYMENT,
     LABEL_TRACK,
     MANAGED_BY,
@@ -63,6 +65,7 @@ PERMISSIONS: tuple[tuple[str, str, frozenset[str]], ...] = (
     ("events.k8s.io", "events", frozenset({"create"})),
     ("monitoring.coreos.com", "podmonitors", frozenset({"get", "create", "patch"})),
     ("gateway.networking.k8s.io", "httproutes", frozenset({"get", "create", "patch"})),  # router GatewayAPI
+    (INFERENCE_GROUP, "inferencepools", frozenset({"get", "create", "patch"})),  # backend InferencePool
     # Peering (several replicas, one acting): kopf's heartbeats in the peering object's status.
     ("kopf.dev", "kopfpeerings", frozenset({"get", "list", "watch", "patch"})),
     # kopf lists and watches namespaces (to resolve what it watches) and CRDs (to notice new
@@ -114,6 +117,7 @@ JOB = JOBS + "/{name}"
 PODS = "/api/v1/namespaces/{namespace}/pods"
 POD_MONITOR = f"/apis/{MONITORING_GROUP}/v1/namespaces/{{namespace}}/podmonitors/{{name}}"
 HTTP_ROUTE = f"/apis/{GATEWAY_API_VERSION}/namespaces/{{namespace}}/httproutes/{{name}}"
+INFERENCE_POOL = f"/apis/{INFERENCE_POOL_VERSION}/namespaces/{{namespace}}/inferencepools/{{name}}"
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 CHILD_PATHS = {
@@ -122,6 +126,7 @@ CHILD_PATHS = {
     "Job": JOB,
     "PodMonitor": POD_MONITOR,
     "HTTPRoute": HTTP_ROUTE,
+    "InferencePool": INFERENCE_POOL,
 }
 
 
@@ -272,6 +277,11 @@ def serves_http_routes() -> bool:
     return serves(GATEWAY_API_VERSION, "httproutes")
 
 
+def serves_inference_pools() -> bool:
+    """Whether the Gateway API Inference Extension's InferencePool CRD (v1) is installed."""
+    return serves(INFERENCE_POOL_VERSION, "inferencepools")
+
+
 def _child_key(manifest: Manifest, owner_uid: str) -> ChildKey:
     meta = manifest["metadata"]
     return owner_uid, manifest["kind"], meta["namespace"], meta["name"]
@@ -299,9 +309,10 @@ def apply(manifest: Manifest, children: Children | None = None) -> None:
     name, namespace, kind = meta["name"], meta["namespace"], manifest["kind"]
     key = _child_key(manifest, meta["ownerReferences"][0]["uid"])
     digest = hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()
-    # An HTTPRoute is not watched, so nothing would show that it was deleted or edited since this
-    # process wrote it: handlers read it every reconcile and apply it only where it differs.
-    unwatched = kind in ("Job", "HTTPRoute")
+    # An HTTPRoute or InferencePool is not watched, so nothing would show that it was deleted or
+    # edited since this process wrote it: handlers read it every reconcile and apply it only where
+    # it differs.
+    unwatched = kind in ("Job", "HTTPRoute", "InferencePool")
     if not unwatched and _APPLIED.get(key) == (digest, _written_as(children or Children(), key)):
         return
     if foreign_children([manifest], key[0], fresh=True):
@@ -622,8 +633,17 @@ def annotate(namespace: str, name: str, changes: dict[str, str | None], resource
 
 def read_route(namespace: str, name: str) -> dict[str, Any] | None:
     """The HTTPRoute as the API server has it (spec and its Gateways' status); None when absent."""
+    return _read(HTTP_ROUTE, namespace, name)
+
+
+def read_inference_pool(namespace: str, name: str) -> dict[str, Any] | None:
+    """The InferencePool as the API server has it (spec and its Gateways' status); None when absent."""
+    return _read(INFERENCE_POOL, namespace, name)
+
+
+def _read(path: str, namespace: str, name: str) -> dict[str, Any] | None:
     try:
-        return _request("GET", HTTP_ROUTE, namespace=namespace, name=name)
+        return _request("GET", path, namespace=namespace, name=name)
     except ApiException as exc:
         if exc.status == 404:
             return None

@@ -18,7 +18,7 @@ from typing import Any
 
 from specgate import api, benchmark
 from specgate.observation import RouteState
-from specgate.traffic import Parent, Weights, route_hold, shares
+from specgate.traffic import Parent, Weights, pools_hold, route_hold, shares
 
 Manifest = dict[str, Any]
 
@@ -414,19 +414,70 @@ def pod_monitor(owner: Owner, scrape_interval: str, labels: dict[str, str] | Non
 
 
 GATEWAY_API_VERSION = "gateway.networking.k8s.io/v1"
+INFERENCE_GROUP = "inference.networking.k8s.io"  # Gateway API Inference Extension
+INFERENCE_POOL_VERSION = f"{INFERENCE_GROUP}/v1"
 
 
-def backend_refs(owner: Owner, weights: Weights) -> list[dict[str, Any]]:
-    """The tracks' Services, weighted: what a rule of the route sends traffic to."""
+def inference_pool(owner: Owner, track: Track, picker: api.EndpointPicker) -> Manifest:
+    """InferencePool <name>-<track> (backend InferencePool): the track's serving pods on the
+    engine's port, and the endpoint picker the user runs for it."""
+    return {
+        "apiVersion": INFERENCE_POOL_VERSION,
+        "kind": "InferencePool",
+        "metadata": _metadata(owner, deployment_name(owner, track), dict(MANAGED_BY)),
+        "spec": {
+            "selector": {"matchLabels": {**serving_selector(owner), LABEL_TRACK: track.value}},
+            "targetPorts": [{"number": HTTP_PORT}],
+            "endpointPickerRef": {
+                "kind": "Service",
+                "name": picker.name,
+                "port": {"number": picker.port},
+                "failureMode": picker.failure_mode.value,
+            },
+        },
+    }
+
+
+def inference_pools(owner: Owner, traffic: api.Traffic) -> list[Manifest]:
+    """Both tracks' InferencePools, baseline first, where the route's backends are pools; else none."""
+    pickers = traffic.inference_pool.endpoint_picker if traffic.inference_pool is not None else None
+    if traffic.backend != api.Backend.INFERENCE_POOL or pickers is None:
+        return []
+    by_track = {Track.BASELINE: pickers.baseline, Track.CANARY: pickers.canary}
+    return [inference_pool(owner, track, picker) for track, picker in by_track.items() if picker is not None]
+
+
+def spec_differs(found: Mapping[str, Any] | None, manifest: Manifest) -> bool:
+    """Whether the object as read lacks what `manifest`'s spec sets (absent, or a field missing or
+    with another value; fields the API server defaults are not in the manifest: not compared)."""
+    return found is None or not _within(manifest["spec"], found.get("spec") or {})
+
+
+def track_ref(owner: Owner, track: Track, backend: api.Backend) -> dict[str, Any]:
+    """A backendRef to the track's Service or InferencePool, without its weight."""
+    if backend is api.Backend.INFERENCE_POOL:
+        return {"group": INFERENCE_GROUP, "kind": "InferencePool", "name": deployment_name(owner, track)}
+    return {"kind": "Service", "name": service_name(owner, track), "port": HTTP_PORT}
+
+
+def backend_refs(
+    owner: Owner, weights: Weights, backend: api.Backend = api.Backend.SERVICE
+) -> list[dict[str, Any]]:
+    """The tracks' Services (or InferencePools), weighted: what a rule of the route sends traffic to."""
     return [
-        {"kind": "Service", "name": service_name(owner, track), "port": HTTP_PORT, "weight": weight}
+        {**track_ref(owner, track, backend), "weight": weight}
         for track, weight in zip((Track.BASELINE, Track.CANARY), weights.written, strict=True)
     ]
 
 
-def http_route(owner: Owner, template: api.HTTPRouteTemplate, weights: Weights) -> Manifest:
-    """HTTPRoute <name> (traffic.httpRoute): one rule, the tracks' Services as its backends."""
-    rule: dict[str, Any] = {"backendRefs": backend_refs(owner, weights)}
+def http_route(
+    owner: Owner,
+    template: api.HTTPRouteTemplate,
+    weights: Weights,
+    backend: api.Backend = api.Backend.SERVICE,
+) -> Manifest:
+    """HTTPRoute <name> (traffic.httpRoute): one rule, the tracks' Services (or pools) as its backends."""
+    rule: dict[str, Any] = {"backendRefs": backend_refs(owner, weights, backend)}
     if template.matches:
         rule["matches"] = template.matches
     if template.timeouts is not None:
@@ -497,7 +548,11 @@ def rule_index(route: Mapping[str, Any], existing: api.ExistingRoute) -> int:
 
 
 def rule_patch(
-    route: Mapping[str, Any], existing: api.ExistingRoute, owner: Owner, weights: Weights
+    route: Mapping[str, Any],
+    existing: api.ExistingRoute,
+    owner: Owner,
+    weights: Weights,
+    backend: api.Backend = api.Backend.SERVICE,
 ) -> list[dict[str, Any]]:
     """A JSON patch (RFC 6902) that sets the managed rule's backendRefs and nothing else.
 
@@ -505,7 +560,7 @@ def rule_patch(
     rule's backendRefs would take (and need) the whole list. The patch's test ops make the API
     server refuse it, instead of changing another rule, if the rules moved since `route` was read."""
     index = rule_index(route, existing)
-    refs = backend_refs(owner, weights)
+    refs = backend_refs(owner, weights, backend)
     return [*_rule_guard(route, existing, index), {"op": "add", "path": _refs_path(index), "value": refs}]
 
 
@@ -519,12 +574,14 @@ def tracks_rule(route: Mapping[str, Any], owner: Owner) -> int | None:
 def weights_patch(
     route: Mapping[str, Any], index: int, owner: Owner, weights: Weights
 ) -> list[dict[str, Any]]:
-    """A JSON patch setting rule `index`'s backendRefs to the tracks' Services at `weights`, refused
-    by the API server if the route changed since it was read (a test of its resourceVersion)."""
+    """A JSON patch setting rule `index`'s backendRefs to the tracks' Services (or InferencePools,
+    as the rule has them) at `weights`, refused by the API server if the route changed since it was
+    read (a test of its resourceVersion)."""
     version = route["metadata"]["resourceVersion"]
+    backend = _refs_backend(_rule_refs(route, index)) or api.Backend.SERVICE
     return [
         {"op": "test", "path": "/metadata/resourceVersion", "value": version},
-        {"op": "add", "path": _refs_path(index), "value": backend_refs(owner, weights)},
+        {"op": "add", "path": _refs_path(index), "value": backend_refs(owner, weights, backend)},
     ]
 
 
@@ -572,10 +629,16 @@ def routed_by_another(route: Mapping[str, Any], existing: api.ExistingRoute, own
     )
 
 
-def foreign_backends(route: Mapping[str, Any], existing: api.ExistingRoute, owner: Owner) -> str | None:
+def foreign_backends(
+    route: Mapping[str, Any],
+    existing: api.ExistingRoute,
+    owner: Owner,
+    backend: api.Backend = api.Backend.SERVICE,
+) -> str | None:
     """Why specgate refuses to route the user's rule (None: it does not): a backend that is not a core
-    Service (an InferencePool's endpoint picker, say) would be replaced by the tracks' Services and
-    bypassed. LookupError where the rule is not there (route_state says so)."""
+    Service (an InferencePool's endpoint picker, say) would be replaced by the tracks' Services (or
+    pools: adopting the user's pool as the baseline's is not built) and bypassed. LookupError where
+    the rule is not there (route_state says so)."""
     index = rule_index(route, existing)
     refs = _rule_refs(route, index)
     if _track_weights(refs, owner) is not None:
@@ -587,11 +650,15 @@ def foreign_backends(route: Mapping[str, Any], existing: api.ExistingRoute, owne
     ]
     if not other:
         return None
-    return (
-        f"spec.rollout.traffic.existingRoute: {describe_rule(existing)} sends traffic to "
-        f"{', '.join(other)}: specgate routes only rules whose backends are core Services (it would "
-        "replace these, bypassing them); name another rule, or use httpRoute"
+    why = (
+        "specgate does not yet adopt your InferencePool as the baseline's (it would replace it with "
+        f"InferencePools {' and '.join(deployment_name(owner, track) for track in Track)}, bypassing "
+        "your picker); point the rule at a core Service, name another rule, or use httpRoute"
+        if backend is api.Backend.INFERENCE_POOL
+        else "specgate routes only rules whose backends are core Services (it would replace these, "
+        "bypassing them); name another rule, or use httpRoute"
     )
+    return f"spec.rollout.traffic.existingRoute: {describe_rule(existing)} sends traffic to {', '.join(other)}: {why}"
 
 
 def _rule_guard(route: Mapping[str, Any], existing: api.ExistingRoute, index: int) -> list[dict[str, Any]]:
@@ -677,8 +744,14 @@ def route_name(owner: Owner, traffic: api.Traffic) -> str:
     return traffic.existing_route.name if traffic.existing_route is not None else owner.name
 
 
-def route_state(route: Mapping[str, Any] | None, traffic: api.Traffic, owner: Owner) -> RouteState:
-    """The rule's weights as the route's Gateways accepted them, or why they have not (yet)."""
+def route_state(
+    route: Mapping[str, Any] | None,
+    traffic: api.Traffic,
+    owner: Owner,
+    pools: Mapping[str, Mapping[str, Any] | None] | None = None,
+) -> RouteState:
+    """The rule's weights as the route's Gateways accepted them, or why they have not (yet). With
+    backend InferencePool, `pools` (by name, as read) must be accepted by those Gateways as well."""
     existing = traffic.existing_route
     if route is None:
         return RouteState(
@@ -690,15 +763,17 @@ def route_state(route: Mapping[str, Any] | None, traffic: api.Traffic, owner: Ow
         return RouteState(hold=str(error))
     owned = traffic.http_route.parent_refs if traffic.http_route is not None and existing is None else None
     parents = None if owned is None else [Parent(p.name, p.namespace, p.section_name) for p in owned]
-    hold = route_hold(route, parents)
-    written = route_weights(route, index, owner)
+    hold = route_hold(route, parents) or (pools_hold(pools, parents) if pools else None)
+    written = route_weights(route, index, owner, traffic.backend)
     return RouteState(hold=hold, written=written) if hold else RouteState(weights=written)
 
 
-def route_weights(route: Mapping[str, Any], index: int, owner: Owner) -> Weights | None:
-    """The share of traffic rule `index` of the route gives each track's Service, None unless its
-    backends are exactly those two (_track_weights)."""
-    weights = _track_weights(_rule_refs(route, index), owner)
+def route_weights(
+    route: Mapping[str, Any], index: int, owner: Owner, backend: api.Backend | None = None
+) -> Weights | None:
+    """The share of traffic rule `index` of the route gives each track's Service (or InferencePool),
+    None unless its backends are exactly those two (_track_weights)."""
+    weights = _track_weights(_rule_refs(route, index), owner, backend)
     return None if weights is None else shares(*weights)
 
 
@@ -707,13 +782,27 @@ def _rule_refs(route: Mapping[str, Any], index: int) -> list[dict[str, Any]]:
     return list(rules[index].get("backendRefs") or []) if index < len(rules) else []
 
 
-def _track_weights(refs: list[dict[str, Any]], owner: Owner) -> tuple[int, int] | None:
-    """The (baseline, canary) weights of the tracks' Services among refs, None unless refs are
-    exactly those two (a backend without a weight has Gateway API's default, 1)."""
-    weights = {
-        ref.get("name"): int(ref.get("weight", 1)) for ref in refs if ref.get("kind", "Service") == "Service"
-    }
-    names = [service_name(owner, track) for track in (Track.BASELINE, Track.CANARY)]
-    if len(refs) != 2 or set(weights) != set(names):
+def _track_weights(
+    refs: list[dict[str, Any]], owner: Owner, backend: api.Backend | None = None
+) -> tuple[int, int] | None:
+    """The (baseline, canary) weights of the tracks' backends among refs, None unless refs are
+    exactly those two, both Services or both InferencePools (`backend`: that kind only; a backend
+    without a weight has Gateway API's default, 1). The two kinds are named alike (<name>-<track>)."""
+    kind = _refs_backend(refs)
+    if len(refs) != 2 or kind is None or backend not in (None, kind):
+        return None
+    weights = {ref.get("name"): int(ref.get("weight", 1)) for ref in refs}
+    names = [track_ref(owner, track, kind)["name"] for track in (Track.BASELINE, Track.CANARY)]
+    if set(weights) != set(names):
         return None
     return weights[names[0]], weights[names[1]]
+
+
+def _refs_backend(refs: list[dict[str, Any]]) -> api.Backend | None:
+    """The kind all of refs are, core Services or InferencePools; None for any other or a mix."""
+    kinds = {(ref.get("group") or "", ref.get("kind", "Service")) for ref in refs}
+    known = {
+        ("", "Service"): api.Backend.SERVICE,
+        (INFERENCE_GROUP, "InferencePool"): api.Backend.INFERENCE_POOL,
+    }
+    return known.get(kinds.pop()) if len(kinds) == 1 else None

@@ -86,6 +86,7 @@ class Reason(StrEnum):
     NAME_CONFLICT = "NameConflict"
     POD_MONITOR_CRD_MISSING = "PodMonitorCRDMissing"
     GATEWAY_API_CRD_MISSING = "GatewayAPICRDMissing"
+    INFERENCE_POOL_CRD_MISSING = "InferencePoolCRDMissing"
     RETRY_IGNORED = "RetryIgnored"
     ROLLBACK_STALLED = "RollbackStalled"
     WAITING_FOR_BASELINE = "WaitingForBaseline"

@@ -184,24 +184,38 @@ class Parent:
     section_name: str | None = None
 
 
-def route_hold(route: Mapping[str, Any] | None, parents: Sequence[Parent] | None) -> str | None:
+def route_hold(
+    route: Mapping[str, Any] | None, parents: Sequence[Parent] | None, kind: str = "HTTPRoute"
+) -> str | None:
     """Why the route's traffic cannot be measured yet, or None when every parent that names it
     (those in `parents`; None: every parent in its status) has Accepted and ResolvedRefs True for
-    the route's current generation."""
+    the route's current generation. `kind` names the object in the reasons: an InferencePool's
+    status.parents has the route's shape, and its Gateways must accept it too."""
     if route is None:
-        return "the HTTPRoute does not exist yet"
+        return f"the {kind} does not exist yet"
     namespace = route.get("metadata", {}).get("namespace")
     generation = route.get("metadata", {}).get("generation")
     statuses = route.get("status", {}).get("parents") or []
     reported = [_parent(s.get("parentRef", {}), namespace) for s in statuses]
     wanted = reported if parents is None else [_in(p, namespace) for p in parents]
     if not wanted:
-        return "no Gateway has picked up the HTTPRoute yet (status.parents is empty)"
+        return f"no Gateway has picked up the {kind} yet (status.parents is empty)"
     for parent in wanted:
         found = [s for s, r in zip(statuses, reported, strict=True) if r == parent]
-        problem = _parent_problem(found[0] if found else None, generation)
+        problem = _parent_problem(found[0] if found else None, generation, kind)
         if problem:
             return f"parent Gateway {parent.name}: {problem}"
+    return None
+
+
+def pools_hold(pools: Mapping[str, Mapping[str, Any] | None], parents: Sequence[Parent] | None) -> str | None:
+    """Why the InferencePools (by name, None: not found) do not carry their weights yet: the first
+    pool whose Gateways (`parents` as route_hold reads them) have not accepted it and resolved its
+    endpoint picker; None when every one has."""
+    for name, pool in pools.items():
+        hold = route_hold(pool, parents, kind="InferencePool")
+        if hold is not None:
+            return f"InferencePool {name}: {hold}"
     return None
 
 
@@ -214,9 +228,9 @@ def _in(parent: Parent, namespace: str | None) -> Parent:
     return parent if parent.namespace else Parent(parent.name, namespace, parent.section_name)
 
 
-def _parent_problem(status: Mapping[str, Any] | None, generation: int | None) -> str | None:
+def _parent_problem(status: Mapping[str, Any] | None, generation: int | None, kind: str) -> str | None:
     if status is None:
-        return "has not reported on the HTTPRoute yet"
+        return f"has not reported on the {kind} yet"
     conditions = {c.get("type"): c for c in status.get("conditions") or []}
     for kind in ("Accepted", "ResolvedRefs"):
         condition = conditions.get(kind)

@@ -28,8 +28,10 @@ class FakeKube:
     taken: list[str] = field(default_factory=list)
     pod_monitor_crd: bool = True
     http_route_crd: bool = True
+    inference_pool_crd: bool = True
     routes: dict[str, dict[str, Any]] = field(default_factory=dict)  # HTTPRoutes by name, as read
     missing_services: set[str] = field(default_factory=set)  # Services that do not exist (others do)
+    pools: dict[str, dict[str, Any]] = field(default_factory=dict)  # InferencePools by name, as read
     calls: list[tuple[Any, ...]] = field(default_factory=list)
 
     def install(self, monkeypatch: pytest.MonkeyPatch) -> FakeKube:
@@ -38,7 +40,9 @@ class FakeKube:
             "foreign_children",
             "serves_pod_monitors",
             "serves_http_routes",
+            "serves_inference_pools",
             "read_route",
+            "read_inference_pool",
             "patch_route",
             "service_exists",
             "apply",
@@ -62,8 +66,14 @@ class FakeKube:
     def serves_http_routes(self) -> bool:
         return self.http_route_crd
 
+    def serves_inference_pools(self) -> bool:
+        return self.inference_pool_crd
+
     def read_route(self, namespace: str, name: str) -> dict[str, Any] | None:
         return self.routes.get(name)
+
+    def read_inference_pool(self, namespace: str, name: str) -> dict[str, Any] | None:
+        return self.pools.get(name)
 
     def service_exists(self, namespace: str, name: str) -> bool:
         return name not in self.missing_services
@@ -76,8 +86,11 @@ class FakeKube:
             self.routes[name] = json_patched(self.routes[name], operations)
 
     def apply(self, manifest: Manifest, children: kube.Children | None = None) -> None:
-        if manifest["kind"] == "HTTPRoute":
-            self.calls.append(("apply", "HTTPRoute", manifest["metadata"]["name"], manifest["spec"]))
+        if manifest["kind"] in ("HTTPRoute", "InferencePool"):
+            name = manifest["metadata"]["name"]
+            self.calls.append(("apply", manifest["kind"], name, manifest["spec"]))
+            if manifest["kind"] == "InferencePool":  # created or updated: read back so next time
+                self.pools[name] = {**self.pools.get(name, {}), **copy.deepcopy(manifest)}
             return
         replicas = manifest["spec"].get("replicas")
         self.calls.append(("apply", manifest["kind"], manifest["metadata"]["name"], replicas))

@@ -54,6 +54,20 @@ def traffic(**fields: Any) -> dict[str, Any]:
     return with_("rollout.traffic", fields)
 
 
+PICKER: dict[str, Any] = {"name": "llama-epp", "port": 9002}
+POOL: dict[str, Any] = {
+    "endpointPicker": {"baseline": PICKER, "canary": {**PICKER, "name": "llama-canary-epp"}}
+}
+POOLS: dict[str, Any] = {**GATEWAY, "backend": "InferencePool", "inferencePool": POOL}
+
+
+def pools(**pickers: Any) -> dict[str, Any]:
+    """backend InferencePool with the pickers given (None: that track's left out)."""
+    chosen = {**POOL["endpointPicker"], **pickers}
+    picked = {track: picker for track, picker in chosen.items() if picker is not None}
+    return traffic(**{**POOLS, "inferencePool": {"endpointPicker": picked}})
+
+
 def existing_route(**rule: Any) -> dict[str, Any]:
     return traffic(router="GatewayAPI", existingRoute={"name": "chat", **rule})
 
@@ -166,4 +180,15 @@ RULE_CASES: list[tuple[int, dict[str, Any], dict[str, Any]]] = [
         with_("rollout", {"traffic": GATEWAY}),
     ),
     (39, with_("rollout.guard", {"history": "9m"}), with_("rollout.guard", {"history": "10m"})),
+    (40, traffic(backend="InferencePool", inferencePool=POOL), traffic(**POOLS)),
+    (
+        40,
+        traffic(router="Service", backend="InferencePool", inferencePool=POOL),
+        traffic(router="Service", backend="Service"),
+    ),
+    (41, traffic(**GATEWAY, backend="InferencePool"), traffic(**POOLS)),
+    (41, traffic(**GATEWAY, backend="InferencePool", inferencePool={}), traffic(**POOLS)),
+    (41, pools(canary=None), traffic(**POOLS)),
+    (41, pools(baseline=None), traffic(**POOLS)),
+    (42, traffic(**GATEWAY, inferencePool=POOL), traffic(**POOLS)),
 ]

@@ -154,6 +154,14 @@ API_SERVER_RULES = {
      "Service"),
     (".spec.rollout.guard", ".history", "history must be at least 10m, e.g. 12h (hours of the promoted "
      "config's alpha hold the guard's false-alarm budget)"),
+    (".spec.rollout.traffic", ".backend", "backend InferencePool weights two InferencePools on an HTTPRoute "
+     "rule, which needs router GatewayAPI: set router: GatewayAPI (with httpRoute or existingRoute), or "
+     "backend: Service"),
+    (".spec.rollout.traffic", ".inferencePool", "backend InferencePool needs "
+     "inferencePool.endpointPicker.baseline and .canary, each the name and port of the Service of that "
+     "pool's endpoint picker (specgate deploys no picker): set both"),
+    (".spec.rollout.traffic", ".inferencePool", "inferencePool applies to backend InferencePool only: set "
+     "backend: InferencePool or remove it"),
 }  # fmt: skip
 
 

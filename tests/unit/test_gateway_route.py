@@ -92,6 +92,8 @@ def test_the_owned_route_validates_against_the_httproute_crd(
     assert problems(render.http_route(OWNER, TEMPLATE, weights), httproute_schema) == []
     minimal = api.HTTPRouteTemplate.model_validate({"parentRefs": [{"name": "inference"}]})
     assert problems(render.http_route(OWNER, minimal, weights), httproute_schema) == []
+    pools = render.http_route(OWNER, TEMPLATE, weights, api.Backend.INFERENCE_POOL)  # issue 59
+    assert problems(pools, httproute_schema) == []
 
 
 def test_the_check_refuses_what_the_api_server_refuses(httproute_schema: dict[str, Any]) -> None:
