@@ -59,12 +59,12 @@ def capped(weights: Weights, canary_cap: int, baseline_ready: int, budget: Budge
     return weights if canary == weights.canary else Weights(100 - canary, canary)
 
 
-def carries_all(budget: Budget, baseline_ready: int) -> bool:
-    """Whether the baseline's Ready pods can take all of a rule's traffic: the floor's worth
-    (replicas - maxUnavailable), and at least one pod. Until then a user's rule keeps its own
-    backends and an owned route is not created (no weight on a backend without Ready pods that did
-    not already carry the traffic: a gateway answers 503 for it)."""
-    return baseline_ready >= max(budget.min_ready, 1)
+def carries_all(budget: Budget, ready: int) -> bool:
+    """Whether these Ready pods (the baseline's, at first) can take all of a rule's traffic: the
+    floor's worth (replicas - maxUnavailable), and at least one pod. Until then a user's rule keeps
+    its own backends and an owned route is not created (no weight on a backend without Ready pods
+    that did not already carry the traffic: a gateway answers 503 for it)."""
+    return ready >= max(budget.min_ready, 1)
 
 
 def away_from_unready(written: Weights | None, baseline_ready: int, canary_ready: int) -> Weights | None:
@@ -142,11 +142,16 @@ def order(
 
     `routes_tracks`: whether the rule sends traffic to the tracks' Services already (its spec, not
     only once accepted). A rule that does not (a user's rule with its own backends, an owned route
-    not created yet) is written only once the baseline carries_all; with no Ready pod on either
-    track the rule is left as it is (whatever carried the traffic keeps it)."""
+    not created yet or deleted by someone) is written only once the Ready pods its weights would
+    send the traffic to carries_all: the baseline's alone while the canary's share is capped (Canary,
+    Analyzing: a takeover must not give the canary more than its cap), both tracks' otherwise (an
+    owned route deleted while Promoted comes back on the canary's pods, where the baseline has
+    none); with no Ready pod on either track the rule is left as it is (whatever carried the
+    traffic keeps it)."""
     after = (min(baseline.ready, proposed[0]), min(canary.ready, proposed[1]))
-    if not routes_tracks and not carries_all(budget, after[0]):
-        return RouteStep(proposed, None)  # the tracks carry none of the rule's traffic yet
+    carriers = after[0] if canary_cap is not None else after[0] + after[1]
+    if not routes_tracks and not carries_all(budget, carriers):
+        return RouteStep(proposed, None)  # the tracks cannot carry the rule's traffic yet
     desired = shares(*after)
     if desired is None:
         return RouteStep(proposed, None)

@@ -328,6 +328,44 @@ def test_the_owned_route_is_repaired_when_deleted_or_edited(monkeypatch: pytest.
     ] == [True]
 
 
+def test_the_owned_route_deleted_while_promoted_comes_back_on_the_canarys_pods() -> None:
+    """Promoted (the baseline at 0 pods), someone deletes the owned route: decide() asks for it
+    again at 0/100, the canary's Ready pods carrying it all. Found by the lab's Traefik
+    (tests/cluster/test_gateway_routing.py): a missing route was written only once the baseline
+    could carry it all, which in Promoted is never, so the gateway answered 404 for good."""
+    run = gateway_run()
+    passing = {"baseline_metrics": metrics(), "canary_metrics": metrics(0.8)}
+    run.step(after=70, baseline=ready(1), canary=ready(1), route=routed(Weights(50, 50)), **passing)
+    run.step(baseline=ready(1), canary=ready(2), route=routed(Weights(50, 50)), **passing)
+    run.step(baseline=ready(1), canary=ready(2), route=routed(Weights(0, 100)), **passing)
+    run.expect(Phase.PROMOTED)
+    done = run.step(baseline=ready(0), canary=ready(2), route=routed(Weights(0, 100)), **passing)
+    assert done.baseline_replicas == 0
+    deleted = RouteState(hold="HTTPRoute llama does not exist yet")  # render.route_state of no route
+    d = run.step(baseline=ready(0), canary=ready(2), route=deleted, **passing)
+    assert d.route_weights == Weights(0, 100) and d.route_weights.written == (0, 2)
+    assert (d.baseline_replicas, d.canary_replicas) == (0, 2)
+    run.expect(Phase.PROMOTED)
+
+
+def test_a_rule_not_routing_the_tracks_is_written_once_the_pods_it_would_weight_carry_it() -> None:
+    """traffic.order for a rule that does not send traffic to the tracks (routes_tracks False):
+    where the canary's share is capped (Canary, Analyzing), the baseline's Ready pods alone must
+    carry it all before it is taken over; elsewhere (Promoted, RollingBack) the Ready pods of both,
+    each track weighted by its own; with too few, or none, the rule is left as it is."""
+    budget = Budget(2, 1, 0)
+    promoted = order(budget, Side(0, 0), Side(2, 2), (0, 2), None, None, routes_tracks=False)
+    assert promoted.weights == Weights(0, 100)
+    rolling_back = order(budget, Side(1, 1), Side(2, 1), (1, 1), None, None, routes_tracks=False)
+    assert rolling_back.weights == Weights(50, 50)
+    short = order(budget, Side(0, 0), Side(2, 1), (0, 2), None, None, routes_tracks=False)
+    assert short.weights is None  # one Ready pod where the floor is 2
+    capped_takeover = order(budget, Side(1, 1), Side(1, 1), (1, 1), None, 50, routes_tracks=False)
+    assert capped_takeover.weights is None  # the baseline alone cannot carry it: the canary would
+    analyzing = order(budget, Side(2, 2), Side(1, 1), (2, 1), None, 50, routes_tracks=False)
+    assert analyzing.weights is not None and analyzing.weights.pair == (67, 33)
+
+
 def test_kube_apply_writes_an_httproute_every_time_it_is_asked(monkeypatch: pytest.MonkeyPatch) -> None:
     """kube.apply's cache compares with the watched children; an HTTPRoute is not watched, so on
     1be5013 a route deleted after its first write was never written again."""
