@@ -5,15 +5,14 @@
 #   cluster-wide  one at a time: the tests marked cluster_wide (a cluster-wide operator, an older
 #                 CRD, the PodMonitor CRD, CPU pinning, fifty rollouts' hundred engines), which must
 #                 not run beside other cluster tests (a cluster-wide operator takes every object);
+#   unit          tests/unit on both cores (pytest-xdist), then in the same line
 #   engines       the integration tests that start real vLLM engines (no operator, no cluster
 #                 object: nothing the cluster-wide line can take), one after another: they share
-#                 the integration engines, which start while the cluster-wide line runs light Helm
-#                 tests (beside its fifty rollouts they took 482 s to start, 114 s quiet); then
-#   unit          tests/unit on both cores (pytest-xdist), beside the fifty rollouts.
+#                 the integration engines.
 # Then, side by side (each test in namespaces of its own):
 #   vllm-rollouts the cluster rollouts on real vLLM engines, a module on each of two workers: their
 #                 time is mostly warm-ups, windows and scrapes, not the engines' CPU;
-#   lab           every other integration and cluster module on three workers, a module whole on one
+#   lab           every other integration and cluster module on two workers, a module whole on one
 #                 (its module-scoped rollouts start once): simulated rollouts mostly wait on windows;
 #   gateway       the tests that share the lab's Traefik, one after another.
 # Each line prints its own report; the last lines are the lines' times and one count over all.
@@ -48,16 +47,16 @@ finish_line() {  # finish_line NAME: its report, its time, and its failure
 started=$SECONDS
 start_line cluster-wide --durations=10 -m cluster_wide tests/cluster
 (
-  run_line engines --durations=0 -m "engine and not cluster_wide" tests/integration
   run_line unit -n 2 --durations=10 tests/unit
+  run_line engines --durations=0 -m "engine and not cluster_wide" tests/integration
 ) &
 wait
-finish_line engines
 finish_line unit
+finish_line engines
 finish_line cluster-wide
 
 start_line vllm-rollouts -n 2 --dist loadfile --durations=0 -m "engine and not cluster_wide" tests/cluster
-start_line lab -n 3 --dist loadfile --durations=25 -m "not engine and not gateway and not cluster_wide" \
+start_line lab -n 2 --dist loadfile --durations=25 -m "not engine and not gateway and not cluster_wide" \
   tests/integration tests/cluster
 start_line gateway --durations=10 -m "gateway and not engine and not cluster_wide" tests/cluster
 wait
