@@ -70,6 +70,8 @@ def template_hash(spec: api.SpeculativeDeploymentSpec, track: Track = Track.CANA
     unused = {"replicas", "rollout"} | ({"speculative"} if track is Track.BASELINE else set())
     if spec.pod_template is None:  # added later: absent, it keeps the hashes of objects made before
         unused.add("pod_template")
+    if spec.workload_ref is None:  # the same
+        unused.add("workload_ref")
     pods = spec.model_dump(mode="json", by_alias=True, exclude=unused)
     if "speculative" in pods:
         # Fields added later are left out while unset (Explicit is what unset means), as
@@ -110,7 +112,7 @@ def speculative_config(spec: api.SpeculativeSpec) -> dict[str, Any]:
 
 def vllm_args(spec: api.SpeculativeDeploymentSpec, track: Track) -> list[str]:
     args = [
-        spec.model.name,
+        spec.target.name,
         "--host",
         "0.0.0.0",
         "--port",
@@ -216,7 +218,7 @@ def _container(spec: api.SpeculativeDeploymentSpec, track: Track) -> dict[str, A
     _, mounts = _volumes(spec)
     return {
         "name": VLLM_CONTAINER,
-        "image": spec.image,
+        "image": spec.vllm_image,
         "command": ["vllm", "serve"],
         "args": vllm_args(spec, track),
         "env": _env(spec),
@@ -342,7 +344,7 @@ def benchmark_job(
     }
     container = {
         "name": "benchmark",
-        "image": bench.image or spec.image,
+        "image": bench.image or spec.vllm_image,
         "command": ["python3", "-c", DRIVER_SOURCE],
         "env": env,
         "volumeMounts": mounts,
