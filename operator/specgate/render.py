@@ -82,7 +82,7 @@ def template_hash(spec: api.SpeculativeDeploymentSpec, track: Track = Track.CANA
             del pods["speculative"]["numSpeculativeTokensPerBatchSize"]
         if not auto:
             del pods["speculative"]["numSpeculativeTokensPerBatchSizePolicy"]
-    return _digest(pods)
+    return digest(pods)
 
 
 def deployment_name(owner: Owner, track: Track) -> str:
@@ -262,12 +262,25 @@ def deployment(spec: api.SpeculativeDeploymentSpec, owner: Owner, track: Track, 
         "metadata": {"labels": labels, "annotations": {**spec.pod_annotations, **annotations}},
         "spec": pod_spec,
     }
+    return track_deployment(spec, owner, track, replicas, template, dict(labels), annotations)
+
+
+def track_deployment(
+    spec: api.SpeculativeDeploymentSpec,
+    owner: Owner,
+    track: Track,
+    replicas: int,
+    template: dict[str, Any],
+    labels: dict[str, str],
+    annotations: dict[str, str],
+) -> Manifest:
+    """Deployment <name>-<track> of a pod template (rendered here, or an adopted one: adopt.py)."""
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {
-            **_metadata(owner, deployment_name(owner, track), dict(labels)),
-            "annotations": {**annotations, ANNOTATION_RENDERED: _digest(template)},
+            **_metadata(owner, deployment_name(owner, track), labels),
+            "annotations": {**annotations, ANNOTATION_RENDERED: digest(template)},
         },
         "spec": {
             "replicas": replicas,
@@ -285,7 +298,7 @@ def deployment(spec: api.SpeculativeDeploymentSpec, owner: Owner, track: Track, 
     }
 
 
-def _digest(manifest: Mapping[str, Any]) -> str:
+def digest(manifest: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()[:12]
 
 
