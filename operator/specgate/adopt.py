@@ -83,16 +83,17 @@ def pod_labels(
     return {**ours, **user}
 
 
-def template_hash(spec: api.SpeculativeDeploymentSpec, track: Track, source: dict[str, Any]) -> str:
-    """What the track's pods run: the spec's part (render.template_hash) and the referenced pod
-    template, so that a GitOps edit of that template is a new rollout; the hand-over's policy
-    (scaleDown, onDelete) is not what the pods run."""
+def resolve(spec: api.SpeculativeDeploymentSpec, source: dict[str, Any]) -> api.SpeculativeDeploymentSpec:
+    """The spec with the referenced pod template's digest, which render.template_hash counts: the
+    operator decides with it, so that a GitOps edit of that template is a new rollout."""
     assert spec.workload_ref is not None
-    ref = spec.workload_ref.model_copy(
-        update={"scale_down": api.ScaleDown.PROGRESSIVELY, "on_delete": api.OnDelete.HAND_BACK}
-    )
-    own = render.template_hash(spec.model_copy(update={"workload_ref": ref}), track)
-    return render.digest({"spec": own, "template": source})
+    ref = spec.workload_ref.model_copy(update={"template_digest": render.digest(source)})
+    return spec.model_copy(update={"workload_ref": ref})
+
+
+def template_hash(spec: api.SpeculativeDeploymentSpec, track: Track, source: dict[str, Any]) -> str:
+    """What the track's pods run (render.template_hash of the resolved spec)."""
+    return render.template_hash(resolve(spec, source), track)
 
 
 def deployment(

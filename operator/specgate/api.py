@@ -18,6 +18,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
+from pydantic.json_schema import SkipJsonSchema
 
 GROUP = "specgate.dev"
 VERSION = "v1alpha1"
@@ -764,6 +765,9 @@ class WorkloadRef(Model):
         "replicas from before the adoption and waits (at most progressDeadline) for its pods to be "
         "Ready before specgate's pods go. Leave: its replicas stay as they are.",
     )
+    # Not in the CRD: the operator sets it on the spec it decides with (adopt.resolve), so that
+    # the pods' template hash follows the referenced pod template (a GitOps edit is a new rollout).
+    template_digest: SkipJsonSchema[str | None] = Field(None, exclude=True)
 
 
 class SpeculativeDeploymentSpec(Model):
@@ -1652,6 +1656,18 @@ class OriginalRule(StatusModel):
     )
 
 
+class WorkloadStatus(StatusModel):
+    """spec.workloadRef: what specgate did to the adopted Deployment (its replicas only)."""
+
+    name: str = Field(description="The adopted Deployment.")
+    original_replicas: int = Field(
+        description="Its replicas before the adoption: what deleting the SpeculativeDeployment hands back."
+    )
+    replicas: int | None = Field(None, description="The replicas specgate last set (scale subresource).")
+    handed_over: bool = Field(False, description="specgate's pods serve in its place (scaleDown done).")
+    message: str = Field("", description="What specgate did to it last, with the figures.")
+
+
 class TrafficStatus(StatusModel):
     """The route's weights (traffic.router GatewayAPI)."""
 
@@ -1741,6 +1757,9 @@ class SpeculativeDeploymentStatus(StatusModel):
     )
     guard: GuardStatus | None = Field(None, description="The guard's change detector (Promoted).")
     traffic: TrafficStatus | None = Field(None, description="Route weights (traffic.router GatewayAPI).")
+    workload: WorkloadStatus | None = Field(
+        None, description="spec.workloadRef: the adopted Deployment's hand-over."
+    )
     initial_step_passed: str | None = Field(
         None,
         description="traffic.initialCanaryWeight: when alpha passed at that weight (RFC 3339); the "

@@ -16,24 +16,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from specgate import api, capacity, kube
+from specgate import api, capacity
+from specgate.observation import Workload
 
 Manifest = dict[str, Any]
-
-
-@dataclass(frozen=True)
-class Workload:
-    """The adopted Deployment as the API server reports it."""
-
-    exists: bool = False
-    replicas: int = 0
-    ready: int = 0
-    rolling: bool = False  # its own rolling update is under way (a GitOps edit of its template)
-    pods: int | None = None  # its pods (status.replicas): a lowering its controller has not acted on yet
-
-    @property
-    def running(self) -> int:
-        return self.replicas if self.pods is None else max(self.pods, self.replicas)
 
 
 @dataclass(frozen=True)
@@ -164,12 +150,3 @@ def hand_back(
         False,
         f"handing back: the adopted Deployment at {replicas} replicas, {workload.ready}/{needed} Ready",
     )
-
-
-def observed(body: Manifest | None) -> Workload:
-    """The adopted Deployment from its body as read (None: not found)."""
-    if body is None:
-        return Workload()
-    view = kube.deployment_view(body)
-    pods = int((body.get("status") or {}).get("replicas") or 0)
-    return Workload(True, view.replicas, view.ready_replicas, view.rolling, pods)

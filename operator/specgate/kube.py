@@ -21,7 +21,7 @@ from kubernetes.client.exceptions import ApiException
 
 import specgate
 from specgate import api
-from specgate.observation import BenchmarkJob, TrackState
+from specgate.observation import BenchmarkJob, TrackState, Workload
 from specgate.render import (
     ANNOTATION_RENDERED,
     ANNOTATION_TEMPLATE,
@@ -427,6 +427,15 @@ def deployment_view(body: Mapping[str, Any]) -> DeploymentView:
         rolling=int(status.get("observedGeneration") or 0) < generation
         or int(status.get("replicas") or 0) > int(status.get("updatedReplicas") or 0),
     )
+
+
+def workload_state(body: Mapping[str, Any] | None) -> Workload:
+    """An adopted Deployment (spec.workloadRef) from its body as read (None: not found)."""
+    if body is None:
+        return Workload()
+    view = deployment_view(body)
+    pods = int((body.get("status") or {}).get("replicas") or 0)
+    return Workload(True, view.replicas, view.ready_replicas, view.rolling, pods)
 
 
 def pod_view(body: Mapping[str, Any]) -> PodView:

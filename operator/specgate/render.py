@@ -73,6 +73,9 @@ def template_hash(spec: api.SpeculativeDeploymentSpec, track: Track = Track.CANA
     if spec.workload_ref is None:  # the same
         unused.add("workload_ref")
     pods = spec.model_dump(mode="json", by_alias=True, exclude=unused)
+    if spec.workload_ref is not None:  # what the pods run: the template, not the hand-over's policy
+        ref = spec.workload_ref
+        pods["workloadRef"] = {"name": ref.name, "container": ref.container, "template": ref.template_digest}
     if "speculative" in pods:
         # Fields added later are left out while unset (Explicit is what unset means), as
         # pod_template is; a derived schedule is not what the user asked for, so it never makes a

@@ -7,14 +7,19 @@ from __future__ import annotations
 
 import copy
 import random
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from tests.unit.fake_cluster import FakeCluster
+from tests.unit.rollout_driver import T0, metrics
 from tests.unit.spec_cases import adopting
 from tests.unit.test_adopt import OWNER, SERVICE_SELECTOR, helm_deployment
 
-from specgate import adopt, api, capacity, handover
+from specgate import adopt, api, capacity, handover, kube, render
+from specgate import rollout as rollout_module
+from specgate.api import Phase
+from specgate.observation import Observation, Workload
 from specgate.render import Track
 
 SEEDS = range(6)
@@ -54,9 +59,9 @@ class Lab:
     def serving(self) -> int:
         return self.cluster.ready_serving(SERVICE_SELECTOR)
 
-    def workload(self) -> handover.Workload:
+    def workload(self) -> Workload:
         dep = self.cluster.deployments.get("llama")
-        return handover.observed(dep.body() if dep else None)
+        return kube.workload_state(dep.body() if dep else None)
 
     def baseline(self) -> capacity.Side:
         dep = self.cluster.deployments.get("llama-baseline")
@@ -154,7 +159,7 @@ def test_a_hand_back_whose_deployment_never_loads_is_released_at_the_deadline_an
 
 def test_a_deployment_rolling_its_own_template_is_not_lowered_while_the_floor_needs_its_pods() -> None:
     budget = capacity.Budget(4, 1, 0)
-    rolling = handover.Workload(True, replicas=4, ready=4, rolling=True)
+    rolling = Workload(True, replicas=4, ready=4, rolling=True)
     step = handover.hand_over(api.ScaleDown.PROGRESSIVELY, budget, rolling, capacity.Side(1, 1))
     assert step.workload_replicas == 4 and step.baseline_replicas == 1 and not step.handed_over
     step = handover.hand_over(api.ScaleDown.PROGRESSIVELY, budget, rolling, capacity.Side(4, 4))
@@ -188,9 +193,9 @@ def test_an_autoscaler_on_the_deployment_is_found() -> None:
 
 def test_what_cannot_be_adopted_is_refused_with_the_fix() -> None:
     ref = api.WorkloadRef(name="llama")
-    serving = handover.Workload(True, replicas=4, ready=4)
+    serving = Workload(True, replicas=4, ready=4)
     assert handover.refusal(ref, 4, serving, None, None) is None
-    assert handover.refusal(ref, 4, handover.Workload(), None, None) == (
+    assert handover.refusal(ref, 4, Workload(), None, None) == (
         "Deployment llama does not exist in this namespace: create it, or fix workloadRef.name"
     )
     scaled = handover.refusal(ref, 4, serving, None, "HorizontalPodAutoscaler llama-hpa")
@@ -202,4 +207,127 @@ def test_what_cannot_be_adopted_is_refused_with_the_fix() -> None:
         "pods; set replicas: 4 (or scale the Deployment to 2 first)"
     )
     # mid-hand-over the Deployment's replicas fall: the replicas from before the adoption count
-    assert handover.refusal(ref, 2, handover.Workload(True, 1, 1), 4, None) is not None
+    assert handover.refusal(ref, 2, Workload(True, 1, 1), 4, None) is not None
+
+
+# --- through decide(): the rollout waits in Pending for the hand-over, then adopts, rolls out, promotes ---
+
+STAGES = {"warmup": "30s", "analysisWindow": "60s", "maxAnalysisDuration": "10m", "progressDeadline": "5m"}
+
+
+class DecideLab(Lab):
+    """The fake cluster driven by rollout.decide(), as the handler applies its decisions."""
+
+    def __init__(self, seed: int, shape: tuple[int, int, int], policy: str = "progressively") -> None:
+        super().__init__(seed, shape, policy)
+        replicas, surge, unavailable = shape
+        rollout = {"maxSurge": surge, "maxUnavailable": unavailable, "canaryReplicas": 1, **STAGES}
+        ref = {"name": "llama", "scaleDown": policy}
+        self.spec = api.parse_spec(adopting(workloadRef=ref, replicas=replicas, rollout=rollout))
+        self.status = api.SpeculativeDeploymentStatus()
+        self.now = T0
+        self.events: list[rollout_module.Event] = []
+        self.autoscaler: str | None = None
+
+    def observe(self) -> Observation:
+        children = self.cluster.children()
+        tracks = {
+            t: kube.track_state(children, "ml", f"llama-{t.value}", render.selector_labels(OWNER, t))
+            for t in Track
+        }
+        return Observation(
+            generation=1,
+            baseline=tracks[Track.BASELINE],
+            canary=tracks[Track.CANARY],
+            baseline_metrics=metrics(),
+            canary_metrics=metrics(0.8) if tracks[Track.CANARY].exists else None,
+            workload=self.workload(),
+            workload_autoscaler=self.autoscaler,
+        )
+
+    def decide(self) -> rollout_module.Decision:
+        assert self.spec.workload_ref is not None
+        self.now += timedelta(seconds=10)
+        source = adopt.source_template(self.spec.workload_ref, self.cluster.deployments["llama"].body())
+        spec = adopt.resolve(self.spec, source)
+        decision = rollout_module.decide(spec, self.status, self.observe(), self.now)
+        self.status = decision.status
+        self.events += decision.events
+        if decision.touch_children:
+            self.cluster.apply(
+                adopt.deployment(spec, OWNER, Track.BASELINE, decision.baseline_replicas, source)
+            )
+            if decision.canary_replicas is not None:
+                self.cluster.apply(
+                    adopt.deployment(spec, OWNER, Track.CANARY, decision.canary_replicas, source)
+                )
+        if decision.workload_replicas is not None:
+            self.cluster.scale("llama", decision.workload_replicas)
+        return decision
+
+    def run_until(self, phase: Phase) -> None:
+        for _ in range(MAX_TICKS):
+            if self.decide().status.phase == phase:
+                return
+            self.tick()
+        raise AssertionError(f"not {phase} in {MAX_TICKS} ticks: {self.status.message}")
+
+
+@pytest.mark.parametrize("shape", SHAPES[:4])
+@pytest.mark.parametrize("seed", SEEDS[:3])
+def test_decide_hands_over_then_rolls_out_and_promotes_keeping_the_floor(
+    seed: int, shape: tuple[int, int, int]
+) -> None:
+    lab = DecideLab(seed, shape)
+    replicas = shape[0]
+    first = lab.decide()
+    assert first.status.phase == Phase.PENDING and first.status.reason == "HandingOver"
+    assert first.canary_replicas is None
+    lab.run_until(Phase.BASELINE)
+    assert lab.status.workload is not None
+    assert (lab.status.workload.original_replicas, lab.status.workload.handed_over) == (replicas, True)
+    assert lab.workload().running == 0
+    scaled = [e.message for e in lab.events if e.reason == "HandingOver"]
+    assert scaled[0].startswith(f"scaled Deployment llama from {replicas} to ")
+    assert [e.reason for e in lab.events].count("HandedOver") == 1
+    assert lab.most_pods <= replicas + shape[1], "the hand-over ran more pods than maxSurge allows"
+    lab.run_until(Phase.PROMOTED)
+    assert lab.ticks_below == [], "\n".join(lab.ticks_below)
+    assert lab.cluster.deployments["llama"].manifest["spec"]["template"] == lab.original_template
+
+
+def test_decide_lowers_a_deployment_raised_again_after_the_hand_over_and_warns() -> None:
+    lab = DecideLab(0, (2, 1, 0))
+    lab.run_until(Phase.BASELINE)
+    for _ in range(5):
+        lab.tick()
+    lab.cluster.scale("llama", 2)  # Argo CD's selfHeal puts the replicas in git back
+    lab.tick()
+    decision = lab.decide()
+    assert decision.workload_replicas == 0
+    [warning] = [e for e in decision.events if e.type == "Warning"]
+    assert (
+        warning.reason == "HandingOver" and "make it ignore the Deployment's spec.replicas" in warning.message
+    )
+
+
+@pytest.mark.parametrize(
+    ("change", "cause"),
+    [
+        (
+            {"autoscaler": "HorizontalPodAutoscaler llama-hpa"},
+            "HorizontalPodAutoscaler llama-hpa scales Deployment llama",
+        ),
+        ({"replicas": 1}, "spec.replicas 1 is below the 2 replicas of Deployment llama"),
+    ],
+)
+def test_decide_refuses_what_would_fight_or_shrink_the_hand_over(change: dict[str, Any], cause: str) -> None:
+    lab = DecideLab(0, (2, 1, 0))
+    lab.autoscaler = change.get("autoscaler")
+    if "replicas" in change:
+        lab.spec = lab.spec.model_copy(update={"replicas": change["replicas"]})
+    decision = lab.decide()
+    assert decision.status.phase == Phase.FAILED and decision.status.reason == "WorkloadNotAdoptable"
+    assert decision.status.message is not None and decision.status.message.startswith(cause)
+    assert not decision.touch_children and decision.workload_replicas is None
+    assert lab.cluster.deployments["llama"].replicas == 2
