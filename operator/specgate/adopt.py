@@ -108,6 +108,19 @@ def deployment(
     return render.track_deployment(spec, owner, track, replicas, template, labels, annotations)
 
 
+def track(
+    spec: api.SpeculativeDeploymentSpec,
+    owner: Owner,
+    track: Track,
+    replicas: int,
+    source: dict[str, Any] | None,
+) -> Manifest:
+    """The track's Deployment: rendered from the spec, or from the adopted `source` template."""
+    if source is None:
+        return render.deployment(spec, owner, track, replicas)
+    return deployment(spec, owner, track, replicas, source)
+
+
 def _vllm_container(ref: api.WorkloadRef, template: dict[str, Any]) -> dict[str, Any]:
     containers: list[dict[str, Any]] = template["spec"]["containers"]
     names = [c.get("name") for c in containers]

@@ -136,6 +136,7 @@ class Reason(StrEnum):
     HANDING_OVER = "HandingOver"
     HANDED_OVER = "HandedOver"  # specgate's pods serve in its place: the rollout begins
     WORKLOAD_NOT_ADOPTABLE = "WorkloadNotAdoptable"  # missing, autoscaled, or more replicas than spec
+    HANDED_BACK = "HandedBack"  # deleted: the adopted Deployment serves again (Warning: not Ready in time)
 
 
 # Reasons that mark the object Degraded whatever its phase.
