@@ -36,12 +36,19 @@ def serving_selector(owner: Owner) -> dict[str, str]:
     return {render.LABEL_DEPLOYMENT: owner.name, render.LABEL_ENGINE: "vllm"}
 
 
-def source_template(ref: api.WorkloadRef, deployment: Manifest) -> dict[str, Any]:
-    """The referenced Deployment's pod template, checked (AdoptionError says what to fix)."""
+def source_template(ref: api.WorkloadRef, deployment: Manifest, pod_monitor: bool = False) -> dict[str, Any]:
+    """The referenced Deployment's pod template, checked (AdoptionError says what to fix); with
+    `pod_monitor`, its vLLM container must name the port the PodMonitor scrapes."""
     template = copy.deepcopy(deployment.get("spec", {}).get("template") or {})
     if not template.get("spec", {}).get("containers"):
         raise AdoptionError(f"Deployment {ref.name} has no pod template with containers")
-    _refuse_shell(ref, _vllm_container(ref, template))
+    container = _vllm_container(ref, template)
+    _refuse_shell(ref, container)
+    if pod_monitor and not any(p.get("name") == "http" for p in container.get("ports") or []):
+        raise AdoptionError(
+            f"container {container.get('name')!r} of Deployment {ref.name} has no port named http, which "
+            "the PodMonitor (rollout.metrics.podMonitor) scrapes /metrics on: name vLLM's port http"
+        )
     return template
 
 

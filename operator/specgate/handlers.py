@@ -743,7 +743,7 @@ def _adopted(spec: SpeculativeDeploymentSpec, owner: Owner) -> Adopted:
         )
     hpas, scaled_objects = kube.autoscalers(owner.namespace)
     return Adopted(
-        adopt.source_template(ref, body),
+        adopt.source_template(ref, body, spec.rollout.metrics.pod_monitor),
         kube.workload_state(body),
         handover.autoscaler(ref.name, hpas, scaled_objects),
     )

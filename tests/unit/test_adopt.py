@@ -243,3 +243,13 @@ def test_an_adopted_track_deployment_rolls_as_a_rendered_one() -> None:
         "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0},
     }
     assert render.ANNOTATION_RENDERED in adopted["metadata"]["annotations"]
+
+
+def test_with_a_pod_monitor_the_vllm_port_must_be_named_http() -> None:
+    spec = spec_for()
+    assert spec.workload_ref is not None
+    adopt.source_template(spec.workload_ref, helm_deployment(), pod_monitor=True)
+    unnamed = with_vllm(ports=[{"containerPort": 8000}])
+    adopt.source_template(spec.workload_ref, unnamed)  # no PodMonitor: Prometheus scrapes as it did
+    with pytest.raises(adopt.AdoptionError, match="has no port named http, which the PodMonitor"):
+        adopt.source_template(spec.workload_ref, unnamed, pod_monitor=True)
