@@ -596,6 +596,10 @@ def _adopting(
     rollout = spec.rollout
     budget = capacity.Budget(spec.replicas, rollout.max_surge, rollout.max_unavailable)
     events: tuple[Event, ...] = ()
+    if not handed_over and rollout.paused:  # nothing moves, the Deployment's replicas included
+        message = f"paused ({PAUSED_BY}): the hand-over waits, Deployment {ref.name} at {workload.replicas} replicas"
+        held = handover.Step(workload.replicas, obs.baseline.replicas, False, message)
+        return replace(_handing_over(status, obs, now, held, ()), workload_replicas=None)
     if not handed_over:
         step = handover.hand_over(
             ref.scale_down, budget, workload, _side(obs.baseline, rollout.max_unavailable)
@@ -630,15 +634,20 @@ def _handing_over(
     step: handover.Step,
     events: tuple[Event, ...],
 ) -> Decision:
-    """The rollout waits in its phase while the adopted Deployment gives way to the baseline."""
+    """The rollout waits in its phase while the adopted Deployment gives way to the baseline (a
+    refusal fixed meanwhile: in the phase it failed in)."""
     reason = Reason.HANDING_OVER
+    resumed = status.phase == Phase.FAILED and status.resume_phase is not None
+    phase = status.resume_phase if resumed and status.resume_phase is not None else status.phase
     held = status.model_copy(
         update={
+            "phase": phase,
+            "resume_phase": None if resumed else status.resume_phase,
             "reason": reason,
             "message": step.message,
             "observed_generation": obs.generation,
             "conditions": conditions.conditions_for(
-                status.conditions, status.phase, reason, step.message, obs.generation, iso(now)
+                status.conditions, phase, reason, step.message, obs.generation, iso(now)
             ),
         }
     )

@@ -331,3 +331,26 @@ def test_decide_refuses_what_would_fight_or_shrink_the_hand_over(change: dict[st
     assert decision.status.message is not None and decision.status.message.startswith(cause)
     assert not decision.touch_children and decision.workload_replicas is None
     assert lab.cluster.deployments["llama"].replicas == 2
+
+
+def test_a_refusal_fixed_resumes_the_hand_over_in_pending() -> None:
+    lab = DecideLab(0, (2, 1, 0))
+    lab.autoscaler = "HorizontalPodAutoscaler llama-hpa"
+    assert lab.decide().status.phase == Phase.FAILED
+    lab.autoscaler = None  # the HPA removed
+    decision = lab.decide()
+    assert (decision.status.phase, decision.status.reason) == (Phase.PENDING, "HandingOver")
+    assert decision.status.resume_phase is None and decision.baseline_replicas == 1
+
+
+def test_a_paused_hand_over_moves_nothing() -> None:
+    lab = DecideLab(0, (2, 1, 0))
+    lab.decide()
+    for _ in range(4):
+        lab.tick()
+    lab.spec = lab.spec.model_copy(update={"rollout": lab.spec.rollout.model_copy(update={"paused": True})})
+    before = lab.baseline()
+    decision = lab.decide()
+    assert decision.workload_replicas is None and decision.canary_replicas is None
+    assert decision.baseline_replicas == before.replicas
+    assert decision.status.message is not None and decision.status.message.startswith("paused")
