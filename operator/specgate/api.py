@@ -18,6 +18,7 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
+from pydantic.json_schema import SkipJsonSchema
 
 GROUP = "specgate.dev"
 VERSION = "v1alpha1"
@@ -722,10 +723,74 @@ class RolloutSpec(Model):
     )
 
 
+class ScaleDown(StrEnum):
+    """How the referenced Deployment gives way to specgate's pods (Argo Rollouts' workloadRef scaleDown)."""
+
+    NEVER = "never"
+    ON_SUCCESS = "onSuccess"
+    PROGRESSIVELY = "progressively"
+
+
+class OnDelete(StrEnum):
+    HAND_BACK = "HandBack"
+    LEAVE = "Leave"
+
+
+class WorkloadRef(Model):
+    """A running vLLM Deployment that specgate adopts: its pod template becomes the baseline's, and
+    its replicas (never its template) are lowered as specgate's pods become Ready."""
+
+    api_version: str = Field(
+        "apps/v1", pattern="^apps/v1$", description="API version of the workload: apps/v1."
+    )
+    kind: str = Field("Deployment", pattern="^Deployment$", description="Kind of the workload: Deployment.")
+    name: str = Field(
+        min_length=1, max_length=253, description="Name of the Deployment, in the object's namespace."
+    )
+    container: str | None = Field(
+        None,
+        min_length=1,
+        description="The container that runs vLLM; default: the one named vllm, else the only one.",
+    )
+    scale_down: ScaleDown = Field(
+        ScaleDown.PROGRESSIVELY,
+        description="progressively: the Deployment loses a replica as each of specgate's baseline pods "
+        "becomes Ready, so that Ready pods behind your Service never fall below replicas - "
+        "maxUnavailable. onSuccess: it goes to 0 at once when specgate's baseline is Ready at replicas "
+        "(GPUs for both meanwhile). never: it keeps its replicas (you lower them yourself).",
+    )
+    on_delete: OnDelete = Field(
+        OnDelete.HAND_BACK,
+        description="HandBack: deleting the SpeculativeDeployment scales the Deployment back to its "
+        "replicas from before the adoption and waits (at most progressDeadline) for its pods to be "
+        "Ready before specgate's pods go. Leave: its replicas stay as they are.",
+    )
+    # Not in the CRD: the operator sets it on the spec it decides with (adopt.resolve), so that
+    # the pods' template hash follows the referenced pod template (a GitOps edit is a new rollout).
+    template_digest: SkipJsonSchema[str | None] = Field(None, exclude=True)
+
+
 class SpeculativeDeploymentSpec(Model):
-    model: ModelSpec = Field(description="The target model served by vLLM.")
-    image: str = Field(min_length=1, description="vLLM server image, e.g. vllm/vllm-openai:v0.32.0.")
-    replicas: int = Field(1, ge=1, description="Replicas serving traffic once the rollout settles.")
+    model: ModelSpec | None = Field(
+        None, description="The target model served by vLLM. Required unless workloadRef is set."
+    )
+    image: str | None = Field(
+        None,
+        min_length=1,
+        description="vLLM server image, e.g. vllm/vllm-openai:v0.32.0. Required unless workloadRef is set.",
+    )
+    workload_ref: WorkloadRef | None = Field(
+        None,
+        description="Adopt a running vLLM Deployment instead of rendering one from model, image and "
+        "vllmArgs: the baseline runs its pod template, the canary the same with the speculative "
+        "flags appended to the vLLM container's args (docs/guides/adopting.md).",
+    )
+    replicas: int = Field(
+        1,
+        ge=1,
+        description="Replicas serving traffic once the rollout settles. With workloadRef, at least the "
+        "Deployment's replicas: a hand-over to fewer pods is refused (it would lose capacity).",
+    )
     resources: GPUResources = Field(default_factory=GPUResources, description="Per-replica resources.")
     tensor_parallel_size: int = Field(1, ge=1, description="--tensor-parallel-size; at most resources.gpus.")
     vllm_args: list[str] = Field(
@@ -748,8 +813,21 @@ class SpeculativeDeploymentSpec(Model):
     )
 
     @property
+    def target(self) -> ModelSpec:
+        """The model specgate renders the pods for; an adopted Deployment's container names its own."""
+        if self.model is None:
+            raise SpecError("model", "the model comes from workloadRef's Deployment, not from the spec")
+        return self.model
+
+    @property
+    def vllm_image(self) -> str:
+        if self.image is None:
+            raise SpecError("image", "the image comes from workloadRef's Deployment, not from the spec")
+        return self.image
+
+    @property
     def served_name(self) -> str:
-        return self.model.served_name or self.model.name
+        return self.target.served_name or self.target.name
 
     @property
     def benchmarks(self) -> bool:
@@ -1106,6 +1184,55 @@ RULES: tuple[Rule, ...] = (
         "inferencePool applies to backend InferencePool only: set backend: InferencePool or remove it",
         "inferencePool",
         lambda t: t.inference_pool is None or t.backend == Backend.INFERENCE_POOL,
+    ),
+    # spec.workloadRef: adopt a running Deployment (issue 59)
+    Rule(
+        SpeculativeDeploymentSpec,
+        "has(self.model) || has(self.workloadRef)",
+        "model is required: set model.name (specgate renders the vLLM pods), or workloadRef to adopt "
+        "a running vLLM Deployment",
+        "model",
+        lambda s: s.model is not None or s.workload_ref is not None,
+    ),
+    Rule(
+        SpeculativeDeploymentSpec,
+        "has(self.image) || has(self.workloadRef)",
+        "image is required without workloadRef: set the vLLM image, e.g. vllm/vllm-openai:v0.32.0",
+        "image",
+        lambda s: s.image is not None or s.workload_ref is not None,
+    ),
+    Rule(
+        SpeculativeDeploymentSpec,
+        "!has(self.workloadRef) || (!has(self.model) && !has(self.image) "
+        "&& (!has(self.vllmArgs) || size(self.vllmArgs) == 0))",
+        "workloadRef takes the model, image and args from the referenced Deployment's container: "
+        "remove model, image and vllmArgs (change them in your Deployment)",
+        "workloadRef",
+        lambda s: s.workload_ref is None or (s.model is None and s.image is None and not s.vllm_args),
+    ),
+    Rule(
+        SpeculativeDeploymentSpec,
+        "!has(self.workloadRef) || ((!has(self.env) || size(self.env) == 0) && !has(self.modelCache) "
+        "&& (!has(self.nodeSelector) || size(self.nodeSelector) == 0) "
+        "&& (!has(self.tolerations) || size(self.tolerations) == 0) && !has(self.podTemplate))",
+        "workloadRef runs the referenced Deployment's pod template: set env, modelCache, "
+        "nodeSelector, tolerations and podTemplate there, and remove them here",
+        "workloadRef",
+        lambda s: s.workload_ref is None
+        or (
+            not (s.env or s.node_selector or s.tolerations)
+            and s.model_cache is None
+            and s.pod_template is None
+        ),
+    ),
+    Rule(
+        SpeculativeDeploymentSpec,
+        "!has(self.workloadRef) || !has(self.rollout) || !has(self.rollout.measurement) "
+        "|| self.rollout.measurement == 'traffic'",
+        "workloadRef measures production traffic only (a benchmark Job needs model and image): set "
+        "rollout.measurement: traffic",
+        "rollout.measurement",
+        lambda s: s.workload_ref is None or s.rollout.measurement == MeasurementMode.TRAFFIC,
     ),
 )
 
@@ -1529,6 +1656,18 @@ class OriginalRule(StatusModel):
     )
 
 
+class WorkloadStatus(StatusModel):
+    """spec.workloadRef: what specgate did to the adopted Deployment (its replicas only)."""
+
+    name: str = Field(description="The adopted Deployment.")
+    original_replicas: int = Field(
+        description="Its replicas before the adoption: what deleting the SpeculativeDeployment hands back."
+    )
+    replicas: int | None = Field(None, description="The replicas specgate last set (scale subresource).")
+    handed_over: bool = Field(False, description="specgate's pods serve in its place (scaleDown done).")
+    message: str = Field("", description="What specgate did to it last, with the figures.")
+
+
 class TrafficStatus(StatusModel):
     """The route's weights (traffic.router GatewayAPI)."""
 
@@ -1618,6 +1757,9 @@ class SpeculativeDeploymentStatus(StatusModel):
     )
     guard: GuardStatus | None = Field(None, description="The guard's change detector (Promoted).")
     traffic: TrafficStatus | None = Field(None, description="Route weights (traffic.router GatewayAPI).")
+    workload: WorkloadStatus | None = Field(
+        None, description="spec.workloadRef: the adopted Deployment's hand-over."
+    )
     initial_step_passed: str | None = Field(
         None,
         description="traffic.initialCanaryWeight: when alpha passed at that weight (RFC 3339); the "

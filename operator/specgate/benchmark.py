@@ -47,7 +47,7 @@ def driver_config(spec: SpeculativeDeploymentSpec, base_url: str) -> dict[str, A
     bench = spec.rollout.benchmark
     args = [
         "--backend", "openai", "--endpoint", "/v1/completions", "--base-url", base_url,
-        "--model", spec.served_name, "--tokenizer", spec.model.name,
+        "--model", spec.served_name, "--tokenizer", spec.target.name,
         "--dataset-name", bench.dataset.value, "--num-prompts", str(bench.num_prompts),
         "--output-len", str(bench.output_len), "--seed", str(bench.seed),
         "--temperature", str(bench.temperature),

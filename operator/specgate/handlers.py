@@ -12,16 +12,28 @@ from __future__ import annotations
 import logging
 import os
 import socket
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any
 
 import kopf
 
-from specgate import api, conditions, kube, memory, metrics, render, rollout, schedule
+from specgate import (
+    adopt,
+    api,
+    capacity,
+    conditions,
+    handover,
+    kube,
+    memory,
+    metrics,
+    render,
+    rollout,
+    schedule,
+)
 from specgate.api import Phase, SpeculativeDeploymentSpec, SpeculativeDeploymentStatus
-from specgate.observation import Observation, Window
+from specgate.observation import Observation, Window, Workload
 from specgate.prometheus import MetricsUnavailable, PrometheusClient, Selector, guard_step
 from specgate.render import Manifest, Owner, Track
 from specgate.traffic import Weights, away_from_unready, most_of
@@ -143,7 +155,8 @@ def reconcile_failed(
 
 # An event handler, not kopf.on.delete: kopf keeps a copy of every object a change handler matches
 # (even an optional delete) in an annotation, a patch per spec change, for an object whose deletion
-# needs no more than this. The one change handler, restore_rule, matches only objects that need it.
+# needs no more than this. The change handlers, restore_rule and hand_back, match only objects that
+# need them.
 @kopf.on.event(api.GROUP, api.VERSION, api.PLURAL)
 def forget(type: str, meta: kopf.Meta, **_: Any) -> None:
     if type == "DELETED":
@@ -191,6 +204,41 @@ def restore_rule(
         kopf.event(body, type=event.type, reason=event.reason, message=event.message)
 
 
+def _adopts(spec: kopf.Spec, **_: Any) -> bool:
+    return "workloadRef" in spec
+
+
+# As restore_rule: only adopting objects match, and kopf's finalizer keeps the object (so, in a
+# background deletion, its track Deployments and their pods) until the adopted Deployment is back.
+@kopf.on.delete(api.GROUP, api.VERSION, api.PLURAL, when=_adopts, retries=None, backoff=INTERVAL_SECONDS)
+def hand_back(
+    body: kopf.Body, meta: kopf.Meta, spec: kopf.Spec, status: kopf.Status, runtime: timedelta, **_: Any
+) -> None:
+    """On deletion, scale the adopted Deployment back to its replicas from before the adoption and
+    wait (at most progressDeadline) for its Ready pods to keep the floor before specgate's pods go."""
+    recorded = api.parse_status(dict(status)).workload
+    try:
+        parsed = api.parse_spec(dict(spec))
+    except api.SpecError:
+        return  # an invalid spec never touched the Deployment's replicas since it became invalid
+    ref = parsed.workload_ref
+    if recorded is None or ref is None:
+        return  # never adopted: nothing to hand back
+    workload = kube.workload_state(kube.read_deployment(meta["namespace"], recorded.name))
+    rollout_spec = parsed.rollout
+    budget = capacity.Budget(parsed.replicas, rollout_spec.max_surge, rollout_spec.max_unavailable)
+    deadline = restore_deadline(dict(spec)).total_seconds()
+    back = handover.hand_back(
+        ref.on_delete, recorded.original_replicas, budget, workload, runtime.total_seconds(), deadline
+    )
+    if workload.exists and back.workload_replicas != workload.replicas:
+        kube.scale_deployment(meta["namespace"], recorded.name, back.workload_replicas)
+    if not back.release:
+        raise kopf.TemporaryError(back.message, delay=INTERVAL_SECONDS)
+    reason = rollout.Reason.HANDED_BACK
+    kopf.event(body, type="Warning" if back.timed_out else "Normal", reason=reason, message=back.message)
+
+
 def restore_deadline(spec: dict[str, Any]) -> timedelta:
     """How long a deletion may try to put the user's rule back: the object's progressDeadline, or
     its default where the spec cannot be read."""
@@ -219,11 +267,17 @@ def step(
         _route_while_failed(owner, current, children)
         return rollout.invalid_spec(error, current, generation, now)
     spec, k_schedule = schedule.resolve(spec, current, now)  # Auto: held per rollout, see schedule.py
-    deployments = [render.deployment(spec, owner, track, 0) for track in Track]
+    failed = partial(_failed, owner, current, children, generation, now)
+    try:
+        adopted = _adopted(spec, owner) if spec.workload_ref is not None else None
+        spec = adopt.resolve(spec, adopted.source) if adopted is not None else spec
+        source = adopted.source if adopted is not None else None
+        deployments = [adopt.track(spec, owner, track, 0, source) for track in Track]
+    except adopt.AdoptionError as not_adoptable:
+        return failed(rollout.Reason.WORKLOAD_NOT_ADOPTABLE, str(not_adoptable))
     traffic = spec.rollout.traffic if rollout.routes_by_weight(spec) else None
     pools = render.inference_pools(owner, traffic) if traffic is not None else []
     conflicts = kube.foreign_children([*deployments, *_named_children(spec, owner), *pools], owner.uid)
-    failed = partial(_failed, owner, current, children, generation, now)
     if conflicts:
         message = f"{'; '.join(conflicts)}: rename this object or remove the other; nothing was changed"
         return failed(rollout.Reason.NAME_CONFLICT, message)
@@ -249,10 +303,13 @@ def step(
             observe(spec, current, owner, generation, now, children),
             abort=requests.abort,
             route=render.route_state(route, traffic, owner, pools_read) if traffic else None,
+            workload=adopted.workload if adopted is not None else None,
+            workload_autoscaler=adopted.autoscaler if adopted is not None else None,
         )
         decision = rollout.decide(spec, current, observation, now)
         if decision.touch_children:
-            apply_children(spec, owner, decision, observation, children)
+            apply_children(spec, owner, decision, observation, children, source)
+            _scale_workload(spec, owner, decision, observation)
             for pool in pools:  # before the route names them
                 if render.spec_differs(pools_read[pool["metadata"]["name"]], pool):
                     kube.apply(pool)
@@ -279,7 +336,11 @@ def step(
         released += (event,) if event else ()
         if not done and route_status is None:
             route_status = current.traffic
-    update = {**scale_status(owner, observation), "k_schedule": k_schedule, "traffic": route_status}
+    update = {
+        **scale_status(owner, observation, adopting=adopted is not None),
+        "k_schedule": k_schedule,
+        "traffic": route_status,
+    }
     return replace(
         decision, status=decision.status.model_copy(update=update), events=decision.events + released
     )
@@ -497,10 +558,11 @@ def _gone_services(owner: Owner, original: api.OriginalRule) -> list[str]:
     ]
 
 
-def scale_status(owner: Owner, observation: Observation) -> dict[str, Any]:
+def scale_status(owner: Owner, observation: Observation, adopting: bool = False) -> dict[str, Any]:
     """What the scale subresource reads (an HPA, KEDA, `kubectl scale`): the pods both tracks ask
     for as observed, and the selector of their pods."""
-    selector = ",".join(f"{k}={v}" for k, v in sorted(render.serving_selector(owner).items()))
+    labels = adopt.serving_selector(owner) if adopting else render.serving_selector(owner)
+    selector = ",".join(f"{k}={v}" for k, v in sorted(labels.items()))
     return {"replicas": observation.baseline.replicas + observation.canary.replicas, "selector": selector}
 
 
@@ -661,20 +723,57 @@ def _selector(spec: SpeculativeDeploymentSpec, owner: Owner, track: Track) -> Se
     return Selector(owner.namespace, owner.name, track.value, spec.rollout.metrics)
 
 
+@dataclass(frozen=True)
+class Adopted:
+    """spec.workloadRef as read: the Deployment's pod template, its state, and an autoscaler on it."""
+
+    source: dict[str, Any]
+    workload: Workload
+    autoscaler: str | None
+
+
+def _adopted(spec: SpeculativeDeploymentSpec, owner: Owner) -> Adopted:
+    ref = spec.workload_ref
+    assert ref is not None
+    body = kube.read_deployment(owner.namespace, ref.name)
+    if body is None:
+        raise adopt.AdoptionError(
+            f"Deployment {ref.name} does not exist in namespace {owner.namespace}: specgate runs its pod "
+            "template; create it, or fix workloadRef.name"
+        )
+    hpas, scaled_objects = kube.autoscalers(owner.namespace)
+    return Adopted(
+        adopt.source_template(ref, body, spec.rollout.metrics.pod_monitor),
+        kube.workload_state(body),
+        handover.autoscaler(ref.name, hpas, scaled_objects),
+    )
+
+
+def _scale_workload(
+    spec: SpeculativeDeploymentSpec, owner: Owner, decision: rollout.Decision, observation: Observation
+) -> None:
+    """The adopted Deployment's replicas, through its scale subresource: never its template."""
+    wanted, workload = decision.workload_replicas, observation.workload
+    if spec.workload_ref is None or wanted is None or workload is None or wanted == workload.replicas:
+        return
+    kube.scale_deployment(owner.namespace, spec.workload_ref.name, wanted)
+
+
 def apply_children(
     spec: SpeculativeDeploymentSpec,
     owner: Owner,
     decision: rollout.Decision,
     observation: Observation,
     children: kube.Children,
+    source: dict[str, Any] | None = None,
 ) -> None:
     """Shrinking Deployments first (their GPUs free up sooner), then the rest. A Deployment whose
     template is kept (decision.keep_template, or a new template or re-render that must wait) is only scaled: its
-    pods keep what they run."""
+    pods keep what they run. `source`: the adopted Deployment's pod template (spec.workloadRef)."""
     counts = {Track.BASELINE: decision.baseline_replicas, Track.CANARY: decision.canary_replicas}
     states = {Track.BASELINE: observation.baseline, Track.CANARY: observation.canary}
     wanted = {track: n for track, n in counts.items() if n is not None}
-    manifests = {track: render.deployment(spec, owner, track, n) for track, n in wanted.items()}
+    manifests = {track: adopt.track(spec, owner, track, n, source) for track, n in wanted.items()}
     rendered = {
         track: m["metadata"]["annotations"][render.ANNOTATION_RENDERED] for track, m in manifests.items()
     }
@@ -698,8 +797,9 @@ def apply_children(
 
 
 def _named_children(spec: SpeculativeDeploymentSpec, owner: Owner) -> list[Manifest]:
-    """The children besides the Deployments whose names do not change with the rollout."""
-    children = [render.service(owner)]
+    """The children besides the Deployments whose names do not change with the rollout. An adopting
+    object has no Service <name>: the user's own Service serves both tracks' pods."""
+    children = [] if spec.workload_ref is not None else [render.service(owner)]
     if spec.benchmarks or rollout.routes_by_weight(spec):  # a Job or the route reaches one track
         children += [render.service(owner, track) for track in Track]
     if spec.rollout.metrics.pod_monitor:

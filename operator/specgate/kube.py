@@ -21,7 +21,7 @@ from kubernetes.client.exceptions import ApiException
 
 import specgate
 from specgate import api
-from specgate.observation import BenchmarkJob, TrackState
+from specgate.observation import BenchmarkJob, TrackState, Workload
 from specgate.render import (
     ANNOTATION_RENDERED,
     ANNOTATION_TEMPLATE,
@@ -66,6 +66,9 @@ PERMISSIONS: tuple[tuple[str, str, frozenset[str]], ...] = (
     ("monitoring.coreos.com", "podmonitors", frozenset({"get", "create", "patch"})),
     ("gateway.networking.k8s.io", "httproutes", frozenset({"get", "create", "patch"})),  # router GatewayAPI
     (INFERENCE_GROUP, "inferencepools", frozenset({"get", "create", "patch"})),  # backend InferencePool
+    # spec.workloadRef: an autoscaler on the adopted Deployment would fight the hand-over
+    ("autoscaling", "horizontalpodautoscalers", frozenset({"list"})),
+    ("keda.sh", "scaledobjects", frozenset({"list"})),
     # Peering (several replicas, one acting): kopf's heartbeats in the peering object's status.
     ("kopf.dev", "kopfpeerings", frozenset({"get", "list", "watch", "patch"})),
     # kopf lists and watches namespaces (to resolve what it watches) and CRDs (to notice new
@@ -118,6 +121,8 @@ PODS = "/api/v1/namespaces/{namespace}/pods"
 POD_MONITOR = f"/apis/{MONITORING_GROUP}/v1/namespaces/{{namespace}}/podmonitors/{{name}}"
 HTTP_ROUTE = f"/apis/{GATEWAY_API_VERSION}/namespaces/{{namespace}}/httproutes/{{name}}"
 INFERENCE_POOL = f"/apis/{INFERENCE_POOL_VERSION}/namespaces/{{namespace}}/inferencepools/{{name}}"
+HPAS = "/apis/autoscaling/v2/namespaces/{namespace}/horizontalpodautoscalers"
+SCALED_OBJECTS = "/apis/keda.sh/v1alpha1/namespaces/{namespace}/scaledobjects"  # KEDA, where installed
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 CHILD_PATHS = {
@@ -429,6 +434,15 @@ def deployment_view(body: Mapping[str, Any]) -> DeploymentView:
     )
 
 
+def workload_state(body: Mapping[str, Any] | None) -> Workload:
+    """An adopted Deployment (spec.workloadRef) from its body as read (None: not found)."""
+    if body is None:
+        return Workload()
+    view = deployment_view(body)
+    pods = int((body.get("status") or {}).get("replicas") or 0)
+    return Workload(True, view.replicas, view.ready_replicas, view.rolling, pods)
+
+
 def pod_view(body: Mapping[str, Any]) -> PodView:
     meta, status = body.get("metadata", {}), body.get("status") or {}
     ready = any(
@@ -639,6 +653,23 @@ def read_route(namespace: str, name: str) -> dict[str, Any] | None:
 def read_inference_pool(namespace: str, name: str) -> dict[str, Any] | None:
     """The InferencePool as the API server has it (spec and its Gateways' status); None when absent."""
     return _read(INFERENCE_POOL, namespace, name)
+
+
+def read_deployment(namespace: str, name: str) -> dict[str, Any] | None:
+    """A Deployment specgate does not own (spec.workloadRef), as the API server has it; None when absent."""
+    return _read(DEPLOYMENT, namespace, name)
+
+
+def autoscalers(namespace: str) -> tuple[list[Manifest], list[Manifest]]:
+    """The namespace's HorizontalPodAutoscalers and KEDA ScaledObjects (none where KEDA is absent)."""
+    hpas = _request("GET", HPAS, namespace=namespace).get("items") or []
+    try:
+        scaled = _request("GET", SCALED_OBJECTS, namespace=namespace).get("items") or []
+    except ApiException as exc:
+        if exc.status != 404:
+            raise
+        scaled = []
+    return hpas, scaled
 
 
 def _read(path: str, namespace: str, name: str) -> dict[str, Any] | None:

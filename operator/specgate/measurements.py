@@ -106,7 +106,9 @@ def canary_measurement(metrics: TrackMetrics, acceptance: gates.GateResult, now:
 def cost_config(spec: SpeculativeDeploymentSpec) -> str:
     """What a step cost depends on apart from K: the target, the engine (image) and the draft."""
     s = spec.speculative
-    return f"{spec.model.name} {spec.image} {s.method.value} {s.draft_model or '-'}"
+    ref = spec.workload_ref
+    target = f"{spec.target.name} {spec.image}" if ref is None else f"deployment/{ref.name}"
+    return f"{target} {s.method.value} {s.draft_model or '-'}"
 
 
 def step_cost(

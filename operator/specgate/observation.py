@@ -36,6 +36,21 @@ class TrackState:
 
 
 @dataclass(frozen=True)
+class Workload:
+    """The adopted Deployment as the API server reports it."""
+
+    exists: bool = False
+    replicas: int = 0
+    ready: int = 0
+    rolling: bool = False  # its own rolling update is under way (a GitOps edit of its template)
+    pods: int | None = None  # its pods (status.replicas): a lowering its controller has not acted on yet
+
+    @property
+    def running(self) -> int:
+        return self.replicas if self.pods is None else max(self.pods, self.replicas)
+
+
+@dataclass(frozen=True)
 class TrackMetrics:
     """One track's figures over the measurement window, from Prometheus."""
 
@@ -116,6 +131,8 @@ class Observation:
     guard_acceptance: tuple[AcceptanceWindow, ...] | None = None
     guard_block_seconds: float = 60.0
     route: RouteState | None = None  # traffic.router GatewayAPI only
+    workload: Workload | None = None  # spec.workloadRef only: the adopted Deployment
+    workload_autoscaler: str | None = None  # the HPA or KEDA ScaledObject scaling it (handover.autoscaler)
 
 
 @dataclass(frozen=True)

@@ -70,7 +70,12 @@ def template_hash(spec: api.SpeculativeDeploymentSpec, track: Track = Track.CANA
     unused = {"replicas", "rollout"} | ({"speculative"} if track is Track.BASELINE else set())
     if spec.pod_template is None:  # added later: absent, it keeps the hashes of objects made before
         unused.add("pod_template")
+    if spec.workload_ref is None:  # the same
+        unused.add("workload_ref")
     pods = spec.model_dump(mode="json", by_alias=True, exclude=unused)
+    if spec.workload_ref is not None:  # what the pods run: the template, not the hand-over's policy
+        ref = spec.workload_ref
+        pods["workloadRef"] = {"name": ref.name, "container": ref.container, "template": ref.template_digest}
     if "speculative" in pods:
         # Fields added later are left out while unset (Explicit is what unset means), as
         # pod_template is; a derived schedule is not what the user asked for, so it never makes a
@@ -80,7 +85,7 @@ def template_hash(spec: api.SpeculativeDeploymentSpec, track: Track = Track.CANA
             del pods["speculative"]["numSpeculativeTokensPerBatchSize"]
         if not auto:
             del pods["speculative"]["numSpeculativeTokensPerBatchSizePolicy"]
-    return _digest(pods)
+    return digest(pods)
 
 
 def deployment_name(owner: Owner, track: Track) -> str:
@@ -110,7 +115,7 @@ def speculative_config(spec: api.SpeculativeSpec) -> dict[str, Any]:
 
 def vllm_args(spec: api.SpeculativeDeploymentSpec, track: Track) -> list[str]:
     args = [
-        spec.model.name,
+        spec.target.name,
         "--host",
         "0.0.0.0",
         "--port",
@@ -216,7 +221,7 @@ def _container(spec: api.SpeculativeDeploymentSpec, track: Track) -> dict[str, A
     _, mounts = _volumes(spec)
     return {
         "name": VLLM_CONTAINER,
-        "image": spec.image,
+        "image": spec.vllm_image,
         "command": ["vllm", "serve"],
         "args": vllm_args(spec, track),
         "env": _env(spec),
@@ -260,12 +265,25 @@ def deployment(spec: api.SpeculativeDeploymentSpec, owner: Owner, track: Track, 
         "metadata": {"labels": labels, "annotations": {**spec.pod_annotations, **annotations}},
         "spec": pod_spec,
     }
+    return track_deployment(spec, owner, track, replicas, template, dict(labels), annotations)
+
+
+def track_deployment(
+    spec: api.SpeculativeDeploymentSpec,
+    owner: Owner,
+    track: Track,
+    replicas: int,
+    template: dict[str, Any],
+    labels: dict[str, str],
+    annotations: dict[str, str],
+) -> Manifest:
+    """Deployment <name>-<track> of a pod template (rendered here, or an adopted one: adopt.py)."""
     return {
         "apiVersion": "apps/v1",
         "kind": "Deployment",
         "metadata": {
-            **_metadata(owner, deployment_name(owner, track), dict(labels)),
-            "annotations": {**annotations, ANNOTATION_RENDERED: _digest(template)},
+            **_metadata(owner, deployment_name(owner, track), labels),
+            "annotations": {**annotations, ANNOTATION_RENDERED: digest(template)},
         },
         "spec": {
             "replicas": replicas,
@@ -283,7 +301,7 @@ def deployment(spec: api.SpeculativeDeploymentSpec, owner: Owner, track: Track, 
     }
 
 
-def _digest(manifest: Mapping[str, Any]) -> str:
+def digest(manifest: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()[:12]
 
 
@@ -342,7 +360,7 @@ def benchmark_job(
     }
     container = {
         "name": "benchmark",
-        "image": bench.image or spec.image,
+        "image": bench.image or spec.vllm_image,
         "command": ["python3", "-c", DRIVER_SOURCE],
         "env": env,
         "volumeMounts": mounts,

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from specgate import api, benchmark, capacity, conditions, gates, measurements, render, traffic
+from specgate import api, benchmark, capacity, conditions, gates, handover, measurements, render, traffic
 from specgate.api import (
     Action,
     BenchmarkRun,
@@ -28,12 +28,21 @@ from specgate.api import (
     SpeculativeDeploymentSpec,
     SpeculativeDeploymentStatus,
     Strategy,
+    WorkloadStatus,
     iso,
     parse_duration,
     parse_time,
 )
 from specgate.gates import Verdict
-from specgate.observation import BenchmarkJob, Observation, RouteState, TrackMetrics, TrackState, Window
+from specgate.observation import (
+    BenchmarkJob,
+    Observation,
+    RouteState,
+    TrackMetrics,
+    TrackState,
+    Window,
+    Workload,
+)
 from specgate.render import Track
 
 HISTORY_LIMIT = 30
@@ -123,6 +132,11 @@ class Reason(StrEnum):
     ROUTE_REPAIRED = "RouteRepaired"  # the owned HTTPRoute was deleted or edited: applied again
     # The owned HTTPRoute, no longer weighted (router Service, or existingRoute): pointed at Service <name>
     ROUTE_RELEASED = "RouteReleased"
+    # spec.workloadRef: the adopted Deployment's replicas lowered as specgate's pods become Ready
+    HANDING_OVER = "HandingOver"
+    HANDED_OVER = "HandedOver"  # specgate's pods serve in its place: the rollout begins
+    WORKLOAD_NOT_ADOPTABLE = "WorkloadNotAdoptable"  # missing, autoscaled, or more replicas than spec
+    HANDED_BACK = "HandedBack"  # deleted: the adopted Deployment serves again (Warning: not Ready in time)
 
 
 # Reasons that mark the object Degraded whatever its phase.
@@ -157,6 +171,9 @@ class Decision:
     touch_children: bool = True  # False: invalid spec or name conflict, nothing is applied
     # traffic.router GatewayAPI: the weights the route's rule must carry now (None: leave it as it is)
     route_weights: traffic.Weights | None = None
+    # spec.workloadRef: the adopted Deployment's replicas now, set through its scale subresource
+    # (None: leave them as they are)
+    workload_replicas: int | None = None
 
 
 # --- time helpers ---
@@ -517,7 +534,19 @@ def decide(
     observation: Observation,
     now: datetime,
 ) -> Decision:
-    """One reconcile step of the rollout state machine."""
+    """One reconcile step of the rollout state machine; with spec.workloadRef, the hand-over from
+    the adopted Deployment comes first (the rollout waits in Pending until it is done)."""
+    if spec.workload_ref is not None:
+        return _adopting(spec, status, observation, now)
+    return _decide(spec, status, observation, now)
+
+
+def _decide(
+    spec: SpeculativeDeploymentSpec,
+    status: SpeculativeDeploymentStatus,
+    observation: Observation,
+    now: datetime,
+) -> Decision:
     step = _Step(
         spec,
         status,
@@ -547,6 +576,108 @@ def decide(
     else:
         step = _HANDLERS[step.status.phase](step)
     return step.decision()
+
+
+# --- spec.workloadRef: the hand-over from an adopted Deployment (handover.py) ---
+
+
+def _adopting(
+    spec: SpeculativeDeploymentSpec, status: SpeculativeDeploymentStatus, obs: Observation, now: datetime
+) -> Decision:
+    ref = spec.workload_ref
+    assert ref is not None
+    workload = obs.workload or Workload()
+    kept = status.workload if status.workload is not None and status.workload.name == ref.name else None
+    original = kept.original_replicas if kept is not None else workload.replicas
+    handed_over = kept is not None and kept.handed_over
+    why = handover.refusal(ref, spec.replicas, workload, original, obs.workload_autoscaler)
+    if why is not None and (not handed_over or obs.workload_autoscaler is not None):
+        return failed(Reason.WORKLOAD_NOT_ADOPTABLE, why, status, obs.generation, now)
+    rollout = spec.rollout
+    budget = capacity.Budget(spec.replicas, rollout.max_surge, rollout.max_unavailable)
+    events: tuple[Event, ...] = ()
+    if not handed_over and rollout.paused:  # nothing moves, the Deployment's replicas included
+        message = f"paused ({PAUSED_BY}): the hand-over waits, Deployment {ref.name} at {workload.replicas} replicas"
+        held = handover.Step(workload.replicas, obs.baseline.replicas, False, message)
+        return replace(_handing_over(status, obs, now, held, ()), workload_replicas=None)
+    if not handed_over:
+        step = handover.hand_over(
+            ref.scale_down, budget, workload, _side(obs.baseline, rollout.max_unavailable)
+        )
+        record = WorkloadStatus(
+            name=ref.name,
+            original_replicas=original,
+            replicas=step.workload_replicas,
+            handed_over=step.handed_over,
+            message=step.message,
+        )
+        status = status.model_copy(update={"workload": record})
+        if not step.handed_over:
+            return _handing_over(status, obs, now, step, _scaled(ref.name, workload, step))
+        events = (Event("Normal", Reason.HANDED_OVER, step.message),)
+    decision = _decide(spec, status, obs, now)
+    decision = replace(decision, events=(*events, *decision.events))
+    return _kept_down(spec, budget, workload, obs, decision) if decision.touch_children else decision
+
+
+def _scaled(name: str, workload: Workload, step: handover.Step) -> tuple[Event, ...]:
+    if step.workload_replicas == workload.replicas:
+        return ()
+    message = f"scaled Deployment {name} from {workload.replicas} to {step.workload_replicas} replicas"
+    return (Event("Normal", Reason.HANDING_OVER, f"{message} (its template untouched): {step.message}"),)
+
+
+def _handing_over(
+    status: SpeculativeDeploymentStatus,
+    obs: Observation,
+    now: datetime,
+    step: handover.Step,
+    events: tuple[Event, ...],
+) -> Decision:
+    """The rollout waits in its phase while the adopted Deployment gives way to the baseline (a
+    refusal fixed meanwhile: in the phase it failed in)."""
+    reason = Reason.HANDING_OVER
+    resumed = status.phase == Phase.FAILED and status.resume_phase is not None
+    phase = status.resume_phase if resumed and status.resume_phase is not None else status.phase
+    held = status.model_copy(
+        update={
+            "phase": phase,
+            "resume_phase": None if resumed else status.resume_phase,
+            "reason": reason,
+            "message": step.message,
+            "observed_generation": obs.generation,
+            "conditions": conditions.conditions_for(
+                status.conditions, phase, reason, step.message, obs.generation, iso(now)
+            ),
+        }
+    )
+    return Decision(held, step.baseline_replicas, None, events, workload_replicas=step.workload_replicas)
+
+
+def _kept_down(
+    spec: SpeculativeDeploymentSpec,
+    budget: capacity.Budget,
+    workload: Workload,
+    obs: Observation,
+    decision: Decision,
+) -> Decision:
+    """After the hand-over the adopted Deployment stays down: raised again (Argo CD's selfHeal of its
+    replicas, a person), it is lowered as far as both tracks' Ready pods keep the floor."""
+    ref = spec.workload_ref
+    assert ref is not None
+    if not workload.exists or workload.replicas == 0 or ref.scale_down is api.ScaleDown.NEVER:
+        return decision
+    pods = obs.baseline.replicas + obs.canary.replicas
+    serving = capacity.Side(pods, obs.baseline.serving + obs.canary.serving)
+    step = handover.hand_over(ref.scale_down, budget, workload, serving)
+    if step.workload_replicas == workload.replicas:
+        return decision
+    message = (
+        f"Deployment {ref.name} was raised to {workload.replicas} replicas after the hand-over (a GitOps "
+        f"tool's selfHeal? make it ignore the Deployment's spec.replicas): lowered to {step.workload_replicas}"
+    )
+    event = Event("Warning", Reason.HANDING_OVER, message)
+    return replace(decision, workload_replicas=step.workload_replicas, events=(*decision.events, event))
 
 
 def begins_new_rollout(

@@ -144,9 +144,14 @@ def extend(prefix: list[float], k: int) -> list[float]:
     return out
 
 
+def _model_name(spec: SpeculativeDeploymentSpec) -> str:
+    """The model's name, where the spec has it (an adopted Deployment's is in its container args)."""
+    return spec.model.name if spec.model is not None else ""
+
+
 def hardware(spec: SpeculativeDeploymentSpec) -> Hardware:
     accelerator, accelerator_from = _accelerator(spec)
-    match = _SIZE.search(spec.model.name)
+    match = _SIZE.search(_model_name(spec))
     params_b = float(match.group(1)) if match else DEFAULT_PARAMS_B
     params_from = "the model name" if match else f"assumed {DEFAULT_PARAMS_B}B: no size in the model name"
     if spec.tensor_parallel_size > 1:
@@ -161,7 +166,7 @@ def hardware(spec: SpeculativeDeploymentSpec) -> Hardware:
 
 
 def cost_model(spec: SpeculativeDeploymentSpec, hw: Hardware) -> planning.CostModel:
-    fp8 = "fp8" in spec.model.name.lower()
+    fp8 = "fp8" in _model_name(spec).lower()
     draft_size = _SIZE.search(spec.speculative.draft_model or "")
     return planning.CostModel.for_hardware(
         hw.accelerator,

@@ -68,6 +68,15 @@ def pools(**pickers: Any) -> dict[str, Any]:
     return traffic(**{**POOLS, "inferencePool": {"endpointPicker": picked}})
 
 
+WORKLOAD_REF: dict[str, Any] = {"name": "llama"}
+ADOPTING: dict[str, Any] = {"workloadRef": WORKLOAD_REF, "speculative": BASE["speculative"]}
+
+
+def adopting(**fields: Any) -> dict[str, Any]:
+    """A spec adopting Deployment llama (workloadRef), with more fields."""
+    return {**ADOPTING, **fields}
+
+
 def existing_route(**rule: Any) -> dict[str, Any]:
     return traffic(router="GatewayAPI", existingRoute={"name": "chat", **rule})
 
@@ -191,4 +200,15 @@ RULE_CASES: list[tuple[int, dict[str, Any], dict[str, Any]]] = [
     (41, pools(canary=None), traffic(**POOLS)),
     (41, pools(baseline=None), traffic(**POOLS)),
     (42, traffic(**GATEWAY, inferencePool=POOL), traffic(**POOLS)),
+    (43, with_("model", None), adopting()),
+    (44, with_("image", None), adopting()),
+    (45, adopting(model=BASE["model"]), adopting()),
+    (45, adopting(image=BASE["image"]), adopting()),
+    (45, adopting(vllmArgs=["--max-model-len", "8192"]), adopting(vllmArgs=[])),
+    (46, adopting(env=[{"name": "A", "value": "1"}]), adopting(env=[])),
+    (46, adopting(modelCache={"claimName": "weights"}), adopting()),
+    (46, adopting(nodeSelector={"gpu": "h100"}), adopting(nodeSelector={})),
+    (46, adopting(tolerations=[{"key": "gpu"}]), adopting(tolerations=[])),
+    (46, adopting(podTemplate={}), adopting()),
+    (47, adopting(rollout={"measurement": "both"}), adopting(rollout={"measurement": "traffic"})),
 ]

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 from tests.unit.openapi_check import problems
-from tests.unit.spec_cases import BASE, RULE_CASES, per_batch, with_
+from tests.unit.spec_cases import BASE, RULE_CASES, WORKLOAD_REF, adopting, per_batch, with_
 
 from specgate import api, render
 
@@ -46,6 +46,7 @@ def test_every_other_default_is_written_out() -> None:
     assert dump == {
         "model": {"name": "meta-llama/Llama-3.1-8B-Instruct", "servedName": None},
         "image": "vllm/vllm-openai:v0.11.0",
+        "workloadRef": None,
         "replicas": 1,
         "resources": {"gpus": 1, "gpuResourceName": "nvidia.com/gpu", "cpu": None, "memory": None},
         "tensorParallelSize": 1,
@@ -243,7 +244,8 @@ def test_status_ignores_kopf_bookkeeping_and_fields_of_other_versions() -> None:
     assert status.phase == api.Phase.ANALYZING and status.canary is not None and status.canary.alpha == 0.7
 
 
-TRAFFIC_RULES = {*range(34, 38), *range(40, 43)}  # spec.rollout.traffic's rules in api.RULES
+# spec.rollout.traffic's rules in api.RULES, and spec.workloadRef's
+TRAFFIC_RULES = {*range(34, 38), *range(40, 43), *range(43, 48)}
 
 
 @pytest.mark.parametrize(
@@ -259,3 +261,40 @@ def test_the_crds_cel_for_traffic_rejects_and_accepts_as_the_operator_does(
     spec_schema = root["properties"]["spec"]
     assert [p.split(": ", 1)[1] for p in problems(rejected, spec_schema)] == [api.RULES[index].message]
     assert problems(accepted, spec_schema) == []
+
+
+def test_a_workload_ref_defaults_to_a_progressive_hand_over_handed_back_on_deletion() -> None:
+    ref = api.parse_spec(adopting()).workload_ref
+    assert ref is not None
+    assert ref.model_dump(mode="json", by_alias=True) == {
+        "apiVersion": "apps/v1",
+        "kind": "Deployment",
+        "name": WORKLOAD_REF["name"],
+        "container": None,
+        "scaleDown": "progressively",
+        "onDelete": "HandBack",
+    }
+
+
+@pytest.mark.parametrize(
+    ("ref", "field"),
+    [
+        ({**WORKLOAD_REF, "kind": "StatefulSet"}, "workloadRef.kind"),
+        ({**WORKLOAD_REF, "apiVersion": "apps/v1beta1"}, "workloadRef.apiVersion"),
+        ({**WORKLOAD_REF, "scaleDown": "always"}, "workloadRef.scaleDown"),
+        ({"scaleDown": "never"}, "workloadRef.name"),
+    ],
+)
+def test_a_workload_ref_other_than_a_named_deployment_is_refused(ref: dict[str, Any], field: str) -> None:
+    with pytest.raises(api.SpecError) as err:
+        api.parse_spec(adopting(workloadRef=ref))
+    assert err.value.field == field
+
+
+def test_an_adopted_spec_names_no_model_to_render() -> None:
+    """The pods' model and image are the Deployment's: what would render them from the spec says so."""
+    spec = api.parse_spec(adopting())
+    with pytest.raises(api.SpecError, match=r"^spec\.model: the model comes from workloadRef"):
+        _ = spec.served_name
+    with pytest.raises(api.SpecError, match=r"^spec\.image: the image comes from workloadRef"):
+        _ = spec.vllm_image

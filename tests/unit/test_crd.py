@@ -162,6 +162,16 @@ API_SERVER_RULES = {
      "pool's endpoint picker (specgate deploys no picker): set both"),
     (".spec.rollout.traffic", ".inferencePool", "inferencePool applies to backend InferencePool only: set "
      "backend: InferencePool or remove it"),
+    (".spec", ".model", "model is required: set model.name (specgate renders the vLLM pods), or "
+     "workloadRef to adopt a running vLLM Deployment"),
+    (".spec", ".image", "image is required without workloadRef: set the vLLM image, e.g. "
+     "vllm/vllm-openai:v0.32.0"),
+    (".spec", ".workloadRef", "workloadRef takes the model, image and args from the referenced "
+     "Deployment's container: remove model, image and vllmArgs (change them in your Deployment)"),
+    (".spec", ".workloadRef", "workloadRef runs the referenced Deployment's pod template: set env, "
+     "modelCache, nodeSelector, tolerations and podTemplate there, and remove them here"),
+    (".spec", ".rollout.measurement", "workloadRef measures production traffic only (a benchmark Job "
+     "needs model and image): set rollout.measurement: traffic"),
 }  # fmt: skip
 
 

@@ -298,14 +298,11 @@ def test_deletion_points_a_rule_whose_own_service_is_gone_at_the_shared_service(
 def test_only_objects_that_hold_a_users_rule_get_the_delete_handler() -> None:
     """Its `when` filter: the others get no change handling from kopf (nor its annotation); no count
     of retries or fixed timeout bounds it (progressDeadline does, in the handler)."""
-    (handler,) = kopf.get_default_registry()._changing.get_all_handlers()
-    assert (handler.id, handler.requires_finalizer, handler.when, handler.retries, handler.timeout) == (
-        "restore_rule",
-        True,
-        handlers._holds_a_rule,
-        None,
-        None,
-    )
+    found = kopf.get_default_registry()._changing.get_all_handlers()
+    assert {(h.id, h.requires_finalizer, h.when, h.retries, h.timeout) for h in found} == {
+        ("restore_rule", True, handlers._holds_a_rule, None, None),
+        ("hand_back", True, handlers._adopts, None, None),  # spec.workloadRef (test_adopt_handlers.py)
+    }
     with_rule = deleted(None, {"rollout": {"traffic": EXISTING}})
     with_record = deleted(record(USERS), {"rollout": {"traffic": OWNED}})
     without = deleted(None, {"rollout": {"traffic": OWNED}})
