@@ -1,11 +1,16 @@
 # Benchmarks: ratios measured side by side in one run (not timing assertions).
 .PHONY: bench
-bench: venv engines ## decision-rule, guard and draft-length benchmarks (about an hour on two cores: the guard's months take about 20, the draft lengths on real vLLM engines 20)
+bench: venv engines ## decision-rule, guard, latency-gate and draft-length benchmarks (about an hour on two cores: the guard's months take about 20, the draft lengths on real vLLM engines 20)
 	$(PY) bench/decisions.py
 	$(PY) bench/guard.py
+	$(PY) bench/latency.py
 	PYTHONPATH=lab $(VLLM_VENV)/bin/python -m specgate_lab.tiny_models $(SPECGATE_CACHE)/models \
 		tiny-llama-noise-0.01 tiny-llama-noise-0.05
 	$(PY) bench/draft_length.py
+
+.PHONY: bench-latency
+bench-latency: venv ## the per-token latency gate on simulated vLLM histograms: wrong passes, good canaries rolled back, minutes to a Pass (TRIALS per cell)
+	$(PY) bench/latency.py $(if $(TRIALS),--trials $(TRIALS))
 
 .PHONY: bench-draft-length
 bench-draft-length: venv engines ## draft length alone: k_choice_speedup_ratio and k_schedule_speedup_vs_best_static on real engines (QUICK=1: one draft, K 1..2, about 5 minutes)
