@@ -15,6 +15,7 @@ from specgate.planning import expected_accepted
 from specgate.vllm_metrics import (
     INTER_TOKEN_LATENCY,
     ITERATION_TOKENS,
+    REQUEST_TIME_PER_OUTPUT_TOKEN,
     SPEC_DECODE_NUM_ACCEPTED_TOKENS,
     SPEC_DECODE_NUM_DRAFT_TOKENS,
     total,
@@ -219,3 +220,38 @@ def test_the_engine_counts_its_steps_as_vllm_does() -> None:
     tokens = registry.get_sample_value(f"{ITERATION_TOKENS}_sum", labels)
     samples = registry.get_sample_value(f"{INTER_TOKEN_LATENCY}_count", labels)
     assert (steps, tokens, samples) == (10.0, 52.0, 36.0)
+
+
+def test_custom_histogram_buckets_set_the_itl_and_per_token_buckets_as_vllm_does() -> None:
+    """vLLM 0.32's --custom-histogram-buckets '{"inter_token_latency": [...]}' sets both the ITL and
+    the per-token histograms; without it they keep vLLM's defaults (10, 25, 50 ms, ...)."""
+    ladder = [0.01, 0.0105, 0.011]
+    args = sim_module.parse_args(["m", "--custom-histogram-buckets", f'{{"inter_token_latency": {ladder}}}'])
+    metrics = EngineMetrics.create(speculative=False, itl_buckets=sim_module.itl_buckets(args))
+    metrics.itl.labels("m", "0").observe(0.0102)
+    metrics.per_token.labels("m", "0").observe(0.0102)
+    for family in (INTER_TOKEN_LATENCY, REQUEST_TIME_PER_OUTPUT_TOKEN):
+        labels = {"model_name": "m", "engine": "0"}
+        read = metrics.registry.get_sample_value
+        assert read(f"{family}_bucket", {**labels, "le": "0.01"}) == 0.0
+        assert read(f"{family}_bucket", {**labels, "le": "0.0105"}) == 1.0
+        assert read(f"{family}_bucket", {**labels, "le": "0.025"}) is None  # no default edge
+    default = sim_module.itl_buckets(sim_module.parse_args(["m"]))
+    assert default[:3] == (0.01, 0.025, 0.05)
+
+
+@pytest.mark.parametrize(
+    ("value", "error"),
+    [
+        ("not json", "not JSON"),
+        ("[0.01]", "a JSON object"),
+        ('{"inter_token_latency": [0.02, 0.01]}', "strictly ascending"),
+        ('{"inter_token_latency": []}', "strictly ascending"),
+    ],
+)
+def test_bad_custom_histogram_buckets_name_the_flag_and_the_fix(
+    value: str, error: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with pytest.raises(SystemExit):
+        sim_module.parse_args(["m", "--custom-histogram-buckets", value])
+    assert error in capsys.readouterr().err

@@ -7,10 +7,11 @@ import json
 import os
 import sys
 from collections.abc import Mapping, Sequence
+from itertools import pairwise
 
 from aiohttp import web
 
-from specgate_lab.sim.metrics import EngineMetrics
+from specgate_lab.sim.metrics import ITL_BUCKETS, EngineMetrics
 from specgate_lab.sim.model import PROFILES, Knobs, Speculation, parse_script
 from specgate_lab.sim.server import SimEngine, loading_forever_app, make_app
 
@@ -23,8 +24,30 @@ def parse_args(argv: Sequence[str]) -> argparse.Namespace:
     parser.add_argument("--served-model-name", nargs="+")
     parser.add_argument("--speculative-config")
     parser.add_argument("--max-num-seqs", type=int, default=64)
+    parser.add_argument("--custom-histogram-buckets", type=custom_buckets, default=None)
     args, _ignored = parser.parse_known_args(argv)  # other vLLM flags do not change the model
     return args
+
+
+def custom_buckets(value: str) -> dict[str, list[float]]:
+    """vLLM 0.32's --custom-histogram-buckets: a JSON object of bucket family to ascending bounds.
+    The simulator exports only the inter_token_latency family's (its ITL and per-token
+    histograms); other families are accepted and keep their buckets."""
+    try:
+        families = json.loads(value)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"--custom-histogram-buckets: not JSON ({exc})") from exc
+    if not isinstance(families, dict):
+        raise argparse.ArgumentTypeError(
+            '--custom-histogram-buckets: a JSON object, e.g. {"inter_token_latency": [...]}'
+        )
+    for family, bounds in families.items():
+        numbers = isinstance(bounds, list) and bounds and all(isinstance(b, int | float) for b in bounds)
+        if not numbers or any(b <= a for a, b in pairwise(bounds)):
+            raise argparse.ArgumentTypeError(
+                f"--custom-histogram-buckets: {family!r} needs a non-empty list of strictly ascending numbers"
+            )
+    return {family: [float(b) for b in bounds] for family, bounds in families.items()}
 
 
 def knobs_from_env(env: Mapping[str, str], max_num_seqs: int) -> Knobs:
@@ -54,6 +77,12 @@ def speculation(config_json: str | None) -> Speculation | None:
     return Speculation(method=str(config["method"]), k=int(config.get("num_speculative_tokens", 1)))
 
 
+def itl_buckets(args: argparse.Namespace) -> tuple[float, ...]:
+    """The inter_token_latency family's buckets: the flag's, else vLLM's defaults."""
+    custom = (args.custom_histogram_buckets or {}).get("inter_token_latency")
+    return tuple(custom) if custom else ITL_BUCKETS
+
+
 def _fault(name: str, args: argparse.Namespace) -> str | None:
     """SPECGATE_SIM_<name> when it applies to this engine: "startup" always, "speculative" only
     with a --speculative-config (the canary's engine), "speculative-if:<path>" like speculative but
@@ -77,7 +106,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         knobs=knobs_from_env(os.environ, args.max_num_seqs),
         spec=spec,
         script=parse_script(os.environ.get("SPECGATE_SIM_SCRIPT", "")),
-        metrics=EngineMetrics.create(speculative=spec is not None),
+        metrics=EngineMetrics.create(speculative=spec is not None, itl_buckets=itl_buckets(args)),
     )
     web.run_app(make_app(engine), host=args.host, port=args.port, print=None)
 

