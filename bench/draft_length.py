@@ -245,12 +245,12 @@ def advised_k(runs: dict[int, Run], baseline: Run, concurrency: int, k_max: int)
     status.stepCosts keeps them."""
     canary = runs[k_max]
     costs = measurements.with_cost([], CONFIG, _cost(canary, baseline, k_max, concurrency))
-    first = _advice(_metrics(canary, k_max, concurrency), costs)
+    first = _advice(_metrics(canary, k_max, concurrency), costs, k_max)
     if first == k_max:
         return first, first
     second = runs[first]
     costs = measurements.with_cost(costs, CONFIG, _cost(second, baseline, first, concurrency))
-    return first, _advice(_metrics(second, first, concurrency), costs)
+    return first, _advice(_metrics(second, first, concurrency), costs, k_max)
 
 
 CONFIG = "bench"  # one target and draft per advice: any name, the same for both rollouts
@@ -276,8 +276,9 @@ def _cost(run: Run, baseline: Run, k: int, concurrency: int) -> StepCost:
     )
 
 
-def _advice(metrics: TrackMetrics, costs: list[StepCost]) -> int:
-    advice = measurements.recommendation(metrics, costs)
+def _advice(metrics: TrackMetrics, costs: list[StepCost], k_max: int) -> int:
+    """The advice among the K this run's engines served (positions past the canary's extended)."""
+    advice = measurements.recommendation(metrics, costs, k_max=k_max)
     assert advice is not None
     return advice.num_speculative_tokens
 
@@ -381,7 +382,7 @@ def advise_each_concurrency(
         at_c = {k: runs[k][c] for k in runs}
         first, second = advised_k(at_c, baseline[c], c, sizes.k_max)
         advised[c] = second
-        default = _advice(_metrics(at_c[sizes.k_max], sizes.k_max, c), [])  # no step times
+        default = _advice(_metrics(at_c[sizes.k_max], sizes.k_max, c), [], sizes.k_max)  # no step times
         ratios = {
             name: speed[k] / speed[best]
             for name, k in (("measured", first), ("second", second), ("default", default))

@@ -2,6 +2,7 @@
 .PHONY: bench
 bench: venv engines ## decision-rule, guard, latency-gate and draft-length benchmarks (about an hour on two cores: the guard's months take about 20, the draft lengths on real vLLM engines 20)
 	$(PY) bench/decisions.py
+	$(PY) bench/draft_length_gpu.py
 	$(PY) bench/guard.py
 	$(PY) bench/latency.py
 	PYTHONPATH=lab $(VLLM_VENV)/bin/python -m specgate_lab.tiny_models $(SPECGATE_CACHE)/models \
@@ -22,3 +23,7 @@ bench-draft-length: venv engines ## draft length alone: k_choice_speedup_ratio a
 bench-scale: venv ## the operator at 500 objects on a control plane of its own (about 10 minutes)
 	hack/build-binaries.sh
 	$(PY) bench/scale.py --objects $(or $(OBJECTS),500)
+
+.PHONY: bench-draft-length-gpu
+bench-draft-length-gpu: venv ## draft length judged on the GPU step tables (bench/gpu): k_choice_gpu_replay_ratio_worst and k_schedule_gpu_replay_vs_best_static, pure CPU (seconds)
+	$(PY) bench/draft_length_gpu.py

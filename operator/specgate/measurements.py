@@ -138,19 +138,32 @@ def with_cost(costs: Sequence[StepCost], config: str, cost: StepCost | None) -> 
     return sorted([*kept, *([cost] if cost else [])], key=lambda c: c.k)
 
 
-def recommendation(metrics: TrackMetrics, costs: Sequence[StepCost]) -> Recommendation | None:
-    """The draft length with the best expected speedup: from the per-position acceptance of the
-    longest draft measured (this canary's, or an earlier one's kept with its step cost), costed by
-    the step costs measured for this config (api.StepCost) where there are any, else by the default
-    GPU cost model."""
+def recommendation(
+    metrics: TrackMetrics,
+    costs: Sequence[StepCost],
+    base: planning.CostModel | None = None,
+    k_max: int = planning.ADVICE_K_MAX,
+) -> Recommendation | None:
+    """The draft length with the best expected speedup up to k_max (or the K measured, if longer):
+    from the per-position acceptance of the longest draft measured (this canary's, or an earlier
+    one's kept with its step cost; positions past it at the last measured conditional rate, as a
+    short canary would otherwise cap the advice at its own K), costed by the step costs measured for
+    this config (api.StepCost) where there are any, else by the cost model `base` (the accelerator
+    and target size the spec names, schedule.cost_model; the default H100 8B one if None), whose
+    physics also shapes how the measured costs extend to other K and batch sizes."""
     prefix = max([_per_position(metrics), *(c.acceptance_per_position for c in costs)], key=len)
-    cost, costed = None, "default GPU step costs"
+    cost, costed = base, "default GPU step costs"
     if costs:
         steps = [planning.MeasuredStep(c.k, c.step_ratio, c.concurrency) for c in costs]
-        cost = planning.CostModel.measured(steps)
         ratios = ", ".join(f"K={c.k} {c.step_ratio:.2f}x" for c in costs)
         costed = f"steps measured {ratios} a plain one"
-    advice = planning.recommend_k(prefix, 1.0, cost, concurrency=_batch(metrics))
+        if planning.within_physics(base or planning.CostModel(), steps):
+            costed += f" (within {planning.PHYSICS_TOLERANCE:.0%} of the physics: priced by it)"
+        else:
+            cost = planning.CostModel.measured(steps, base)
+    advice = planning.recommend_k(
+        prefix, 1.0, cost, concurrency=_batch(metrics), k_max=max(k_max, len(prefix))
+    )
     if advice is None:
         return None
     return Recommendation(

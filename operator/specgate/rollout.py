@@ -13,7 +13,18 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 from enum import StrEnum
 
-from specgate import api, benchmark, capacity, conditions, gates, handover, measurements, render, traffic
+from specgate import (
+    api,
+    benchmark,
+    capacity,
+    conditions,
+    gates,
+    handover,
+    measurements,
+    render,
+    schedule,
+    traffic,
+)
 from specgate.api import (
     Action,
     BenchmarkRun,
@@ -1191,7 +1202,8 @@ def _recommend(step: _Step, metrics: TrackMetrics) -> _Step:
     baseline, config = step.status.baseline, measurements.cost_config(step.spec)
     cost = measurements.step_cost(step.spec, metrics, baseline.mean_itl_ms if baseline else None, step.now)
     costs = measurements.with_cost(step.status.step_costs, config, cost)
-    return step.update(step_costs=costs, recommendation=measurements.recommendation(metrics, costs))
+    base = schedule.cost_model(step.spec, schedule.hardware(step.spec))
+    return step.update(step_costs=costs, recommendation=measurements.recommendation(metrics, costs, base))
 
 
 def _benchmark_gates(step: _Step) -> tuple[_Step, GateResults | None]:

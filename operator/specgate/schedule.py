@@ -119,7 +119,7 @@ def acceptance_evidence(spec: SpeculativeDeploymentSpec, status: SpeculativeDepl
     if same_draft and canary is not None and drafts is not None and drafts >= spec.rollout.gates.min_drafts:
         measured = [min(max(u, 0.0), 1.0) for u in canary.acceptance_per_position[:k]]
         return Evidence(
-            extend(measured, k),
+            planning.extend_prefix(measured, k),
             ScheduleSource.CANARY_MEASUREMENT,
             f"the last canary's per-position acceptance ({drafts:g} drafts, {len(measured)} positions measured)",
         )
@@ -131,17 +131,6 @@ def acceptance_evidence(spec: SpeculativeDeploymentSpec, status: SpeculativeDepl
         f"gates.minAcceptanceRate {gate} at K={k} (conditional rate {rate:.3f}; no canary of this "
         "draft measured yet)",
     )
-
-
-def extend(prefix: list[float], k: int) -> list[float]:
-    """Positions past those measured, at the last measured conditional rate."""
-    if not prefix or len(prefix) >= k:
-        return prefix[:k]
-    rate = prefix[-1] / prefix[-2] if len(prefix) > 1 and prefix[-2] > 0 else prefix[-1]
-    out = list(prefix)
-    while len(out) < k:
-        out.append(out[-1] * rate)
-    return out
 
 
 def _model_name(spec: SpeculativeDeploymentSpec) -> str:

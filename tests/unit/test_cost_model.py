@@ -12,7 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from specgate import planning
+from specgate import measurements, planning
+from specgate.api import StepCost
+from specgate.gates import AcceptanceWindow
+from specgate.observation import TrackMetrics
 
 GPU_TABLES = Path(__file__).resolve().parents[2] / "bench" / "gpu"
 TABLE = GPU_TABLES / "h100-step-costs.jsonl"
@@ -129,3 +132,59 @@ def test_the_schedule_shortens_the_draft_as_the_batch_grows() -> None:
     assert all(a[1] + 1 == b[0] for a, b in itertools.pairwise(schedule))
     ks = [k for _, _, k in schedule]
     assert ks == sorted(ks, reverse=True) and ks[0] > ks[-1]
+
+
+def test_a_short_canary_does_not_cap_the_advice_at_its_own_k() -> None:
+    """One canary at K=1 accepting 0.9 of its drafts at batch 1 (the H100 table: a step of K=7
+    costs 1.43x a plain one there, bench/gpu). Read as 0.9 per position, K=7 yields
+    1 + 0.9 + ... + 0.9^7 = 5.78 tokens a step against K=1's 1.9 for at most twice the cost: the
+    advice goes past the K measured, up to ADVICE_K_MAX, and says it extended the acceptance."""
+    advice = planning.recommend_k([0.9], 1.0, planning.CostModel(), 1, k_max=planning.ADVICE_K_MAX)
+    assert advice is not None and advice.k == planning.ADVICE_K_MAX == 7
+    assert "positions past 1 at the last measured conditional rate" in advice.message
+    capped = planning.recommend_k([0.9], 1.0, planning.CostModel(), 1)
+    assert capped is not None and capped.k == 1
+
+
+def test_the_measured_cost_extends_along_the_named_hardware() -> None:
+    """A 70B FP8 target on an H200 measured at K=3 and batch 64 (the table: 42.30 ms against 30.31
+    plain). K=7 there costs at least (85.41 + 7 x 0.717) / 30.31 = 2.98 plain steps (the target's
+    pass over 8 tokens a request and seven head passes at the head's batch-64 row; the first pass,
+    over more tokens, costs more). Extended along the H200 70B physics the advice prices it within
+    10 %; along the default H100 8B physics, whose passes grow less with the tokens, 20 % or more
+    too cheap: why rollout.py passes the spec's hardware as the base."""
+    measured = [planning.MeasuredStep(3, 42.3012 / 30.3095, 64)]
+    h200 = planning.CostModel.for_hardware("H200", 70.6, "eagle3", bytes_per_param=1.0)
+    table_k7 = (85.4107 + 7 * 0.7173) / 30.3095
+    on_h200 = planning.CostModel.measured(measured, h200)
+    on_default = planning.CostModel.measured(measured)
+    assert on_h200.step(64, 7) / on_h200.step(64, 0) == pytest.approx(table_k7, rel=0.10)
+    assert on_default.step(64, 7) / on_default.step(64, 0) < 0.8 * table_k7
+
+
+def _canary(k: int, step_ratio: float, batch: int) -> tuple[TrackMetrics, StepCost]:
+    prefix = [0.8**i for i in range(1, k + 1)]
+    metrics = TrackMetrics(
+        acceptance=(AcceptanceWindow(1000.0, 1000.0 * k, 1000.0 * sum(prefix)),),
+        accepted_per_position=tuple(1000.0 * u for u in prefix),
+        concurrency=float(batch),
+    )
+    cost = StepCost(k=k, step_ratio=step_ratio, concurrency=batch, acceptance_per_position=prefix, config="c",
+                    measured_at="-")  # fmt: skip
+    return metrics, cost
+
+
+def test_a_step_near_the_physics_is_priced_by_the_physics_and_one_far_from_it_by_itself() -> None:
+    """An H100 8B canary at K=3 and batch 64: the table measured its target pass at 13.30 ms over a
+    plain 10.83 (1.23x), where the default physics, engine included, prices the step at 1.84x. A
+    step measured 1.80x is within 10 % of the physics: the advice is the physics' own; one measured
+    2.30x a plain one (25 % over) is fitted, and prices longer drafts dearer than the physics."""
+    metrics, near_cost = _canary(3, 1.80, 64)
+    _, far_cost = _canary(3, 2.30, 64)
+    physics = measurements.recommendation(metrics, [])
+    near = measurements.recommendation(metrics, [near_cost])
+    far = measurements.recommendation(metrics, [far_cost])
+    assert physics is not None and near is not None and far is not None
+    assert "within 10% of the physics: priced by it" in near.message
+    assert near.num_speculative_tokens == physics.num_speculative_tokens
+    assert "priced by it" not in far.message and far.num_speculative_tokens < physics.num_speculative_tokens

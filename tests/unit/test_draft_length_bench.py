@@ -72,3 +72,19 @@ def test_the_resolution_is_how_often_naming_the_measured_best_k_would_reach_095(
 def test_a_saved_run_reads_back_as_it_was_measured() -> None:
     measured = Run(640.0, (2.0, 1.5), 1.0, 100.0, 10.0, 30.0, (8.0, 6.0, 4.0))
     assert Run.saved(json.loads(json.dumps(asdict(measured)))) == measured
+
+
+def test_the_gpu_replay_reads_steps_as_monotone_in_k_and_interpolates_k_6() -> None:
+    """bench/draft_length_gpu.py: pool adjacent violators by hand ([1, 3, 2, 4] -> 3 and 2 pooled
+    to 2.5); the 70B FP8 table at batch 2 read 23.84 ms over 8 new tokens and 24.00 over 1, and
+    the monotone reading never lets a longer draft cost less."""
+    from draft_length_gpu import TABLES, Steps, isotonic
+
+    assert isotonic([1.0, 3.0, 2.0, 4.0]) == [1.0, 2.5, 2.5, 4.0]
+    steps = Steps(TABLES[1])
+    row = [steps.target[(2, k)] for k in range(8)]
+    assert row == sorted(row)
+    raw = Steps(TABLES[1], monotone=False)
+    assert raw.target[(2, 7)] == 23.8448 and raw.target[(2, 0)] == 23.9992
+    h100 = Steps(TABLES[0], monotone=False)  # K=6 halfway between q=6 (K=5) and q=8 (K=7)
+    assert h100.target[(1, 6)] == pytest.approx((7.9672 + 8.0687) / 2)

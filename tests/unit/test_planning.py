@@ -138,3 +138,15 @@ def test_plan_cli_prints_the_table_per_concurrency_and_the_schedule(
     schedule = json.loads(out.strip().splitlines()[-1])
     assert schedule[0][0] == 1 and schedule[-1][1] == 64
     assert all(end >= start and k >= 0 for start, end, k in schedule)
+
+
+@pytest.mark.parametrize("k", [1, 3, 5, 7])
+def test_one_draft_length_reads_all_the_extra_as_per_pass_whatever_the_rounding(k: int) -> None:
+    """A K=3 step 31.4 ms over the physics: 31.4 / 3 x 3 is not 31.4 in floating point, and the
+    comparison of the two one-part fits used to read it all as a fixed extra (E = 31.4, D = 0),
+    pricing K=1 as dear as K=3. One K is all per pass: 31.4 / k ms a draft pass."""
+    base = planning.CostModel(spec_engine_ms=0.0)
+    plain = base.step(8, 0)
+    fitted = planning.CostModel.measured([planning.MeasuredStep(k, (base.step(8, k) + 31.4) / plain, 8)])
+    assert fitted.spec_engine_ms == 0.0
+    assert fitted.draft_pass_ms == pytest.approx(31.4 / k)

@@ -29,7 +29,7 @@ from tests.unit.rollout_driver import (
     to_rerollout,
 )
 
-from specgate import api, gates, measurements, render, rollout
+from specgate import api, gates, measurements, planning, render, rollout
 from specgate.api import Phase
 from specgate.cli import render_timeline
 from specgate.gates import AcceptanceWindow, Histogram, Load
@@ -207,7 +207,8 @@ def test_good_canary_is_promoted_after_a_full_window() -> None:
     assert canary.mean_acceptance_length == pytest.approx(1 + 0.8 * 4, abs=0.01)
     assert canary.acceptance_per_position[0] == pytest.approx(0.8, abs=0.01)
     assert (
-        run.status.recommendation is not None and 1 <= run.status.recommendation.num_speculative_tokens <= 4
+        run.status.recommendation is not None
+        and 1 <= run.status.recommendation.num_speculative_tokens <= planning.ADVICE_K_MAX
     )
     d = run.step(baseline=ready(1), canary=ready(2))
     assert (run.phase, d.baseline_replicas, d.canary_replicas) == (Phase.PROMOTED, 0, 2)

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from tests.unit.rollout_driver import T0
 
-from specgate import api, render, schedule
+from specgate import api, planning, render, schedule
 from specgate.api import Measurement, ScheduleSource, SpeculativeDeploymentStatus
 from specgate.cli import render_timeline
 from specgate.render import Track
@@ -120,9 +120,9 @@ def test_a_canary_of_another_draft_or_with_too_few_drafts_is_no_evidence(draft: 
 
 
 def test_measured_positions_extend_at_the_last_conditional_rate() -> None:
-    assert schedule.extend([0.8, 0.4], 4) == [0.8, 0.4, 0.2, 0.1]
-    assert schedule.extend([0.5], 3) == [0.5, 0.25, 0.125]
-    assert schedule.extend([0.9, 0.8, 0.7], 2) == [0.9, 0.8]
+    assert planning.extend_prefix([0.8, 0.4], 4) == [0.8, 0.4, 0.2, 0.1]
+    assert planning.extend_prefix([0.5], 3) == [0.5, 0.25, 0.125]
+    assert planning.extend_prefix([0.9, 0.8, 0.7], 2) == [0.9, 0.8]
 
 
 def test_a_held_schedule_stays_for_its_rollout_whatever_the_canary_measures() -> None:
