@@ -57,10 +57,9 @@ import numpy.typing as npt
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "operator"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from looks import per_token_variance
+from looks import per_token_variance, ratio_long_run_variances
 from specgate import api
 from specgate.gates import (
-    HAC_LAGS,
     MIN_WINDOWS,
     OVERSHOOT,
     AcceptanceWindow,
@@ -147,23 +146,7 @@ def verdicts_per_look(counts: FloatArray, drift: MixDrift) -> tuple[IntArray, In
         return per_look, side
     j = np.arange(1, c + 1, dtype=np.float64)  # judged windows in the look
     big_n, big_a, drafts = np.cumsum(n), np.cumsum(a), np.cumsum(d)
-    alpha = big_a / big_n
-    gamma = np.zeros((HAC_LAGS + 1, c))
-    for lag in range(min(HAC_LAGS, c - 1) + 1):
-        terms = np.clip(np.arange(1, c + 1) - lag, 0, None)  # products i, i + lag within the look
-
-        def prefix(x: FloatArray, terms: IntArray = terms) -> FloatArray:
-            return np.concatenate(([0.0], np.cumsum(x)))[terms]
-
-        aa = prefix(a[: c - lag] * a[lag:])
-        an = prefix(a[: c - lag] * n[lag:] + n[: c - lag] * a[lag:])
-        nn = prefix(n[: c - lag] * n[lag:])
-        gamma[lag] = (aa - alpha * an + alpha**2 * nn) / j
-    lags = np.minimum(HAC_LAGS, j - 1)
-    lag_index = np.arange(HAC_LAGS + 1)[:, None]
-    weights = np.where((lag_index >= 1) & (lag_index <= lags), 1 - lag_index / (lags + 1), 0.0)
-    long_run = np.maximum(gamma[0] + 2 * (weights * gamma).sum(axis=0), gamma[0])
-    variance = np.where(j >= 2, long_run * j / np.maximum(j - 1, 1), 0.0)
+    alpha, variance = ratio_long_run_variances(a, n)
     dof = np.maximum(j - 1, 1)
     if drift.design_effect is None:
         s2 = per_token_variance(variance, dof, j, big_n, big_a, ERROR_RATE)

@@ -2,6 +2,7 @@
 .PHONY: bench
 bench: venv engines ## decision-rule, guard, latency-gate and draft-length benchmarks (about an hour on two cores: the guard's months take about 20, the draft lengths on real vLLM engines 20)
 	$(PY) bench/decisions.py
+	$(PY) bench/speedup.py
 	$(PY) bench/draft_length_gpu.py
 	$(PY) bench/guard.py
 	$(PY) bench/latency.py
@@ -27,3 +28,7 @@ bench-scale: venv ## the operator at 500 objects on a control plane of its own (
 .PHONY: bench-draft-length-gpu
 bench-draft-length-gpu: venv ## draft length judged on the GPU step tables (bench/gpu): k_choice_gpu_replay_ratio_worst and k_schedule_gpu_replay_vs_best_static, pure CPU (seconds)
 	$(PY) bench/draft_length_gpu.py
+
+.PHONY: bench-speedup
+bench-speedup: venv ## the speedup gate alone on the per-token latency model: speedup_wrong_promote_095_worst, speedup_bad_outcome_105_worst, minutes to a verdict (a few minutes)
+	$(PY) bench/speedup.py

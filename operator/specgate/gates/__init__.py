@@ -6,7 +6,9 @@
 - drift: the traffic mix's drift and a steady history's design effect;
 - guard: the CUSUM that watches alpha after promotion;
 - latency: histograms and the quantile gates;
-- load: whether two tracks carried comparable load.
+- load: whether two tracks carried comparable load;
+- speedup: the canary's mean time per output token against the baseline's (an SPRT on paired
+  windows).
 
 The public names are re-exported here, so callers write `gates.latency_gate(...)`; a private
 helper is imported from its module.
@@ -93,6 +95,12 @@ from specgate.gates.load import (
     Load,
     comparable_load,
 )
+from specgate.gates.speedup import (
+    SPEEDUP_INDIFFERENCE,
+    PerTokenWindow,
+    decide_speedup_at_deadline,
+    speedup_gate,
+)
 
 __all__ = [
     "DRIFT_BLOCK_SECONDS",
@@ -115,6 +123,7 @@ __all__ = [
     "MONTH_SECONDS",
     "NO_DRIFT",
     "OVERSHOOT",
+    "SPEEDUP_INDIFFERENCE",
     "SPREAD_ERROR_SHARE",
     "STALL_FIGURE",
     "TIGHTEST_AT_WINDOWS",
@@ -124,6 +133,7 @@ __all__ = [
     "Histogram",
     "Load",
     "MixDrift",
+    "PerTokenWindow",
     "Verdict",
     "acceptance_gate",
     "acceptance_guard",
@@ -135,6 +145,7 @@ __all__ = [
     "comparable_load",
     "confidence_radius",
     "decide_at_deadline",
+    "decide_speedup_at_deadline",
     "drift_from_history",
     "drift_spread",
     "fallback_drift",
@@ -155,6 +166,7 @@ __all__ = [
     "residual_variance",
     "span_seconds",
     "spec_acceptance_gate",
+    "speedup_gate",
     "sprt_bounds",
     "sprt_log_lr",
     "sprt_step_sd",
