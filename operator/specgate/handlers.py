@@ -54,7 +54,7 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     if not VERBOSE:  # "Timer 'reconcile' succeeded" every few seconds per object is noise
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     # The children's watches ask the API server for specgate's objects only, not every pod.
-    for resource in (("apps", "deployments"), ("", "services"), ("", "pods")):
+    for resource in (("apps", "deployments"), ("apps", "replicasets"), ("", "services"), ("", "pods")):
         settings.watching.label_selectors[resource] = kube.CHILD_SELECTOR
 
 
@@ -62,6 +62,12 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
 @kopf.index("apps", "v1", "deployments", labels=render.MANAGED_BY)
 def child_deployments(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> object:
     return {(namespace, name): kube.deployment_view(body)}
+
+
+# A ReplicaSet has its pods' labels: keyed as they are, by (namespace, owner's name, track).
+@kopf.index("apps", "v1", "replicasets", labels=render.MANAGED_BY)
+def child_replica_sets(namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any) -> object:
+    return {kube.pods_key(namespace or "", labels): kube.replica_set_view(body)}
 
 
 @kopf.index("v1", "services", labels=render.MANAGED_BY)
@@ -91,7 +97,12 @@ def reconcile(
     owner = Owner(name=meta["name"], namespace=meta["namespace"], uid=meta["uid"])
     generation = int(meta.get("generation", 0))
     current = api.parse_status(dict(status))
-    children = kube.Children(indexes["child_deployments"], indexes["child_services"], indexes["child_pods"])
+    children = kube.Children(
+        indexes["child_deployments"],
+        indexes["child_services"],
+        indexes["child_pods"],
+        indexes["child_replica_sets"],
+    )
     annotations = dict(meta.get("annotations") or {})
     try:
         with metrics.RECONCILE_SECONDS.time():

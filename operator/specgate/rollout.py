@@ -328,8 +328,8 @@ class _Step:
             return self.baseline_replicas, self.canary_replicas, _held_weights(self)
         rollout = self.spec.rollout
         budget = capacity.Budget(self.spec.replicas, rollout.max_surge, rollout.max_unavailable)
-        baseline = _side(self.obs.baseline, rollout.max_unavailable)
-        canary = _side(self.obs.canary, rollout.max_unavailable)
+        baseline = _side(self.obs.baseline, budget)
+        canary = _side(self.obs.canary, budget)
         targets = (self.baseline_replicas, self.canary_replicas or 0)
         b, c = capacity.step_toward(budget, baseline, canary, targets, canary_share=rollout.canary_replicas)
         weights = None
@@ -366,10 +366,15 @@ def _held_weights(step: _Step) -> traffic.Weights | None:
     return traffic.held(rule, step.obs.baseline.serving, step.obs.canary.serving)
 
 
-def _side(track: TrackState, max_unavailable: int) -> capacity.Side:
+def _side(track: TrackState, budget: capacity.Budget) -> capacity.Side:
+    """The track as capacity counts on it, with the ReplicaSets and the maxSurge its Deployment's
+    next scaling event starts from (the Deployment is rendered with the spec's maxSurge)."""
     if not track.exists:
         return capacity.Side(0, 0)
-    return capacity.guaranteed(capacity.Side(track.replicas, track.serving), track.rolling, max_unavailable)
+    side = capacity.Side(
+        track.replicas, track.serving, replica_sets=track.replica_sets, max_surge=budget.max_surge
+    )
+    return capacity.guaranteed(side, track.rolling, budget.max_unavailable)
 
 
 def templates_to_wait(
@@ -433,7 +438,7 @@ def _new_template_keeps_floor(
     if rolling is None:
         return True
     other = states[_other(track)]
-    other_side = _side(other, budget.max_unavailable)
+    other_side = _side(other, budget)
     other_ready = other_side.kept(wanted.get(_other(track), other_side.replicas))
     return capacity.roll_keeps_floor(budget, rolling, other_ready)
 

@@ -46,18 +46,14 @@ def test_a_stuck_roll_lowered_after_its_max_surge_keeps_the_floor(monkeypatch: p
     assert history.cluster.ready_serving(render.serving_selector(OWNER)) == 6
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="left open (capacity.py): a rolling track raised after maxSurge fell by more than the raise; "
-    "holding the raise leaves a stuck roll below its replicas, which the fuzz found worse",
-)
 def test_a_stuck_roll_raised_after_its_max_surge_fell_keeps_the_floor(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The same mechanism raising: maxSurge 3 -> 1, then replicas 6 -> 7. The ReplicaSets were sized
     for 6 + 3 = 9 pods and 7 + 1 are allowed now, so the scaling event still sheds one, from the
     largest ReplicaSet: the old one, 6 -> 5 Ready of a floor of 6 (7's floor not reached yet).
-    Still open: it fails as long as specgate raises a rolling track without seeing its ReplicaSets."""
+    specgate reads the ReplicaSets' sizes and annotations (capacity.scaled_ready) and holds the
+    raise while the roll is stuck."""
     generated = stuck_roll_history(
         3, (6, "surge", {"rollout": {"maxSurge": 1}}), (10, "hpa", {"replicas": 7})
     )

@@ -17,9 +17,13 @@ from kubernetes.client import (
     V1PodCondition,
     V1PodStatus,
     V1PodTemplateSpec,
+    V1ReplicaSet,
+    V1ReplicaSetSpec,
+    V1ReplicaSetStatus,
 )
 
 from specgate import kube
+from specgate.capacity import ReplicaSetState
 from specgate.observation import TrackState
 from specgate.render import ANNOTATION_RENDERED, ANNOTATION_TEMPLATE, Owner, Track, selector_labels
 
@@ -109,6 +113,50 @@ def test_a_deployment_the_watch_has_not_seen_does_not_exist() -> None:
     assert kube.track_state(children(None, [pod("a", "new", ready=True)]), "ml", "llama-canary", LABELS) == (
         TrackState()
     )
+
+
+def replica_set(
+    name: str, replicas: int, ready: int, max_replicas: str | None, minute: int
+) -> dict[str, Any]:
+    """A ReplicaSet of llama-canary as the Deployment controller makes it: its pods' labels, its
+    max-replicas annotation (None: absent), created `minute` minutes into the hour."""
+    annotations = {} if max_replicas is None else {kube.ANNOTATION_MAX_REPLICAS: max_replicas}
+    meta = V1ObjectMeta(
+        name=name,
+        labels={**LABELS, "pod-template-hash": name},
+        annotations=annotations,
+        creation_timestamp=datetime(2026, 11, 25, 10, minute, tzinfo=UTC),
+    )
+    spec = V1ReplicaSetSpec(replicas=replicas, selector=V1LabelSelector())
+    return wire(
+        V1ReplicaSet(
+            metadata=meta, spec=spec, status=V1ReplicaSetStatus(replicas=replicas, ready_replicas=ready)
+        )
+    )
+
+
+def test_a_tracks_replica_sets_with_pods_are_read_with_their_sizes_and_annotations() -> None:
+    """What a rolling Deployment's next scaling event starts from (capacity.scaled_ready): each
+    ReplicaSet's replicas, Ready pods and max-replicas annotation, in creation order; one scaled to 0
+    (a finished roll's, kept for rollbacks) takes no part."""
+    bodies = [
+        replica_set("old", 6, 6, "9", minute=1),
+        replica_set("new", 3, 0, None, minute=2),
+        replica_set("older", 0, 0, "5", minute=0),
+    ]
+    by_key: dict[tuple[str, str, str], list[ReplicaSetState]] = {}
+    for body in bodies:
+        by_key.setdefault(kube.pods_key("ml", body["metadata"]["labels"]), []).append(
+            kube.replica_set_view(body)
+        )
+    watch = children(deployment(6, "new", ready=0, pods=9, updated=3), [])
+    watch = kube.Children(watch.deployments, pods=watch.pods, replica_sets=by_key)
+    state = kube.track_state(watch, "ml", "llama-canary", LABELS)
+    assert state.replica_sets == (
+        ReplicaSetState(6, 6, 9, "2026-11-25T10:01:00Z old"),
+        ReplicaSetState(3, 0, None, "2026-11-25T10:02:00Z new"),
+    )
+    assert sorted(rs.created for rs in state.replica_sets) == [rs.created for rs in state.replica_sets]
 
 
 def test_pods_are_kept_by_namespace_owner_and_track() -> None:

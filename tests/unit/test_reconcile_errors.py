@@ -20,7 +20,12 @@ def reconcile(status: dict[str, Any], patch: kopf.Patch | None = None) -> kopf.P
     """One tick of the kopf timer on the object into `patch` (returned; kopf applies it even when
     the handler raises, which propagates)."""
     patch = kopf.Patch() if patch is None else patch
-    indexes: dict[str, Any] = {"child_deployments": {}, "child_services": {}, "child_pods": {}}
+    indexes: dict[str, Any] = {
+        "child_deployments": {},
+        "child_services": {},
+        "child_pods": {},
+        "child_replica_sets": {},
+    }
     handlers.reconcile(body={}, meta=META, spec={}, status=status, patch=patch, **indexes)
     return patch
 
