@@ -17,6 +17,11 @@ keeps the floor. A raise is judged on the ReplicaSets as observed (`scaled_ready
 own arithmetic) and held only where the Ready pods it sheds are ones the floor needs: holding a
 stuck roll below its replicas for nothing leaves the floor to its roll's maxUnavailable of fewer
 pods (the day-2 fuzz found that worse).
+
+A rolling track's Deployment takes up to its maxUnavailable of Ready pods at its own pace, whatever
+the other track has lost meanwhile: it is rendered with the spec's only as far as the other track's
+Ready pods cover them (`roll_unavailable`; maxUnavailable raised mid-roll beside a crashed canary pod
+took the total below the new floor, issue 61's seed 693).
 """
 
 from __future__ import annotations
@@ -111,6 +116,17 @@ def roll_keeps_floor(budget: Budget, rolling: Side, other_ready: int) -> bool:
     ready = min(rolling.ready, rolling.replicas)  # those above its replicas go whatever it runs
     loss = min(budget.max_unavailable, ready)
     return loss == 0 or ready + other_ready - loss >= budget.min_ready
+
+
+def roll_unavailable(budget: Budget, side: Side, replicas: int, other_ready: int) -> int:
+    """The maxUnavailable to render on a track's Deployment at `replicas` while it rolls: the spec's,
+    lowered so that its roll keeps the Ready pods the floor needs beside the other track's
+    `other_ready` (a maxUnavailable raised mid-roll while the other track is short of Ready pods
+    would otherwise let this roll take them too: issue 61, seed 693). Kubernetes refuses a
+    maxUnavailable of 0 beside a maxSurge of 0: 1 then, the least a roll without surge can do."""
+    keep = min(side.ready, max(budget.min_ready - other_ready, 0))
+    unavailable = min(budget.max_unavailable, max(replicas - keep, 0))
+    return unavailable if unavailable or budget.max_surge else 1
 
 
 def guaranteed(side: Side, rolling: bool, max_unavailable: int) -> Side:

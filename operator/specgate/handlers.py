@@ -693,11 +693,12 @@ def apply_children(
     weights = most_of(decision.route_weights, route.in_spec if route is not None else None)
     routed = None if weights is None else {Track.BASELINE: weights.baseline, Track.CANARY: weights.canary}
     kept = decision.keep_template | rollout.templates_to_wait(spec, rendered, states, wanted, routed)
+    unavailable = rollout.rendered_unavailable(spec, states, wanted, rendered)
     for track, replicas in sorted(wanted.items(), key=lambda item: item[1] >= states[item[0]].replicas):
         if track in kept and states[track].exists:
             kube.scale_deployment(owner.namespace, render.deployment_name(owner, track), replicas, children)
         else:
-            kube.apply(manifests[track], children)
+            kube.apply(render.deployment(spec, owner, track, replicas, unavailable[track]), children)
     for manifest in _other_children(spec, owner, decision):
         kube.apply(manifest, children)
     if decision.status.rollout_generation is not None:

@@ -244,7 +244,16 @@ def _metadata(owner: Owner, name: str, labels: dict[str, str]) -> dict[str, Any]
     }
 
 
-def deployment(spec: api.SpeculativeDeploymentSpec, owner: Owner, track: Track, replicas: int) -> Manifest:
+def deployment(
+    spec: api.SpeculativeDeploymentSpec,
+    owner: Owner,
+    track: Track,
+    replicas: int,
+    max_unavailable: int | None = None,
+) -> Manifest:
+    """The track's Deployment; its rolling update takes at most `max_unavailable` Ready pods (None:
+    the spec's maxUnavailable; lower where the other track cannot cover them, see
+    rollout.rendered_unavailable)."""
     labels = pod_labels(spec, owner, track)
     annotations = {ANNOTATION_TEMPLATE: template_hash(spec, track)}
     volumes, _ = _volumes(spec)
@@ -275,7 +284,9 @@ def deployment(spec: api.SpeculativeDeploymentSpec, owner: Owner, track: Track, 
                 "type": "RollingUpdate",
                 "rollingUpdate": {
                     "maxSurge": spec.rollout.max_surge,
-                    "maxUnavailable": spec.rollout.max_unavailable,
+                    "maxUnavailable": spec.rollout.max_unavailable
+                    if max_unavailable is None
+                    else max_unavailable,
                 },
             },
             "template": template,

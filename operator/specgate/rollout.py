@@ -377,6 +377,30 @@ def _side(track: TrackState, budget: capacity.Budget) -> capacity.Side:
     return capacity.guaranteed(side, track.rolling, budget.max_unavailable)
 
 
+def rendered_unavailable(
+    spec: SpeculativeDeploymentSpec,
+    states: Mapping[Track, TrackState],
+    wanted: Mapping[Track, int],
+    rendered: Mapping[Track, str],
+) -> dict[Track, int]:
+    """The maxUnavailable each wanted track's Deployment is rendered with: the spec's, but for a track
+    that rolls (mid-roll, or given a new template by this apply), whose roll may take only the Ready
+    pods the floor can spare beside the other track's (capacity.roll_unavailable). The baseline is
+    judged beside the canary as capacity counts on it, then the canary beside the baseline's result."""
+    budget = capacity.Budget(spec.replicas, spec.rollout.max_surge, spec.rollout.max_unavailable)
+    sides = {track: _side(states[track], budget) for track in Track}
+    result = {}
+    for track in (t for t in Track if t in wanted):
+        state, side, other = states[track], sides[track], sides[_other(track)]
+        if not state.exists or not (state.rolling or state.rendered != rendered.get(track)):
+            result[track] = budget.max_unavailable
+            continue
+        other_ready = other.kept(wanted.get(_other(track), other.replicas))
+        result[track] = capacity.roll_unavailable(budget, side, wanted[track], other_ready)
+        sides[track] = replace(side, unavailable=min(side.unavailable, result[track]))
+    return result
+
+
 def templates_to_wait(
     spec: SpeculativeDeploymentSpec,
     rendered: Mapping[Track, str],

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -16,11 +18,12 @@ from specgate.capacity import (
     Side,
     guaranteed,
     may_roll,
+    roll_unavailable,
     scaled_ready,
     step_toward,
 )
 from specgate.observation import TrackState
-from specgate.render import Track
+from specgate.render import Owner, Track
 
 
 def walk(budget: Budget, start: tuple[int, int], target: tuple[int, int]) -> list[int]:
@@ -285,6 +288,35 @@ def test_a_canary_re_render_waits_for_the_baselines_roll() -> None:
     assert rollout.templates_to_wait(spec, {B: "new", C: "new"}, {B: baseline, C: canary}, {B: 1, C: 1}) == {
         C
     }
+
+
+def test_a_max_unavailable_raised_mid_roll_is_rendered_only_as_far_as_the_other_track_covers() -> None:
+    """Issue 61, seed 693's sequence: replicas 5 (canary 2, maxSurge 1, maxUnavailable 0), the baseline
+    rolling after an operator upgrade (3 old Ready pods, 1 new one Ready), a canary pod crashed (1
+    of 2 Ready), then maxSurge 0 and maxUnavailable 2 (floor 3). The spec's 2 on the baseline's
+    Deployment lets it keep 3 - 2 = 1 of its 4 Ready pods: 2 Ready in all. Beside the canary's 1 it
+    must keep 2: it is rendered with 1. The canary, not rolling, keeps the spec's 2."""
+    spec = api.parse_spec(spec_body(canaryReplicas=2, maxSurge=0, maxUnavailable=2) | {"replicas": 5})
+    digests = {B: "after the upgrade", C: "as before"}
+    baseline = TrackState(
+        exists=True, replicas=3, ready_replicas=1, serving_ready=4, rendered=digests[B], rolling=True
+    )
+    canary = TrackState(exists=True, replicas=2, ready_replicas=1, rendered=digests[C])
+    states = {B: baseline, C: canary}
+    assert rollout.rendered_unavailable(spec, states, {B: 3, C: 2}, digests) == {B: 1, C: 2}
+    healed = {B: baseline, C: replace(canary, ready_replicas=2)}  # the canary covers the spec's 2
+    assert rollout.rendered_unavailable(spec, healed, {B: 3, C: 2}, digests) == {B: 2, C: 2}
+    manifest = render.deployment(spec, Owner("llama", "ml", "u-1"), B, 3, max_unavailable=1)
+    assert manifest["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 0, "maxUnavailable": 1}
+
+
+def test_a_roll_without_surge_is_rendered_with_the_least_max_unavailable_kubernetes_accepts() -> None:
+    """maxSurge 0: a roll needs maxUnavailable 1 at least (the API server refuses both 0), even where
+    the floor would want none of the track's Ready pods taken; with a surge, 0 holds every one."""
+    rolling = guaranteed(Side(3, 3), rolling=True, max_unavailable=1)
+    assert roll_unavailable(Budget(4, max_surge=0, max_unavailable=1), rolling, 3, other_ready=0) == 1
+    assert roll_unavailable(Budget(4, max_surge=1, max_unavailable=1), rolling, 3, other_ready=0) == 0
+    assert roll_unavailable(Budget(4, max_surge=1, max_unavailable=1), rolling, 3, other_ready=1) == 1
 
 
 def to_canary_of(spec: api.SpeculativeDeploymentSpec) -> Run:
