@@ -65,9 +65,15 @@ def child_deployments(namespace: str | None, name: str, body: kopf.Body, **_: An
 
 
 # A ReplicaSet has its pods' labels: keyed as they are, by (namespace, owner's name, track).
-@kopf.index("apps", "v1", "replicasets", labels=render.MANAGED_BY)
 def child_replica_sets(namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any) -> object:
     return {kube.pods_key(namespace or "", labels): kube.replica_set_view(body)}
+
+
+def watch_replica_sets() -> None:
+    """Index the ReplicaSets (`specgate run` does, where the RBAC lets it list and watch them): kopf
+    runs no handler until every index is filled, so one it may not list would stop every rollout.
+    Without it, a rolling track's raise is not judged on its ReplicaSets (capacity.scaled_ready)."""
+    kopf.index("apps", "v1", "replicasets", labels=render.MANAGED_BY)(child_replica_sets)
 
 
 @kopf.index("v1", "services", labels=render.MANAGED_BY)
@@ -101,7 +107,7 @@ def reconcile(
         indexes["child_deployments"],
         indexes["child_services"],
         indexes["child_pods"],
-        indexes["child_replica_sets"],
+        indexes.get("child_replica_sets", {}),  # not watched where the RBAC does not let it
     )
     annotations = dict(meta.get("annotations") or {})
     try:

@@ -10,7 +10,7 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -110,6 +110,29 @@ def warm_up() -> None:
         serves_pod_monitors()
     except (ApiException, OSError) as exc:  # the reconciles report it, with the object it concerns
         log.warning("the API server did not answer at start: %s", exc)
+
+
+ACCESS_REVIEWS = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
+
+
+def may_list_and_watch(group: str, resource: str, namespaces: Sequence[str]) -> bool:
+    """Whether this process's RBAC lets it list and watch `resource` in each of `namespaces` ("":
+    cluster-wide), as SelfSubjectAccessReviews answer (every authenticated user may ask). An API
+    server that does not answer counts as yes: kopf's own watches then report what is wrong."""
+    for namespace in namespaces:
+        for verb in ("list", "watch"):
+            attributes = {"group": group, "resource": resource, "verb": verb, "namespace": namespace}
+            review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview"}
+            try:
+                answer = _request(
+                    "POST", ACCESS_REVIEWS, review | {"spec": {"resourceAttributes": attributes}}
+                )
+            except (ApiException, OSError) as exc:
+                log.warning("could not ask whether %s may be watched: %s", resource, exc)
+                return True
+            if not (answer.get("status") or {}).get("allowed"):
+                return False
+    return True
 
 
 def _custom() -> client.CustomObjectsApi:

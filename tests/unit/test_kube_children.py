@@ -21,6 +21,7 @@ from kubernetes.client import (
     V1ReplicaSetSpec,
     V1ReplicaSetStatus,
 )
+from kubernetes.client.exceptions import ApiException
 
 from specgate import kube
 from specgate.capacity import ReplicaSetState
@@ -208,3 +209,32 @@ def test_a_child_is_written_again_only_when_it_or_its_manifest_changed(monkeypat
     kube.forget(owner.uid)
     kube.apply({**manifest, "spec": {"replicas": 2}}, watched(apps.generation))  # nothing remembered
     assert apps.writes == [1, 1, 1, 2, 2]
+
+
+def test_the_replica_set_watch_is_asked_of_the_rbac_per_namespace_and_verb(monkeypatch: Any) -> None:
+    """`specgate run` indexes the ReplicaSets only where its RBAC lets it list and watch them (kopf
+    would run no handler at all beside an index it may not fill): one SelfSubjectAccessReview per
+    namespace and verb, the first denial ending it; an API server that does not answer counts as
+    allowed (kopf's watches then say what is wrong)."""
+    asked: list[tuple[str, str]] = []
+    denied = {("team-b", "watch")}
+
+    def review(method: str, path: str, body: Any = None, **_: Any) -> dict[str, Any]:
+        assert (method, path, body["kind"]) == ("POST", kube.ACCESS_REVIEWS, "SelfSubjectAccessReview")
+        attributes = body["spec"]["resourceAttributes"]
+        assert (attributes["group"], attributes["resource"]) == ("apps", "replicasets")
+        asked.append((attributes["namespace"], attributes["verb"]))
+        return {"status": {"allowed": asked[-1] not in denied}}
+
+    monkeypatch.setattr(kube, "_request", review)
+    assert kube.may_list_and_watch("apps", "replicasets", [""])
+    assert asked == [("", "list"), ("", "watch")]
+    asked.clear()
+    assert not kube.may_list_and_watch("apps", "replicasets", ["team-a", "team-b", "team-c"])
+    assert asked == [("team-a", "list"), ("team-a", "watch"), ("team-b", "list"), ("team-b", "watch")]
+
+    def unreachable(*_: Any, **__: Any) -> dict[str, Any]:
+        raise ApiException(status=503, reason="Service Unavailable")
+
+    monkeypatch.setattr(kube, "_request", unreachable)
+    assert kube.may_list_and_watch("apps", "replicasets", ["team-a"])
