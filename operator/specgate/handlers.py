@@ -704,7 +704,7 @@ def apply_children(
         if track in kept and states[track].exists:
             kube.scale_deployment(owner.namespace, render.deployment_name(owner, track), replicas, children)
         else:
-            kube.apply(render.deployment(spec, owner, track, replicas, unavailable[track]), children)
+            kube.apply(render.with_max_unavailable(manifests[track], unavailable[track]), children)
     for manifest in _other_children(spec, owner, decision):
         kube.apply(manifest, children)
     if decision.status.rollout_generation is not None:

@@ -244,16 +244,7 @@ def _metadata(owner: Owner, name: str, labels: dict[str, str]) -> dict[str, Any]
     }
 
 
-def deployment(
-    spec: api.SpeculativeDeploymentSpec,
-    owner: Owner,
-    track: Track,
-    replicas: int,
-    max_unavailable: int | None = None,
-) -> Manifest:
-    """The track's Deployment; its rolling update takes at most `max_unavailable` Ready pods (None:
-    the spec's maxUnavailable; lower where the other track cannot cover them, see
-    rollout.rendered_unavailable)."""
+def deployment(spec: api.SpeculativeDeploymentSpec, owner: Owner, track: Track, replicas: int) -> Manifest:
     labels = pod_labels(spec, owner, track)
     annotations = {ANNOTATION_TEMPLATE: template_hash(spec, track)}
     volumes, _ = _volumes(spec)
@@ -284,14 +275,20 @@ def deployment(
                 "type": "RollingUpdate",
                 "rollingUpdate": {
                     "maxSurge": spec.rollout.max_surge,
-                    "maxUnavailable": spec.rollout.max_unavailable
-                    if max_unavailable is None
-                    else max_unavailable,
+                    "maxUnavailable": spec.rollout.max_unavailable,
                 },
             },
             "template": template,
         },
     }
+
+
+def with_max_unavailable(manifest: Manifest, max_unavailable: int) -> Manifest:
+    """The Deployment `manifest` whose rolling update takes at most `max_unavailable` Ready pods:
+    fewer than the spec's where the other track cannot cover them (rollout.rendered_unavailable)."""
+    spec = manifest["spec"]
+    rolling = {**spec["strategy"]["rollingUpdate"], "maxUnavailable": max_unavailable}
+    return {**manifest, "spec": {**spec, "strategy": {**spec["strategy"], "rollingUpdate": rolling}}}
 
 
 def _digest(manifest: Mapping[str, Any]) -> str:

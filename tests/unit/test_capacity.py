@@ -306,8 +306,10 @@ def test_a_max_unavailable_raised_mid_roll_is_rendered_only_as_far_as_the_other_
     assert rollout.rendered_unavailable(spec, states, {B: 3, C: 2}, digests) == {B: 1, C: 2}
     healed = {B: baseline, C: replace(canary, ready_replicas=2)}  # the canary covers the spec's 2
     assert rollout.rendered_unavailable(spec, healed, {B: 3, C: 2}, digests) == {B: 2, C: 2}
-    manifest = render.deployment(spec, Owner("llama", "ml", "u-1"), B, 3, max_unavailable=1)
-    assert manifest["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 0, "maxUnavailable": 1}
+    manifest = render.deployment(spec, Owner("llama", "ml", "u-1"), B, 3)
+    lowered = render.with_max_unavailable(manifest, 1)
+    assert lowered["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 0, "maxUnavailable": 1}
+    assert manifest["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 2  # the spec's, unchanged
 
 
 def test_a_roll_without_surge_is_rendered_with_the_least_max_unavailable_kubernetes_accepts() -> None:
