@@ -180,7 +180,7 @@ def test_the_users_rule_is_put_back_when_the_router_changes_and_on_deletion(
         with Load([url], SERVED, concurrency=4, duration=900, results=[load]):
             create_sd(api_client, namespace, body)
             with operator_process(kubeconfig, tmp_path / "operator.log", "--namespace", namespace):
-                wait_for(lambda: phase(api_client, namespace) == "Baseline", 180, "the rollout to begin")
+                wait_for(lambda: phase(api_client, namespace) == "Baseline", 60, "the rollout to begin")
                 time.sleep(5 * OPERATOR_INTERVAL_SECONDS)  # reconciles that could have taken the rule over
                 assert backends(api_client, namespace) == ["vllm"], (
                     "the rule was taken over with no pod Ready"
@@ -203,7 +203,7 @@ def test_the_users_rule_is_put_back_when_the_router_changes_and_on_deletion(
 
                 set_traffic(api_client, namespace, {"router": "Service", "existingRoute": None})
                 wait_for(
-                    lambda: rules(api_client, namespace) == before, 180, "the rule put back (router Service)"
+                    lambda: rules(api_client, namespace) == before, 60, "the rule put back (router Service)"
                 )
                 wait_for(
                     lambda: "traffic" not in get_sd(api_client, namespace, "tiny")["status"], 30, "no record"
@@ -215,7 +215,7 @@ def test_the_users_rule_is_put_back_when_the_router_changes_and_on_deletion(
                 set_traffic(api_client, namespace, EXISTING)
                 wait_for(
                     lambda: backends(api_client, namespace) == TRACKS,
-                    180,
+                    60,
                     "the rule routed to the tracks again",
                 )
                 wait_for(lambda: record(api_client, namespace), 30, "a record again")
@@ -223,7 +223,7 @@ def test_the_users_rule_is_put_back_when_the_router_changes_and_on_deletion(
                     lambda: served(namespace, between + MIN_SERVED), 30, "more requests served by the tracks"
                 )
                 objects.delete_namespaced_custom_object(api.GROUP, api.VERSION, namespace, api.PLURAL, "tiny")
-                wait_for(lambda: sd_gone(api_client, namespace, "tiny"), 180, "the object deleted")
+                wait_for(lambda: sd_gone(api_client, namespace, "tiny"), 60, "the object deleted")
             time.sleep(AFTER_DELETION_SECONDS)
     report(
         test="existing_route_through_traefik",
