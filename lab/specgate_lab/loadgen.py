@@ -66,7 +66,6 @@ class LoadResult:
     requests: int = 0
     errors: int = 0
     failures: Counter[str] = field(default_factory=Counter)  # errors by what failed, for a test's message
-    failed_at: list[float] = field(default_factory=list)  # time.monotonic() of each error, as it came
     output_chunks: int = 0
     ttft: list[float] = field(default_factory=list)
     itl: list[float] = field(default_factory=list)
@@ -74,7 +73,6 @@ class LoadResult:
     elapsed: float = 0.0
 
     def fail(self, why: str) -> None:
-        self.failed_at.append(time.monotonic())
         self.errors += 1
         self.failures[why] += 1
 
