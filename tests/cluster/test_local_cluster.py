@@ -167,8 +167,12 @@ def test_service_router_spreads_traffic_over_ready_pods(
         return pods
 
     # Once both engines are Ready, neither may stop being so while they serve traffic.
-    with CapacityMonitor(api_client, namespace, floors={"routed": 2}):
+    with CapacityMonitor(api_client, namespace, floors={"routed": 2}) as monitor:
         assert len(wait_for(lambda: len(served_by()) == 2 and served_by(), 90, "both pods to serve")) == 2
+        # The bridge routes to an engine once its own probe passes; the pod's Ready condition reaches
+        # the API server a little later (a loaded CI-like run left the block before the monitor saw it).
+        monitor.wait_for_floor("routed", 90)
+        assert len(served_by()) == 2
 
 
 def test_garbage_collector_deletes_children_of_a_deleted_owner(
