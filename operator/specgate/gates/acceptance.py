@@ -144,6 +144,15 @@ def wald_bounds(error_rate: float) -> tuple[float, float]:
     return math.log(error_rate / (1 - error_rate)), math.log((1 - error_rate) / error_rate)
 
 
+def sprt_verdict(llr: float, fail_at: float, pass_at: float) -> tuple[Verdict, str]:
+    """The sequential test's verdict for a log-LR against its bounds, and where it stands."""
+    if llr >= pass_at:
+        return Verdict.PASS, f">= {pass_at:.1f}"
+    if llr <= fail_at:
+        return Verdict.FAIL, f"<= {fail_at:.1f}"
+    return Verdict.INSUFFICIENT_DATA, f"within ({fail_at:.1f}, {pass_at:.1f})"
+
+
 def sprt_bounds(error_rate: float, step_sd: float) -> tuple[float, float]:
     """Wald's bounds, each moved towards 0 by the log LR's expected overshoot (Siegmund's corrected
     boundaries): Wald's errors hold for a log LR that stops exactly on a bound, but the test looks
@@ -238,12 +247,7 @@ def acceptance_gate(
     figures = f"alpha {alpha:.3f} [{lower:.3f}, {upper:.3f}] over {drafts:.0f} drafts: SPRT log-LR {llr:.1f}"
     drifting = f"; mix drift sd {mix_drift:g} over {mix_drift_seconds:g}s" if mix_drift > 0 else ""
     zone = f"(gate {min_rate:g} +/- {indifference:g}{drifting}){note}"
-    if llr >= pass_at:
-        verdict, where = Verdict.PASS, f">= {pass_at:.1f}"
-    elif llr <= fail_at:
-        verdict, where = Verdict.FAIL, f"<= {fail_at:.1f}"
-    else:
-        verdict, where = Verdict.INSUFFICIENT_DATA, f"within ({fail_at:.1f}, {pass_at:.1f})"
+    verdict, where = sprt_verdict(llr, fail_at, pass_at)
     return GateResult(verdict, alpha, lower, upper, drafts, f"{figures} {where} {zone}", llr, pass_at)
 
 

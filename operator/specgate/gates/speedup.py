@@ -31,7 +31,13 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
-from specgate.gates.acceptance import MIN_WINDOWS, SPREAD_ERROR_SHARE, confidence_radius, sprt_bounds
+from specgate.gates.acceptance import (
+    MIN_WINDOWS,
+    SPREAD_ERROR_SHARE,
+    confidence_radius,
+    sprt_bounds,
+    sprt_verdict,
+)
 from specgate.gates.common import (
     GateResult,
     Verdict,
@@ -137,12 +143,7 @@ def speedup_gate(
         f"over canary's) over {len(usable)} windows, {requests:.0f} canary requests: SPRT log-LR {llr:.1f}"
     )
     zone = f"(gate {min_speedup:g} +/- {indifference:g})"
-    if llr >= pass_at:
-        verdict, where = Verdict.PASS, f">= {pass_at:.1f}"
-    elif llr <= fail_at:
-        verdict, where = Verdict.FAIL, f"<= {fail_at:.1f}"
-    else:
-        verdict, where = Verdict.INSUFFICIENT_DATA, f"within ({fail_at:.1f}, {pass_at:.1f})"
+    verdict, where = sprt_verdict(llr, fail_at, pass_at)
     return GateResult(verdict, f.speedup, lower, upper, requests, f"{figures} {where} {zone}", llr, pass_at)
 
 
