@@ -7,7 +7,8 @@ from its default, with the figures that explain why where a sample relaxes a lat
 sample, where speculation does not pay; the default heavy sample keeps them):
 
     RESULT: <name> phase=<Promoted|RolledBack> alpha=<x.xx> p99_itl_ms=<baseline>/<canary>
-            p99_per_token_ms=<baseline>/<canary> tok_s=<baseline>/<canary> reason=<Reason>
+            p99_per_token_ms=<baseline>/<canary> tok_s=<baseline>/<canary>
+            speedup=<x.xx[lower,upper] per output token, - where not judged> reason=<Reason>
     CAVEAT: ...
 
 The heavy samples are sized to the machine (demo_sizing): while the baseline warms up, the demo
@@ -96,8 +97,16 @@ def result_line(name: str, status: dict[str, Any]) -> str:
         f"RESULT: {name} phase={status.get('phase')} alpha={'-' if alpha is None else f'{alpha:.2f}'} "
         f"p99_itl_ms={baseline.get('p99ItlMs', '-')}/{canary.get('p99ItlMs', '-')} "
         f"p99_per_token_ms={baseline.get('p99PerTokenLatencyMs', '-')}/{canary.get('p99PerTokenLatencyMs', '-')} "
-        f"tok_s={baseline.get('outputTokensPerSecond', '-')}/{canary.get('outputTokensPerSecond', '-')} reason={reason}"
+        f"tok_s={baseline.get('outputTokensPerSecond', '-')}/{canary.get('outputTokensPerSecond', '-')} "
+        f"speedup={_speedup(canary)} reason={reason}"
     )
+
+
+def _speedup(canary: dict[str, Any]) -> str:
+    """The speedup gate's estimate and interval, or '-' where it did not run (sequential)."""
+    if canary.get("speedup") is None:
+        return "-"
+    return f"{canary['speedup']:.2f}[{canary.get('speedupLower')},{canary.get('speedupUpper')}]"
 
 
 def demo_load_lines(status: dict[str, Any], load: Load) -> list[str]:
@@ -163,9 +172,9 @@ def caveat_lines(spec: dict[str, Any], status: dict[str, Any]) -> list[str]:
             continue
         if key.startswith("maxP99"):
             changed.append(f"{key} {_tolerance(value)}, default {_tolerance(default)}")
-            relaxed_latency = True
         else:
             changed.append(f"{key} {value}, default {default}")
+        relaxed_latency |= key.startswith("maxP99") or key == "minSpeedup"
     if not changed:
         return []
     lines = [
@@ -189,8 +198,9 @@ def caveat_lines(spec: dict[str, Any], status: dict[str, Any]) -> list[str]:
         + ": on a few CPU cores a speculative step's fixed cost (drafter, rejection sampler) outweighs "
         "the tiny model's ~3 ms forward pass, whatever alpha is. The latency gates are relaxed so that "
         "the demo shows the acceptance gate and the rollout mechanics, not a speedup; the default gates "
-        f"(P99 per-token latency at most {per_token:.0%} worse, P99 step stall at most {stall:.0%}) roll "
-        "such a canary back as LatencyRegression."
+        f"(P99 per-token latency at most {per_token:.0%} worse, P99 step stall at most {stall:.0%}, "
+        "at least as fast per output token as the baseline) roll such a canary back as LatencyRegression "
+        "or NoSpeedup."
     )
     return lines
 

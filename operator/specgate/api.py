@@ -294,6 +294,18 @@ class Gates(Model):
         "request rate per pod or requests running per pod within this fraction of each other; "
         "otherwise the latency verdict is InsufficientData naming both loads.",
     )
+    min_speedup: float = Field(
+        1.0,
+        gt=0,
+        le=10,
+        description="Promote only when the canary is at least this much faster per output token than the "
+        "baseline beside it: the baseline's mean time per output token (vllm:request_time_per_output_"
+        "token_seconds, sum over count per window) over the canary's, judged by a sequential test on "
+        "paired windows within +-0.03 of it. 1.0: never promote a canary that is slower where it serves "
+        "(alpha and P99 latency can pass while it is); e.g. 1.05 to demand a margin worth the draft's "
+        "memory. Judged only with the baseline measured beside the canary (strategy Canary, traffic "
+        "measurement); a Fail rolls back with reason NoSpeedup.",
+    )
     min_drafts: int = Field(200, ge=1, description="Drafts to observe before any acceptance verdict.")
     min_latency_samples: int = Field(
         100,
@@ -1426,6 +1438,17 @@ class Measurement(StatusModel):
         default_factory=list, description="Unconditional acceptance rate of draft position 0..K-1."
     )
     drafts: float | None = Field(None, description="Drafts observed.")
+    speedup: float | None = Field(
+        None,
+        description="Canary: the baseline's mean time per output token over the canary's over the same "
+        "windows (the per-request mean of vllm:request_time_per_output_token_seconds, request-weighted "
+        "over paired windows); above 1: the canary is faster.",
+    )
+    speedup_lower: float | None = Field(None, description="Canary: lower confidence bound of the speedup.")
+    speedup_upper: float | None = Field(None, description="Canary: upper confidence bound of the speedup.")
+    output_tokens_per_second_per_pod: float | None = Field(
+        None, description="Generated tokens per second per measured pod."
+    )
     acceptance_log_lr: float | None = Field(
         None,
         description="Canary: the acceptance test's log likelihood ratio of alpha at minAcceptanceRate + "
@@ -1473,6 +1496,8 @@ class Measurement(StatusModel):
         )
         if self.alpha is not None:
             line += f" alpha={self.alpha:.3f} [{self.alpha_lower}, {self.alpha_upper}]"
+        if self.speedup is not None:
+            line += f" speedup={self.speedup:.3f} [{self.speedup_lower}, {self.speedup_upper}]"
         return line
 
     def closeness(self) -> str | None:

@@ -35,6 +35,16 @@ def baseline_steps(beside: TrackMetrics | None, stored: Measurement | None) -> f
     return stored.itl_steps if stored is not None else None
 
 
+def paired_per_token(baseline: TrackMetrics, canary: TrackMetrics) -> list[gates.PerTokenWindow]:
+    """The windows both tracks measured (matched by their end), as the speedup gate pairs them."""
+    base = {round(end, 3): (total, count) for end, total, count in baseline.per_token_windows}
+    return [
+        gates.PerTokenWindow(*base[round(end, 3)], total, count, end=end)
+        for end, total, count in canary.per_token_windows
+        if round(end, 3) in base
+    ]
+
+
 def stored_load(stored: Measurement | None) -> Load | None:
     if stored is None or stored.pods is None:
         return None

@@ -59,6 +59,8 @@ class TrackMetrics:
     itl: Histogram | None = None  # per running request per engine step: the stall
     engine_steps: float | None = None  # the steps behind `itl` (None: not exported)
     per_token: Histogram | None = None  # per request: its time per output token
+    # (window end, summed seconds, requests) of that histogram's sum and count per acceptance window
+    per_token_windows: tuple[tuple[float, float, float], ...] = ()
     mean_itl_ms: float | None = None
     window_start: datetime | None = None  # the first scrape the figures count (or the window's start)
     window_end: datetime | None = None  # the last scrape they count; None: the time of the reading

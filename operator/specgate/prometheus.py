@@ -368,6 +368,7 @@ def _track_metrics(
         itl=histogram(families, itl_name, since, leave_out),
         engine_steps=engine_steps(families, since, leave_out),
         per_token=histogram(families, PER_TOKEN, since, leave_out),
+        per_token_windows=per_token_windows(families, since, step, leave_out),
         mean_itl_ms=ms(_mean(families, itl_name, since, leave_out)),
         window_start=datetime.fromtimestamp(first, UTC),
         window_end=None if last is None else datetime.fromtimestamp(last, UTC),
@@ -443,11 +444,7 @@ def acceptance_windows(
     of `step` seconds from `since`, summed over pods and engines; and the accepted tokens per draft
     position over the same increases (so that they divide by the same drafts). A scrape's counters
     share its timestamp, so drafts and accepted tokens of one scrape fall in the same window."""
-    bins: dict[int, list[float]] = defaultdict(lambda: [0.0, 0.0, 0.0])
-    for column, name in enumerate((DRAFTS, DRAFT_TOKENS, ACCEPTED)):
-        for series in families.get(name, []):
-            for inc in series.increases(since, leave_out):
-                bins[math.ceil((inc.end - since) / step) - 1][column] += inc.value
+    bins = _binned(families, (DRAFTS, DRAFT_TOKENS, ACCEPTED), since, step, leave_out)
     windows = tuple(
         AcceptanceWindow(drafts, tokens, accepted, end=since + (k + 1) * step)
         for k, (drafts, tokens, accepted) in sorted(bins.items())
@@ -457,6 +454,28 @@ def acceptance_windows(
         by_position[series.labels.get("position", "0")] += _total([series], since, leave_out)
     per_position = tuple(by_position[p] for p in sorted(by_position, key=_position))
     return windows, per_position
+
+
+def _binned(
+    families: Families, names: Sequence[str], since: float, step: float, leave_out: Sequence[Window]
+) -> dict[int, list[float]]:
+    """The counters' increases binned by the time of their later scrape into windows of `step`
+    seconds from `since`, summed over pods and engines: window index -> one sum per name."""
+    bins: dict[int, list[float]] = defaultdict(lambda: [0.0] * len(names))
+    for column, name in enumerate(names):
+        for series in families.get(name, []):
+            for inc in series.increases(since, leave_out):
+                bins[math.ceil((inc.end - since) / step) - 1][column] += inc.value
+    return bins
+
+
+def per_token_windows(
+    families: Families, since: float, step: float, leave_out: Sequence[Window]
+) -> tuple[tuple[float, float, float], ...]:
+    """(window end, seconds, requests) per window: the increases of request_time_per_output_token's
+    sum and count, binned as the acceptance windows are, so that two tracks' windows pair by their end."""
+    bins = _binned(families, (f"{PER_TOKEN}_sum", f"{PER_TOKEN}_count"), since, step, leave_out)
+    return tuple((since + (k + 1) * step, total, count) for k, (total, count) in sorted(bins.items()))
 
 
 def histogram(families: Families, name: str, since: float, leave_out: Sequence[Window]) -> Histogram | None:

@@ -121,6 +121,7 @@ class Reason(StrEnum):
     GUARDING = "Guarding"
     ACCEPTANCE_BELOW_GATE = "AcceptanceBelowGate"
     LATENCY_REGRESSION = "LatencyRegression"
+    NO_SPEEDUP = "NoSpeedup"  # the canary is not faster per output token than gates.minSpeedup
     CANARY_UNHEALTHY = "CanaryUnhealthy"
     METRICS_UNAVAILABLE = "MetricsUnavailable"
     INCONCLUSIVE = "Inconclusive"
@@ -1190,10 +1191,56 @@ def _traffic_gates(step: _Step, latency: bool = True) -> tuple[_Step, GateResult
     step = step.update(canary=canary.model_copy(update={"analysis_deadline": iso(deadline)}))
     step = _recommend(step, metrics)
     latencies = _latency_results(step, metrics) if latency else []
+    speedup = _speedup_result(step, metrics) if latency else None
+    if speedup is not None:
+        step = step.update(canary=_with_speedup(step.status.canary, speedup, metrics))
     return step, [
         (Reason.ACCEPTANCE_BELOW_GATE, acceptance),
         *((Reason.LATENCY_REGRESSION, r) for r in latencies),
+        *([(Reason.NO_SPEEDUP, speedup)] if speedup is not None else []),
     ]
+
+
+def _speedup_result(step: _Step, metrics: TrackMetrics) -> gates.GateResult | None:
+    """The speedup gate over the windows the canary and the baseline beside it both measured, at
+    comparable load; None where no baseline serves beside the canary (nothing to pair its windows
+    with). At maxAnalysisDuration an undecided test is decided by the estimate's side where precise
+    enough (gates.decide_speedup_at_deadline)."""
+    beside = step.obs.baseline_metrics if baseline_beside_canary(step.obs) else None
+    if beside is None:
+        return None
+    g = step.spec.rollout.gates
+    if metrics.load is not None and beside.load is not None:
+        different = gates.comparable_load(metrics.load, beside.load, g.max_load_difference)
+        if different is not None:
+            return _insufficient(f"speedup not compared: {different}")
+    windows = measurements.paired_per_token(beside, metrics)
+    result = gates.speedup_gate(windows, g.min_speedup, error_rate=g.error_rate)
+    if step.elapsed() > _seconds(step.spec.rollout.max_analysis_duration):
+        result = gates.decide_speedup_at_deadline(result, windows, g.min_speedup, error_rate=g.error_rate)
+    return result
+
+
+def _with_speedup(
+    canary: Measurement | None, result: gates.GateResult, metrics: TrackMetrics
+) -> Measurement | None:
+    """The canary's status with the speedup's estimate and interval, and tokens per second per pod."""
+    if canary is None:
+        return None
+    pods = metrics.load.pods if metrics.load is not None else None
+    per_pod = metrics.output_tokens_per_second / pods if metrics.output_tokens_per_second and pods else None
+
+    def rounded(x: float | None) -> float | None:
+        return None if x is None else round(x, 4)
+
+    return canary.model_copy(
+        update={
+            "speedup": rounded(result.estimate),
+            "speedup_lower": rounded(result.lower),
+            "speedup_upper": rounded(result.upper),
+            "output_tokens_per_second_per_pod": None if per_pod is None else round(per_pod, 3),
+        }
+    )
 
 
 def _recommend(step: _Step, metrics: TrackMetrics) -> _Step:

@@ -311,6 +311,37 @@ def test_worse_p99_itl_rolls_back_with_latency_regression(rollouts: Rollouts) ->
     assert canary_replicas(lab["api_client"], lab["namespace"], "slow") == 0
 
 
+def roll_back_a_draft_that_does_not_pay(lab: dict[str, Any]) -> Rollout:
+    """Issue 60: alpha 0.7 (gate 0.55) with K = 3 emits 3.1 tokens a step, but every draft pass costs
+    14 ms (lab/specgate_lab/sim/model.py): about 1.06 x 14 ms a token on top of a step that, with
+    9 ms passes, measured 16.4 ms a token against the baseline's 17.1 on this lab (2026-11-29), so
+    the canary is about a fifth slower per token. The step stall's and per-token P99's tolerances are
+    set wide (a stall several times the plain step is what these drafts cost), so that alpha and
+    both P99 gates pass and only the speedup gate can roll it back."""
+    env = {"SPECGATE_SIM_ALPHA": "0.7", "SPECGATE_SIM_DRAFT_PASS_MS": "14"}
+    gates_ = {
+        "minDrafts": 100,
+        "minLatencySamples": 50,
+        "maxP99ItlRegression": 10,
+        "maxP99PerTokenRegression": 3,
+    }
+    return run_rollout(body=sim_rollout("nospeedup", env, gates=gates_), **lab)
+
+
+def test_a_canary_slower_per_token_rolls_back_for_no_speedup_while_alpha_and_p99_pass(
+    rollouts: Rollouts,
+) -> None:
+    lab, run = rollouts["nospeedup"].result()
+    status = run.status
+    assert (status["phase"], status["reason"]) == ("RolledBack", "NoSpeedup"), status.get("message")
+    decided = next(h for h in status["history"] if h["phase"] == "RollingBack")
+    assert decided["message"].startswith("speedup 0."), decided
+    canary = status["canary"]
+    assert canary["alpha"] == pytest.approx(0.7, abs=0.08)
+    assert canary["speedupUpper"] < 1.0, canary
+    assert canary_replicas(lab["api_client"], lab["namespace"], "nospeedup") == 0
+
+
 def drift_after_promotion(lab: dict[str, Any]) -> tuple[Rollout, list[datetime]]:
     """The canary's engines drift to alpha 0.15 once the guard has judged them promoted and good:
     the test creates the file their script waits for (a moment of its choosing on any machine)."""
@@ -475,6 +506,7 @@ rollouts = side_by_side(
         "lowalpha": roll_back_below_the_gate,
         "neargate": decide_a_near_gate_canary_at_the_deadline,
         "slow": roll_back_a_heavy_draft,
+        "nospeedup": roll_back_a_draft_that_does_not_pay,
         "outage": stop_prometheus_mid_analysis,
     }
 )

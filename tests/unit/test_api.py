@@ -23,6 +23,7 @@ def test_defaults_follow_the_production_recipe() -> None:
         "minAcceptanceRate": 0.55,  # the recipe: below it speculation is net negative
         "maxP99PerTokenRegression": 0.10,  # DESIGN: the 10 % default belongs on per-token latency
         "maxP99ItlRegression": 0.50,  # DESIGN: the step stall's own, looser one (seed 004: +33 %)
+        "minSpeedup": 1.0,  # issue 60: never promote a canary slower per output token where it serves
         "maxLoadDifference": 0.25,
         "minDrafts": 200,
         "minLatencySamples": 100,
@@ -134,6 +135,8 @@ def test_samples_are_valid(eagle3_sample: dict[str, Any], tiny_sample: dict[str,
         (with_("rollout.gates.minAcceptanceRate", 1.0), "rollout.gates.minAcceptanceRate"),
         (with_("rollout.gates.minAcceptanceRate", 0), "rollout.gates.minAcceptanceRate"),
         (with_("rollout.gates.indifference", 0), "rollout.gates.indifference"),
+        (with_("rollout.gates.minSpeedup", 0), "rollout.gates.minSpeedup"),
+        (with_("rollout.gates.minSpeedup", 10.5), "rollout.gates.minSpeedup"),
         (with_("rollout.gates.indifference", 0.5), "rollout.gates.indifference"),
         (with_("rollout.warmup", "5 minutes"), "rollout.warmup"),
         (with_("rollout.warmup", "10000000000m"), "rollout.warmup"),  # matches the pattern, overflows dates

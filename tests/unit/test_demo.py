@@ -42,6 +42,17 @@ def test_the_cpu_samples_say_what_they_relax_next_to_the_result() -> None:
     assert "72.0 tok/s against the baseline's 362.0" in text and "21.5x" in text
     assert "never copy to GPUs" in text
     assert result_line("tiny", STATUS).startswith("RESULT: tiny phase=Promoted alpha=1.00")
+    assert "minSpeedup 0.05, default 1.0" in text and "or NoSpeedup" in text
+
+
+def test_the_result_line_shows_the_speedup_with_its_interval() -> None:
+    """The canary's status.canary.speedup and bounds; '-' where the gate did not run (sequential)."""
+    judged = {
+        **STATUS,
+        "canary": {**STATUS["canary"], "speedup": 1.3421, "speedupLower": 1.2, "speedupUpper": 1.49},
+    }
+    assert " speedup=1.34[1.2,1.49] reason=Promoted" in result_line("tiny", judged)
+    assert " speedup=- reason=Promoted" in result_line("tiny", STATUS)
 
 
 def test_a_sample_with_the_default_gates_needs_no_caveat() -> None:

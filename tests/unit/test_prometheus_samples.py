@@ -435,3 +435,25 @@ def test_without_a_scrape_in_the_window_status_keeps_the_querys_window() -> None
     window = Window(T0 + timedelta(seconds=31.4), T0 + timedelta(seconds=40.2))
     status = measurements.measurement(prometheus._track_metrics(families(pod), window, 15.0, ()), window.end)
     assert (status.window_start, status.window_end) == ("2026-11-23T12:00:31Z", "2026-11-23T12:00:40Z")
+
+
+def test_per_token_sums_and_counts_are_binned_as_the_acceptance_windows_and_pair_by_end() -> None:
+    """request_time_per_output_token's sum and count scraped at 0, 10, 20 and 40 s: increases of
+    (1.0 s, 40 requests) ending at 10 s, (0.5, 20) at 20 s and (0.5, 20) at 40 s fall in the 15-s
+    windows ending at 15, 30 and 45 s. A baseline with windows ending at 15 and 30 s pairs with two."""
+    name = prometheus.PER_TOKEN
+    times = (0.0, 10.0, 20.0, 40.0)
+    families = {
+        f"{name}_sum": [prometheus.Series({}, tuple(zip(times, (0.0, 1.0, 1.5, 2.0), strict=True)))],
+        f"{name}_count": [prometheus.Series({}, tuple(zip(times, (0.0, 40.0, 60.0, 80.0), strict=True)))],
+    }
+    canary = prometheus.per_token_windows(families, 0.0, 15.0, ())
+    assert canary == ((15.0, 1.0, 40.0), (30.0, 0.5, 20.0), (45.0, 0.5, 20.0))
+    baseline = TrackMetrics(per_token_windows=((15.0, 1.2, 40.0), (30.0, 0.6, 20.0)))
+    pairs = measurements.paired_per_token(baseline, TrackMetrics(per_token_windows=canary))
+    assert [
+        (w.baseline_seconds, w.baseline_requests, w.canary_seconds, w.canary_requests) for w in pairs
+    ] == [
+        (1.2, 40.0, 1.0, 40.0),
+        (0.6, 20.0, 0.5, 20.0),
+    ]

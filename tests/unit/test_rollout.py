@@ -1465,7 +1465,8 @@ def test_a_look_at_the_instant_the_canarys_warm_up_ends_judges_nothing_yet() -> 
 
 def test_the_analysis_message_gives_each_gates_result_in_turn() -> None:
     """Half a minute into the analysis, status says the acceptance test's result, then the per-token
-    gate's (tolerance 10%), then the step stall's (50%), separated by semicolons."""
+    gate's (tolerance 10%), then the step stall's (50%), then the speedup gate's (the canary's 24 ms
+    a token against the baseline's 30: 1.25), separated by semicolons."""
     run = Run()
     run.to_analyzing()
     run.step(
@@ -1476,7 +1477,8 @@ def test_the_analysis_message_gives_each_gates_result_in_turn() -> None:
     assert message.startswith("alpha 0.800 ")
     assert "(fallback: no promoted config to measure it on); P99 per-token latency canary " in message
     assert ": within 10%; P99 ITL (step stall) canary " in message
-    assert message.endswith(": within 50%")
+    assert ": within 50%; speedup 1.250 [" in message
+    assert message.endswith("(gate 1 +/- 0.03)")
 
 
 def test_missing_canary_metrics_without_an_error_are_noted_and_never_pass() -> None:
@@ -1539,9 +1541,9 @@ def test_a_canary_without_a_step_count_is_judged_on_its_samples_saying_so() -> N
     run.step(
         after=30, baseline=ready(1), canary=ready(1), baseline_metrics=metrics(), canary_metrics=no_steps
     )
-    assert (run.status.message or "").endswith(
+    assert (
         ": within 50%; no engine step count for the canary (vllm:iteration_tokens_total): samples counted "
-        "as independent"
+        "as independent; speedup " in (run.status.message or "")
     )
 
 
@@ -1613,3 +1615,84 @@ def test_the_drift_allowance_follows_the_windows_length_as_scraped() -> None:
         after=480, baseline=ready(1), canary=ready(1), baseline_metrics=metrics(), canary_metrics=minutes
     )
     assert (run.phase, run.status.verdict) == (Phase.PROMOTING, "Pass"), run.status.message
+
+
+def test_a_canary_that_accepts_well_but_is_slower_per_token_rolls_back_for_no_speedup() -> None:
+    """Alpha 0.8 (gate 0.55) and P99 latencies alike pass, but the canary takes 33 ms a token where
+    the baseline beside it takes 30 (speedup 30 / 33 = 0.909): NoSpeedup, the estimate in status."""
+    run = Run()
+    run.to_analyzing()
+    run.step(
+        after=20,
+        baseline=ready(1),
+        canary=ready(1),
+        baseline_metrics=metrics(),
+        canary_metrics=metrics(0.8, pace=0.033),
+    )
+    assert (run.phase, run.status.reason) == (Phase.ROLLING_BACK, Reason.NO_SPEEDUP)
+    canary = run.status.canary
+    assert canary is not None and canary.speedup == pytest.approx(30 / 33, abs=1e-4)
+    assert canary.speedup_lower is not None and canary.speedup_upper is not None
+    assert canary.speedup_lower < canary.speedup < canary.speedup_upper
+    assert canary.output_tokens_per_second_per_pod == 250.0  # the helper's 250 tok/s on one pod
+    assert "speedup 0.909 [" in (run.status.message or "")
+
+
+def test_the_gates_report_in_order_alpha_then_latency_then_speedup() -> None:
+    """A canary below every gate (alpha 0.2, P99 ITL 0.14 s against 0.04, 10 % slower per token)
+    rolls back for the first in the agreed order: AcceptanceBelowGate; with alpha fine,
+    LatencyRegression; with latency fine too, NoSpeedup."""
+    for alpha, latency, reason in (
+        (0.2, 0.14, Reason.ACCEPTANCE_BELOW_GATE),
+        (0.9, 0.14, Reason.LATENCY_REGRESSION),
+        (0.9, 0.04, Reason.NO_SPEEDUP),
+    ):
+        run = Run()
+        run.to_analyzing()
+        slow = metrics(alpha, latency=latency, pace=0.033)
+        run.step(
+            after=20, baseline=ready(1), canary=ready(1), baseline_metrics=metrics(), canary_metrics=slow
+        )
+        assert run.status.reason == reason, run.status.message
+
+
+def test_min_speedup_demands_a_margin() -> None:
+    """minSpeedup 1.3: the helper's canary, 1.25x faster per token (24 ms against 30), is 0.05 below
+    it, beyond the 0.03 zone: NoSpeedup; at the default 1.0 it promotes (test above)."""
+    run = Run(make_spec(gates={"minDrafts": 100, "minLatencySamples": 50, "minSpeedup": 1.3}))
+    run.to_analyzing()
+    run.step(
+        after=20, baseline=ready(1), canary=ready(1), baseline_metrics=metrics(), canary_metrics=metrics(0.8)
+    )
+    assert (run.phase, run.status.reason) == (Phase.ROLLING_BACK, Reason.NO_SPEEDUP)
+
+
+def test_a_canary_exactly_as_fast_is_decided_at_the_deadline_by_its_side() -> None:
+    """Canary and baseline at 30 ms a token in every window: S = 1.00 exactly, inside the zone, and
+    the SPRT's log-LR is 0: undecided until maxAnalysisDuration (10m here), where its estimate sits on
+    the gate with no spread (radius 0 <= 0 + 0.03): Pass by its side, and the canary promotes."""
+    run = Run()
+    run.to_analyzing()
+    same = metrics(0.8, pace=0.030)
+    run.step(after=70, baseline=ready(1), canary=ready(1), baseline_metrics=metrics(), canary_metrics=same)
+    run.expect(Phase.ANALYZING)
+    assert "speedup 1.000" in (run.status.message or "")
+    run.step(after=600, baseline=ready(1), canary=ready(1), baseline_metrics=metrics(), canary_metrics=same)
+    run.expect(Phase.PROMOTING)
+    assert "decided at maxAnalysisDuration by the estimate's side" in (run.status.message or "")
+
+
+def test_without_a_baseline_beside_the_canary_the_speedup_is_not_judged() -> None:
+    """Sequential: the baseline served alone before the canary; no window pairs with the canary's, so
+    the speedup gate does not run (a slower canary is the latency gates' to judge there)."""
+    run = Run(make_spec(strategy="sequential"))
+    run.step(baseline=ready(2))
+    run.step(baseline=ready(2))
+    run.step(after=95, baseline=ready(2), baseline_metrics=metrics())
+    run.step(baseline=TrackState(), canary=ready(2))
+    run.now += timedelta(seconds=30)
+    run.step(after=70, baseline=TrackState(), canary=ready(2), canary_metrics=metrics(0.8, pace=0.033))
+    assert run.phase in (Phase.ANALYZING, Phase.PROMOTING), run.status.message
+    assert "speedup" not in (run.status.message or "")
+    assert run.status.canary is not None and run.status.canary.alpha is not None
+    assert run.status.canary.speedup is None
