@@ -313,17 +313,19 @@ def test_worse_p99_itl_rolls_back_with_latency_regression(rollouts: Rollouts) ->
 
 def roll_back_a_draft_that_does_not_pay(lab: dict[str, Any]) -> Rollout:
     """Issue 60: alpha 0.7 (gate 0.55) with K = 3 emits 3.1 tokens a step, but every draft pass costs
-    14 ms (lab/specgate_lab/sim/model.py): about 1.06 x 14 ms a token on top of a step that, with
-    9 ms passes, measured 16.4 ms a token against the baseline's 17.1 on this lab (2026-11-29), so
-    the canary is about a fifth slower per token. The step stall's and per-token P99's tolerances are
-    set wide (a stall several times the plain step is what these drafts cost), so that alpha and
-    both P99 gates pass and only the speedup gate can roll it back."""
-    env = {"SPECGATE_SIM_ALPHA": "0.7", "SPECGATE_SIM_DRAFT_PASS_MS": "14"}
+    60 ms (lab/specgate_lab/sim/model.py): a canary step of about 215 ms against a plain one of
+    13 ms, so about 70 ms a token against 13. The simulator's own cost per step (Python, streaming)
+    adds to both and favours the canary's fewer steps: with 14 ms passes a loaded CI-like run
+    measured the canary 1.036x faster, so the pass cost is set where only an overhead above 80 ms a
+    step could close the gap. The step stall's and per-token P99's tolerances are set wide (a stall
+    many times the plain step is what these drafts cost), so that alpha and both P99 gates pass and
+    only the speedup gate can roll it back."""
+    env = {"SPECGATE_SIM_ALPHA": "0.7", "SPECGATE_SIM_DRAFT_PASS_MS": "60"}
     gates_ = {
         "minDrafts": 100,
         "minLatencySamples": 50,
-        "maxP99ItlRegression": 10,
-        "maxP99PerTokenRegression": 3,
+        "maxP99ItlRegression": 50,
+        "maxP99PerTokenRegression": 10,
     }
     return run_rollout(body=sim_rollout("nospeedup", env, gates=gates_), **lab)
 
