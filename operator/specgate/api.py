@@ -220,6 +220,11 @@ class BatchSizeRange(Model):
     )
 
 
+class AcceptanceRatePolicy(StrEnum):
+    FIXED = "Fixed"
+    BREAK_EVEN = "BreakEven"
+
+
 class PerBatchSizePolicy(StrEnum):
     EXPLICIT = "Explicit"
     AUTO = "Auto"
@@ -270,6 +275,22 @@ class SpeculativeSpec(Model):
 class Gates(Model):
     min_acceptance_rate: float = Field(
         0.55, gt=0, lt=1, description="Promote only when alpha (accepted / draft tokens) is at least this."
+    )
+    min_acceptance_rate_policy: AcceptanceRatePolicy = Field(
+        AcceptanceRatePolicy.FIXED,
+        description="Fixed: the acceptance gate is minAcceptanceRate. BreakEven (opt-in): the alpha at which "
+        "speculation breaks even by the cost model (the accelerator and target size the spec names, or "
+        "this config's measured step costs), at the baseline's measured requests running per pod and "
+        "numSpeculativeTokens, plus breakEvenMargin; decided once as the analysis begins and kept in "
+        "status.acceptanceGate with how it was derived (it can lie below 0.55 at low load and above it "
+        "at high load).",
+    )
+    break_even_margin: float = Field(
+        0.05,
+        ge=0,
+        le=0.5,
+        description="minAcceptanceRatePolicy BreakEven: added to the break-even alpha, as the cost model's "
+        "own error and a gain worth the draft's memory.",
     )
     max_p99_per_token_regression: float = Field(
         0.10,
@@ -1713,6 +1734,13 @@ class TrafficStatus(StatusModel):
     )
 
 
+class AcceptanceGateStatus(StatusModel):
+    """The acceptance gate this rollout judges alpha against (minAcceptanceRatePolicy BreakEven)."""
+
+    min_acceptance_rate: float = Field(description="The gate used in place of spec minAcceptanceRate.")
+    source: str = Field(description="How it was derived: break-even alpha, concurrency, K and costs.")
+
+
 class MixDriftStatus(StatusModel):
     """The traffic mix's drift the acceptance gate allows for in this rollout, and where from."""
 
@@ -1796,6 +1824,11 @@ class SpeculativeDeploymentStatus(StatusModel):
     incumbent_until: str | None = Field(None, description="... and when this rollout began to replace it.")
     mix_drift: MixDriftStatus | None = Field(
         None, description="The mix's drift the acceptance gate allows for, and where it comes from."
+    )
+    acceptance_gate: AcceptanceGateStatus | None = Field(
+        None,
+        description="minAcceptanceRatePolicy BreakEven: the gate this rollout uses, decided as its "
+        "analysis began, and how.",
     )
     verdict: str | None = Field(None, description="Pass, Fail, InsufficientData or MetricsUnavailable.")
     recommendation: Recommendation | None = Field(None, description="Draft-length recommendation.")

@@ -162,15 +162,7 @@ def recommendation(
     and target size the spec names, schedule.cost_model; the default H100 8B one if None), whose
     physics also shapes how the measured costs extend to other K and batch sizes."""
     prefix = max([_per_position(metrics), *(c.acceptance_per_position for c in costs)], key=len)
-    cost, costed = base, "default GPU step costs"
-    if costs:
-        steps = [planning.MeasuredStep(c.k, c.step_ratio, c.concurrency) for c in costs]
-        ratios = ", ".join(f"K={c.k} {c.step_ratio:.2f}x" for c in costs)
-        costed = f"steps measured {ratios} a plain one"
-        if planning.within_physics(base or planning.CostModel(), steps):
-            costed += f" (within {planning.PHYSICS_TOLERANCE:.0%} of the physics: priced by it)"
-        else:
-            cost = planning.CostModel.measured(steps, base)
+    cost, costed = priced(costs, base)
     advice = planning.recommend_k(
         prefix, 1.0, cost, concurrency=_batch(metrics), k_max=max(k_max, len(prefix))
     )
@@ -181,6 +173,22 @@ def recommendation(
         expected_speedup=advice.expected_speedup,
         message=f"{advice.message}; {costed}",
     )
+
+
+def priced(
+    costs: Sequence[StepCost], base: planning.CostModel | None
+) -> tuple[planning.CostModel | None, str]:
+    """The cost model steps are priced by, and how it was chosen: the step costs measured for this
+    config where they lie beyond planning.PHYSICS_TOLERANCE of the physics `base` (the spec's
+    hardware; the default H100 8B one if None), else `base` itself."""
+    if not costs:
+        return base, "default GPU step costs"
+    steps = [planning.MeasuredStep(c.k, c.step_ratio, c.concurrency) for c in costs]
+    ratios = ", ".join(f"K={c.k} {c.step_ratio:.2f}x" for c in costs)
+    costed = f"steps measured {ratios} a plain one"
+    if planning.within_physics(base or planning.CostModel(), steps):
+        return base, f"{costed} (within {planning.PHYSICS_TOLERANCE:.0%} of the physics: priced by it)"
+    return planning.CostModel.measured(steps, base), costed
 
 
 def _per_position(metrics: TrackMetrics) -> list[float]:

@@ -21,11 +21,14 @@ from specgate import (
     gates,
     handover,
     measurements,
+    planning,
     render,
     schedule,
     traffic,
 )
 from specgate.api import (
+    AcceptanceGateStatus,
+    AcceptanceRatePolicy,
     Action,
     BenchmarkRun,
     BenchmarkStatus,
@@ -116,6 +119,8 @@ class Reason(StrEnum):
     WAITING_FOR_CANARY = "WaitingForCanary"
     CANARY_READY = "CanaryReady"
     ANALYZING = "Analyzing"
+    # gates.minAcceptanceRatePolicy BreakEven: the rollout's acceptance gate, from the cost model
+    ACCEPTANCE_GATE_DERIVED = "AcceptanceGateDerived"
     GATES_PASSED = "GatesPassed"
     PROMOTED = "Promoted"
     GUARDING = "Guarding"
@@ -742,6 +747,7 @@ def _restart(step: _Step) -> _Step:
         incumbent_since=promoted.time if promoted else None,
         incumbent_until=iso(step.now) if promoted else None,
         mix_drift=None,
+        acceptance_gate=None,
         initial_step_passed=None,
         phase=Phase.PENDING,
         phase_since=iso(step.now),
@@ -1050,6 +1056,13 @@ def _analyzing(step: _Step) -> _Step:
     step = _beside_canary(step)
     if step.elapsed() <= timedelta(0):
         return step  # still warming up (phase_since is the end of the warm-up)
+    step = _break_even_gate(step)
+    if _acceptance_gate_pending(step):
+        return step.note(
+            Reason.ANALYZING,
+            "minAcceptanceRatePolicy BreakEven: waiting for a measured concurrency (the baseline's or the "
+            "canary's running requests per pod) to derive the acceptance gate from",
+        )
     held = _route_hold(step) or _still_at_initial_weight(step) or _not_routed_as_desired(step)
     above = _above_max_weight(step)
     if held is not None or above is not None:  # the window starts again once both are over
@@ -1069,7 +1082,7 @@ def _analyzing(step: _Step) -> _Step:
         results += bench
     deadline_passed = step.elapsed() > _seconds(spec.rollout.max_analysis_duration)
     if deadline_passed:
-        results = _decided_at_deadline(spec, results)
+        results = _decided_at_deadline(spec, step.status, results)
     verdicts = [result.verdict for _, result in results]
     step = step.update(verdict=gates.worst(verdicts).value)
     message = "; ".join(result.message for _, result in results)
@@ -1162,13 +1175,16 @@ def _initial_step_passed(step: _Step, weight: int, message: str) -> _Step:
     )
 
 
-def _decided_at_deadline(spec: SpeculativeDeploymentSpec, results: GateResults) -> GateResults:
+def _decided_at_deadline(
+    spec: SpeculativeDeploymentSpec, status: SpeculativeDeploymentStatus, results: GateResults
+) -> GateResults:
     """At maxAnalysisDuration the acceptance test is decided by its estimate's side of the gate where
     it has its data (gates.decide_at_deadline); the latency gates are not: a latency verdict still
     missing then leaves the rollout Inconclusive."""
     limits = spec.rollout.gates
+    gate = _judged(spec, status).rollout.gates.min_acceptance_rate
     return [
-        (reason, gates.decide_at_deadline(r, limits.min_acceptance_rate, limits.indifference))
+        (reason, gates.decide_at_deadline(r, gate, limits.indifference))
         if reason == Reason.ACCEPTANCE_BELOW_GATE
         else (reason, r)
         for reason, r in results
@@ -1185,7 +1201,7 @@ def _traffic_gates(step: _Step, latency: bool = True) -> tuple[_Step, GateResult
     if metrics is None:
         return step, None
     step, drift = _mix_drift(step)
-    acceptance = _acceptance_gate(step.spec, metrics, drift)
+    acceptance = _acceptance_gate(_judged(step.spec, step.status), metrics, drift)
     canary = measurements.canary_measurement(metrics, acceptance, step.now)
     deadline = step.now - step.elapsed() + _seconds(step.spec.rollout.max_analysis_duration)
     step = step.update(canary=canary.model_copy(update={"analysis_deadline": iso(deadline)}))
@@ -1270,7 +1286,10 @@ def _benchmark_gates(step: _Step) -> tuple[_Step, GateResults | None]:
     runs = step.status.benchmark or BenchmarkStatus()
     try:
         evaluation = benchmark.evaluate(
-            step.spec, runs, step.obs.canary_job_acceptance, step.obs.canary_job_requests
+            _judged(step.spec, step.status),
+            runs,
+            step.obs.canary_job_acceptance,
+            step.obs.canary_job_requests,
         )
     except benchmark.BenchmarkFailed as exc:
         return _measurement_failed(step, str(exc)), None
@@ -1423,11 +1442,66 @@ def _reason_entered_with(step: _Step) -> _Step:
     return step
 
 
+def _judged(
+    spec: SpeculativeDeploymentSpec, status: SpeculativeDeploymentStatus
+) -> SpeculativeDeploymentSpec:
+    """The spec whose gates judge alpha: with minAcceptanceRatePolicy BreakEven, the rollout's
+    decided gate (status.acceptanceGate) in place of minAcceptanceRate; the rest unchanged (the
+    rendered pods and the Auto schedule read the spec itself)."""
+    kept = status.acceptance_gate
+    if spec.rollout.gates.min_acceptance_rate_policy != AcceptanceRatePolicy.BREAK_EVEN or kept is None:
+        return spec
+    limits = spec.rollout.gates.model_copy(update={"min_acceptance_rate": kept.min_acceptance_rate})
+    return spec.model_copy(update={"rollout": spec.rollout.model_copy(update={"gates": limits})})
+
+
+def _acceptance_gate_pending(step: _Step) -> bool:
+    policy = step.spec.rollout.gates.min_acceptance_rate_policy
+    return policy == AcceptanceRatePolicy.BREAK_EVEN and step.status.acceptance_gate is None
+
+
+def _break_even_gate(step: _Step) -> _Step:
+    """minAcceptanceRatePolicy BreakEven: the gate decided once, as the analysis begins, from the cost
+    model (this config's measured step costs where they lie off the physics) at the baseline's
+    measured running requests per pod (else the canary's), and kept in status so that every later
+    look and the guard judge against the same gate. Undecided while no concurrency is measured."""
+    if not _acceptance_gate_pending(step):
+        return step
+    spec, status = step.spec, step.status
+    baseline = status.baseline.running_per_pod if status.baseline is not None else None
+    load = step.obs.canary_metrics.load if step.obs.canary_metrics is not None else None
+    canary = load.running_per_pod if load is not None else None
+    if baseline is None and canary is None:
+        return step
+    where = "the baseline's, measured" if baseline is not None else "the canary's, measured"
+    config = measurements.cost_config(spec)
+    costs = [c for c in status.step_costs if c.config == config]
+    cost, priced_by = measurements.priced(costs, schedule.cost_model(spec, schedule.hardware(spec)))
+    limits = spec.rollout.gates
+    gate = gates.break_even_gate(
+        cost or planning.CostModel(),
+        spec.speculative.num_speculative_tokens,
+        baseline if baseline is not None else canary or 1.0,
+        limits.break_even_margin,
+        limits.indifference,
+        priced_by,
+        where,
+    )
+    kept = AcceptanceGateStatus(min_acceptance_rate=gate.min_acceptance_rate, source=gate.source)
+    return step.update(acceptance_gate=kept).emit(
+        Event(
+            "Normal",
+            Reason.ACCEPTANCE_GATE_DERIVED,
+            f"acceptance gate {gate.min_acceptance_rate:g}: {gate.source}",
+        )
+    )
+
+
 def _acceptance_guard(step: _Step) -> gates.GuardResult:
     """The change detector over the guard's history (blocks that ended by now, each judged at every
     look: the CUSUM is recomputed over the history, not carried across reconciles)."""
     spec, obs = step.spec, step.obs
-    g, guard = spec.rollout.gates, spec.rollout.guard
+    g, guard = _judged(spec, step.status).rollout.gates, spec.rollout.guard
     complete = [w for w in obs.guard_acceptance or () if w.end is None or w.end <= step.now.timestamp()]
     return gates.acceptance_guard(
         complete,

@@ -21,6 +21,8 @@ def test_defaults_follow_the_production_recipe() -> None:
     spec = api.parse_spec(BASE)
     assert spec.rollout.gates.model_dump(mode="json", by_alias=True) == {
         "minAcceptanceRate": 0.55,  # the recipe: below it speculation is net negative
+        "minAcceptanceRatePolicy": "Fixed",  # issue 60: the break-even gate is opt-in
+        "breakEvenMargin": 0.05,
         "maxP99PerTokenRegression": 0.10,  # DESIGN: the 10 % default belongs on per-token latency
         "maxP99ItlRegression": 0.50,  # DESIGN: the step stall's own, looser one (seed 004: +33 %)
         "minSpeedup": 1.0,  # issue 60: never promote a canary slower per output token where it serves

@@ -3,6 +3,8 @@
 - common: Verdict, GateResult, AcceptanceWindow and the spread estimators the others share;
 - acceptance: the acceptance gate (an SPRT on traffic, a fixed-sample test for a benchmark), its
   interval and the deadline rule;
+- breakeven: the acceptance gate at the cost model's break-even alpha (minAcceptanceRatePolicy
+  BreakEven);
 - drift: the traffic mix's drift and a steady history's design effect;
 - guard: the CUSUM that watches alpha after promotion;
 - latency: histograms and the quantile gates;
@@ -34,6 +36,7 @@ from specgate.gates.acceptance import (
     sprt_step_sd,
     wald_bounds,
 )
+from specgate.gates.breakeven import BreakEvenGate, break_even_gate
 from specgate.gates.common import (
     HAC_LAGS,
     AcceptanceWindow,
@@ -128,6 +131,7 @@ __all__ = [
     "STALL_FIGURE",
     "TIGHTEST_AT_WINDOWS",
     "AcceptanceWindow",
+    "BreakEvenGate",
     "GateResult",
     "GuardResult",
     "Histogram",
@@ -140,6 +144,7 @@ __all__ = [
     "acceptance_interval",
     "autocovariances",
     "binomial_variance",
+    "break_even_gate",
     "cdf",
     "centred",
     "comparable_load",
