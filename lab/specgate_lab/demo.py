@@ -8,7 +8,8 @@ sample, where speculation does not pay; the default heavy sample keeps them):
 
     RESULT: <name> phase=<Promoted|RolledBack> alpha=<x.xx> p99_itl_ms=<baseline>/<canary>
             p99_per_token_ms=<baseline>/<canary> tok_s=<baseline>/<canary>
-            speedup=<x.xx[lower,upper] per output token, - where not judged> reason=<Reason>
+            speedup=<x.xx[lower,upper] per output token; x.xx(sequential,not_judged) where the tracks
+            were measured one after the other: the ratio of their mean times per output token> reason=<Reason>
     CAVEAT: ...
 
 The heavy samples are sized to the machine (demo_sizing): while the baseline warms up, the demo
@@ -98,15 +99,20 @@ def result_line(name: str, status: dict[str, Any]) -> str:
         f"p99_itl_ms={baseline.get('p99ItlMs', '-')}/{canary.get('p99ItlMs', '-')} "
         f"p99_per_token_ms={baseline.get('p99PerTokenLatencyMs', '-')}/{canary.get('p99PerTokenLatencyMs', '-')} "
         f"tok_s={baseline.get('outputTokensPerSecond', '-')}/{canary.get('outputTokensPerSecond', '-')} "
-        f"speedup={_speedup(canary)} reason={reason}"
+        f"speedup={_speedup(baseline, canary)} reason={reason}"
     )
 
 
-def _speedup(canary: dict[str, Any]) -> str:
-    """The speedup gate's estimate and interval, or '-' where it did not run (sequential)."""
-    if canary.get("speedup") is None:
+def _speedup(baseline: dict[str, Any], canary: dict[str, Any]) -> str:
+    """The speedup gate's estimate and interval; where the gate did not run (the tracks measured one
+    after the other), the ratio of their mean times per output token, marked as not judged; '-'
+    without either."""
+    if canary.get("speedup") is not None:
+        return f"{canary['speedup']:.2f}[{canary.get('speedupLower')},{canary.get('speedupUpper')}]"
+    plain, speculative = baseline.get("perTokenLatencyMs"), canary.get("perTokenLatencyMs")
+    if not plain or not speculative:
         return "-"
-    return f"{canary['speedup']:.2f}[{canary.get('speedupLower')},{canary.get('speedupUpper')}]"
+    return f"{plain / speculative:.2f}(sequential,not_judged)"
 
 
 def demo_load_lines(status: dict[str, Any], load: Load) -> list[str]:

@@ -46,13 +46,20 @@ def test_the_cpu_samples_say_what_they_relax_next_to_the_result() -> None:
 
 
 def test_the_result_line_shows_the_speedup_with_its_interval() -> None:
-    """The canary's status.canary.speedup and bounds; '-' where the gate did not run (sequential)."""
+    """The canary's status.canary.speedup and bounds; where the gate did not run (sequential), the
+    ratio of the tracks' mean times per output token, marked as not judged."""
     judged = {
         **STATUS,
         "canary": {**STATUS["canary"], "speedup": 1.3421, "speedupLower": 1.2, "speedupUpper": 1.49},
     }
     assert " speedup=1.34[1.2,1.49] reason=Promoted" in result_line("tiny", judged)
     assert " speedup=- reason=Promoted" in result_line("tiny", STATUS)
+    sequential = {
+        **STATUS,
+        "baseline": {**STATUS["baseline"], "perTokenLatencyMs": 117.303},
+        "canary": {**STATUS["canary"], "perTokenLatencyMs": 68.694},
+    }  # the heavy demo's figures (2026-11-29): the gate needs the baseline beside the canary
+    assert " speedup=1.71(sequential,not_judged) reason=Promoted" in result_line("heavy", sequential)
 
 
 def test_a_sample_with_the_default_gates_needs_no_caveat() -> None:
