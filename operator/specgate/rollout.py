@@ -1057,12 +1057,6 @@ def _analyzing(step: _Step) -> _Step:
     if step.elapsed() <= timedelta(0):
         return step  # still warming up (phase_since is the end of the warm-up)
     step = _break_even_gate(step)
-    if _acceptance_gate_pending(step):
-        return step.note(
-            Reason.ANALYZING,
-            "minAcceptanceRatePolicy BreakEven: waiting for a measured concurrency (the baseline's or the "
-            "canary's running requests per pod) to derive the acceptance gate from",
-        )
     held = _route_hold(step) or _still_at_initial_weight(step) or _not_routed_as_desired(step)
     above = _above_max_weight(step)
     if held is not None or above is not None:  # the window starts again once both are over
@@ -1455,38 +1449,25 @@ def _judged(
     return spec.model_copy(update={"rollout": spec.rollout.model_copy(update={"gates": limits})})
 
 
-def _acceptance_gate_pending(step: _Step) -> bool:
-    policy = step.spec.rollout.gates.min_acceptance_rate_policy
-    return policy == AcceptanceRatePolicy.BREAK_EVEN and step.status.acceptance_gate is None
-
-
 def _break_even_gate(step: _Step) -> _Step:
     """minAcceptanceRatePolicy BreakEven: the gate decided once, as the analysis begins, from the cost
     model (this config's measured step costs where they lie off the physics) at the baseline's
     measured running requests per pod (else the canary's), and kept in status so that every later
-    look and the guard judge against the same gate. Undecided while no concurrency is measured."""
-    if not _acceptance_gate_pending(step):
+    look and the guard judge against the same gate; minAcceptanceRate where neither is measured."""
+    limits, status = step.spec.rollout.gates, step.status
+    if limits.min_acceptance_rate_policy != AcceptanceRatePolicy.BREAK_EVEN or status.acceptance_gate:
         return step
-    spec, status = step.spec, step.status
     baseline = status.baseline.running_per_pod if status.baseline is not None else None
     load = step.obs.canary_metrics.load if step.obs.canary_metrics is not None else None
-    canary = load.running_per_pod if load is not None else None
-    if baseline is None and canary is None:
-        return step
-    where = "the baseline's, measured" if baseline is not None else "the canary's, measured"
-    config = measurements.cost_config(spec)
-    costs = [c for c in status.step_costs if c.config == config]
-    cost, priced_by = measurements.priced(costs, schedule.cost_model(spec, schedule.hardware(spec)))
-    limits = spec.rollout.gates
-    gate = gates.break_even_gate(
-        cost or planning.CostModel(),
-        spec.speculative.num_speculative_tokens,
-        baseline if baseline is not None else canary or 1.0,
-        limits.break_even_margin,
-        limits.indifference,
-        priced_by,
-        where,
-    )
+    concurrency = baseline if baseline is not None else load.running_per_pod if load is not None else None
+    if concurrency is None:
+        gate = gates.BreakEvenGate(
+            limits.min_acceptance_rate,
+            f"no running requests per pod measured on either track: minAcceptanceRate {limits.min_acceptance_rate:g}",
+        )
+    else:
+        where = "the baseline's, measured" if baseline is not None else "the canary's, measured"
+        gate = _priced_break_even(step.spec, status, concurrency, where)
     kept = AcceptanceGateStatus(min_acceptance_rate=gate.min_acceptance_rate, source=gate.source)
     return step.update(acceptance_gate=kept).emit(
         Event(
@@ -1494,6 +1475,24 @@ def _break_even_gate(step: _Step) -> _Step:
             Reason.ACCEPTANCE_GATE_DERIVED,
             f"acceptance gate {gate.min_acceptance_rate:g}: {gate.source}",
         )
+    )
+
+
+def _priced_break_even(
+    spec: SpeculativeDeploymentSpec, status: SpeculativeDeploymentStatus, concurrency: float, where: str
+) -> gates.BreakEvenGate:
+    config = measurements.cost_config(spec)
+    costs = [c for c in status.step_costs if c.config == config]
+    cost, priced_by = measurements.priced(costs, schedule.cost_model(spec, schedule.hardware(spec)))
+    limits = spec.rollout.gates
+    return gates.break_even_gate(
+        cost or planning.CostModel(),
+        spec.speculative.num_speculative_tokens,
+        concurrency,
+        limits.break_even_margin,
+        limits.indifference,
+        priced_by,
+        where,
     )
 
 

@@ -5,6 +5,7 @@ begins, judged by the real decide()."""
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -63,10 +64,14 @@ class Rollout:
         self.status = decision.status
         return decision
 
-    def analyse(self, alpha: float, load: float, windows: int = 40) -> None:
+    def analyse(self, alpha: float, load: float, windows: int = 40, loads: bool = True) -> None:
+        def measured(alpha: float | None = None) -> Any:
+            figures = metrics(alpha, load=load, windows=windows)
+            return figures if loads else replace(figures, load=None)
+
         self.step(baseline=ready(2))
         self.step(baseline=ready(2))
-        self.step(after=95, baseline=ready(2), baseline_metrics=metrics(load=load))
+        self.step(after=95, baseline=ready(2), baseline_metrics=measured())
         assert self.status.phase == Phase.CANARY, self.status.message
         self.step(baseline=ready(1), canary=ready(1))
         assert self.status.phase == Phase.ANALYZING, self.status.message
@@ -75,8 +80,8 @@ class Rollout:
             after=70,
             baseline=ready(1),
             canary=ready(1),
-            baseline_metrics=metrics(load=load, windows=windows),
-            canary_metrics=metrics(alpha, load=load, windows=windows),
+            baseline_metrics=measured(),
+            canary_metrics=measured(alpha),
         )
 
 
@@ -146,3 +151,12 @@ def test_a_draft_that_cannot_pay_gets_the_highest_gate_and_the_margin_is_added()
     cheap = gates.break_even_gate(planning.CostModel.from_overhead(0.0), 3, 1.0, 0.0, 0.05, "free", "m")
     assert cheap.min_acceptance_rate == pytest.approx(0.1)  # held where the sequential test has room
     assert "held within [0.10, 0.90]" in cheap.source
+
+
+def test_without_a_measured_concurrency_the_gate_is_min_acceptance_rate_and_says_so() -> None:
+    unmeasured = Rollout(h100_spec("BreakEven"))
+    unmeasured.analyse(0.40, load=0.5, loads=False)
+    assert (unmeasured.status.phase, unmeasured.status.reason) == (Phase.ROLLING_BACK, "AcceptanceBelowGate")
+    gate = unmeasured.status.acceptance_gate
+    assert gate is not None and gate.min_acceptance_rate == 0.55
+    assert gate.source.startswith("no running requests per pod measured"), gate.source
