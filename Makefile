@@ -70,7 +70,7 @@ KEEP ?= 0
 
 .PHONY: demo
 # SCENARIO=gateway rolls out through the lab's gateway: it needs `make gateway` (hack/gateway.mk).
-demo: venv engines cluster-up $(if $(filter gateway,$(SCENARIO)),gateway) ## roll out the heavy sample on the local cluster (SCENARIO=low-alpha, tiny or gateway, KEEP=1)
+demo: venv engines cluster-up $(if $(filter gateway,$(SCENARIO)),gateway) ## roll out the heavy sample on the local cluster (SCENARIO=low-alpha, tiny, gateway or adopt; KEEP=1)
 	@rc=0; $(PY) -m specgate_lab.demo --scenario $(SCENARIO) --kubeconfig $(SPECGATE_CACHE)/kubeconfig \
 		$(if $(filter 1,$(KEEP)),--keep) || rc=$$?; \
 	if [ "$(KEEP)" != 1 ]; then hack/cluster-down.sh; else echo "cluster kept: export KUBECONFIG=$(SPECGATE_CACHE)/kubeconfig"; fi; \

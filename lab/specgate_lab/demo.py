@@ -17,6 +17,12 @@ measures how fast it serves its own load and sets the tokens per request and the
 so that a window holds twice the per-token samples the latency gates need; a machine too slow for
 that is told so in the first minutes. Progress lines show the samples so far and the time left.
 
+The adopt scenario starts from what a user already runs: a plain Deployment of two simulated engines
+and the Service that selects them serve the load; a SpeculativeDeployment adopts the Deployment
+(spec.workloadRef: its replicas lowered as specgate's pods become Ready), rolls out a canary and
+promotes; then it is deleted and hands serving back, and an ADOPT line says what the Service served
+and failed throughout.
+
 The gateway scenario sends the load through a real gateway instead of the Service: the lab's Traefik
 (`make gateway`) routes the HTTPRoute specgate weights (router GatewayAPI) to simulated engines on
 pod addresses it reaches (specgate_lab.gateway; root, for the pod range's route). Lines show the
@@ -32,10 +38,11 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from dataclasses import dataclass
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import Any, cast
 
@@ -45,7 +52,7 @@ from kubernetes import client, config
 from specgate import api
 from specgate.api import parse_duration, parse_status
 from specgate.render import LABEL_DEPLOYMENT
-from specgate_lab import checkout
+from specgate_lab import adopt_lab, checkout
 from specgate_lab.bridge import ENGINE_ANNOTATION
 from specgate_lab.crds import install_crd
 from specgate_lab.demo_sizing import FALLBACK, TOO_SLOW, Sizing, TooSlow, calibrate, size
@@ -63,6 +70,7 @@ class Scenario:
     max_tokens: int  # tokens a request (fewer where sizing chooses so)
     sized: bool = True  # fit the tokens a request and the windows to this machine (demo_sizing)
     gateway: bool = False  # load through the lab's gateway, the sample changed by through_gateway
+    adopt: bool = False  # adopt a plain Deployment and load its Service (adopted_workload)
 
 
 SCENARIOS = {
@@ -74,7 +82,10 @@ SCENARIOS = {
     "tiny": Scenario("tiny-cpu.yaml", "Promoted", concurrency=2, max_tokens=48, sized=False),
     # Concurrency 4: the canary gets a quarter of it and still fills a window with samples.
     "gateway": Scenario("tiny-cpu.yaml", "Promoted", concurrency=4, max_tokens=48, sized=False, gateway=True),
+    # The tiny sample's rollout, on the user's Deployment of simulated engines.
+    "adopt": Scenario("tiny-cpu.yaml", "Promoted", concurrency=4, max_tokens=48, sized=False, adopt=True),
 }
+ADOPT_REPLICAS = 2
 PROGRESS_EVERY_S = 30.0
 CALIBRATION_S = 20.0  # measure the baseline this long after Ready at least (its warm-up is 30 s)
 CALIBRATION_LIMIT_S = 120.0  # a baseline Ready this long without the requests to size from is too slow
@@ -477,7 +488,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--prometheus-url", default="http://127.0.0.1:19090")
     parser.add_argument("--bridge-url", default="http://127.0.0.1:18080")
     parser.add_argument("--timeout", type=float, default=1200)
-    parser.add_argument("--keep", action="store_true", help="keep what the gateway scenario set up (KEEP=1)")
+    parser.add_argument("--keep", action="store_true", help="keep what the gateway or adopt scenario set up (KEEP=1)")
     return parser.parse_args()
 
 
@@ -487,6 +498,15 @@ def scenario_body(name: str, scenario: Scenario) -> dict[str, Any]:
     body: dict[str, Any] = yaml.safe_load((checkout() / sample).read_text())
     if scenario.gateway:
         through_gateway(body)
+    if scenario.adopt:
+        body = adopting_sample(body)
+        say(
+            f"scenario {name}: Deployment and Service {adopt_lab.NAME} ({ADOPT_REPLICAS} simulated engines) "
+            f"serve; {body['metadata']['name']} adopts the Deployment with {sample}'s rollout "
+            f"({body['spec']['speculative']['method']}), load through Service {adopt_lab.NAME} at "
+            f"concurrency {scenario.concurrency}"
+        )
+        return body
     say(
         f"scenario {name}: {sample}{' through the gateway, simulated engines' if scenario.gateway else ''} "
         f"({body['spec']['speculative']['method']}), load at concurrency {scenario.concurrency}"
@@ -494,12 +514,78 @@ def scenario_body(name: str, scenario: Scenario) -> dict[str, Any]:
     return body
 
 
+def adopting_sample(sample: dict[str, Any]) -> dict[str, Any]:
+    """The object of the adopt scenario: the sample's rollout, its gates at their defaults but for
+    the sample sizes (the simulator's steps meet the latency and speedup gates), on the user's
+    Deployment (spec.workloadRef)."""
+    rollout = sample["spec"]["rollout"]
+    for relaxed in ("maxP99ItlRegression", "maxP99PerTokenRegression", "minSpeedup"):
+        del rollout["gates"][relaxed]
+    return adopt_lab.adopting("adopt", ADOPT_REPLICAS, rollout)
+
+
+@contextmanager
+def adopted_workload(api_client: client.ApiClient, keep: bool) -> Iterator[str]:
+    """The user's Deployment and Service, serving before the demo's object exists; the Service's
+    name (the bridge routes to its Ready pods). Unless `keep`, both go at the end."""
+    apps, core = client.AppsV1Api(api_client), client.CoreV1Api(api_client)
+    deployment = adopt_lab.user_deployment(ADOPT_REPLICAS, {"SPECGATE_SIM_ALPHA": "0.8"})
+    # The client takes a manifest as a dict as well as its model classes.
+    apps.create_namespaced_deployment(NAMESPACE, cast(client.V1Deployment, deployment))
+    core.create_namespaced_service(NAMESPACE, cast(client.V1Service, adopt_lab.user_service()))
+    try:
+        wait_for(
+            lambda: _ready_replicas(apps) >= ADOPT_REPLICAS,
+            180,
+            f"Deployment {adopt_lab.NAME}'s pods to be Ready",
+        )
+        say(
+            f"Deployment {adopt_lab.NAME}: {ADOPT_REPLICAS} of {ADOPT_REPLICAS} Ready, Service {adopt_lab.NAME} serving"
+        )
+        yield adopt_lab.NAME
+    finally:
+        if not keep:
+            apps.delete_namespaced_deployment(adopt_lab.NAME, NAMESPACE)
+            core.delete_namespaced_service(adopt_lab.NAME, NAMESPACE)
+            say(f"removed Deployment and Service {adopt_lab.NAME}")
+
+
+def _ready_replicas(apps: client.AppsV1Api) -> int:
+    status = apps.read_namespaced_deployment(adopt_lab.NAME, NAMESPACE).status
+    return (status.ready_replicas if status else None) or 0
+
+
+def hand_back(api_client: client.ApiClient, name: str) -> list[str]:
+    """Delete the adopting object (the operator still running: its finalizer hands serving back) and
+    say where serving went."""
+    objects, apps = client.CustomObjectsApi(api_client), client.AppsV1Api(api_client)
+    objects.delete_namespaced_custom_object(api.GROUP, api.VERSION, NAMESPACE, api.PLURAL, name)
+    say(f"deleted {name}: handing serving back to Deployment {adopt_lab.NAME}")
+
+    def gone() -> bool:
+        listed = objects.list_namespaced_custom_object(api.GROUP, api.VERSION, NAMESPACE, api.PLURAL)
+        return not cast(dict[str, Any], listed)["items"]
+
+    wait_for(gone, 300, f"{name} to hand back and go")
+    time.sleep(10)  # requests on the Deployment's pods alone
+    replicas = apps.read_namespaced_deployment(adopt_lab.NAME, NAMESPACE).spec
+    return [
+        f"HANDED BACK: Deployment {adopt_lab.NAME} at {replicas.replicas if replicas else '?'} replicas, "
+        f"{_ready_replicas(apps)} Ready, serves Service {adopt_lab.NAME} again; its template untouched"
+    ]
+
+
 def roll_out(
-    args: argparse.Namespace, api_client: client.ApiClient, body: dict[str, Any], load: Load, url: str
+    args: argparse.Namespace,
+    api_client: client.ApiClient,
+    body: dict[str, Any],
+    load: Load,
+    url: str,
+    then: Callable[[], list[str]] | None = None,
 ) -> tuple[dict[str, Any], list[str]]:
     """Run the operator, apply the object and send the load to `url` until the rollout settles:
     its status, and the lines that tell the result (written then: the load goes on until the demo
-    ends, and meets the pods going)."""
+    ends, and meets the pods going); `then`, with the operator still running, adds its lines."""
     log = CACHE / "demo-operator.log"
     operator = start_operator(args.kubeconfig, NAMESPACE, args.prometheus_url, log)
     name = body["metadata"]["name"]
@@ -507,15 +593,35 @@ def roll_out(
     try:
         install_crd(api_client)
         apply(api_client, body)
-        load.start(url, body["spec"]["model"].get("servedName", name), args.timeout)
+        load.start(url, served_model(body), args.timeout)
         watch = Watch(api_client, body, SCENARIOS[args.scenario], load)
         status = watch.run(args.timeout)
+        after = then() if then is not None and status.get("phase") in SETTLED else []
     finally:
         stop_operator(operator, api_client, NAMESPACE)
-    lines = [result_line(name, status), *demo_load_lines(status, load)]
+    lines = [result_line(name, status), *demo_load_lines(status, load), *after]
     if SCENARIOS[args.scenario].gateway:
         lines += gateway_lines(url, load.result, watch.failed_unrouted)
+    if SCENARIOS[args.scenario].adopt:
+        lines.append(adopt_line(load.result))
     return status, [*lines, *caveat_lines(body["spec"], status)]
+
+
+def served_model(body: dict[str, Any]) -> str:
+    """The model name the load asks for: the sample's, or the adopted Deployment's."""
+    spec = body["spec"]
+    if "workloadRef" in spec:
+        return adopt_lab.SERVED_MODEL
+    return str(spec["model"].get("servedName", body["metadata"]["name"]))
+
+
+def adopt_line(result: LoadResult) -> str:
+    """What the user's Service served from before the object existed until after it was gone."""
+    failures = ", ".join(f"{why}: {n}" for why, n in result.failures.most_common()) or "none"
+    return (
+        f"ADOPT: Service {adopt_lab.NAME} served {result.requests} requests through the hand-over, the "
+        f"rollout and the hand-back, {result.errors} failed ({failures})"
+    )
 
 
 def main() -> None:
@@ -529,10 +635,14 @@ def main() -> None:
     body = scenario_body(args.scenario, scenario)
     try:
         with ExitStack() as lab:
-            url = f"{args.bridge_url}/svc/{NAMESPACE}/{body['metadata']['name']}"
+            service, then = body["metadata"]["name"], None
+            if scenario.adopt:
+                service = lab.enter_context(adopted_workload(api_client, args.keep))
+                then = partial(hand_back, api_client, body["metadata"]["name"])
+            url = f"{args.bridge_url}/svc/{NAMESPACE}/{service}"
             if scenario.gateway:
                 url = lab.enter_context(demo_gateway(api_client, args.kubeconfig, body, args.keep))
-            status, lines = roll_out(args, api_client, body, Load(scenario), url)
+            status, lines = roll_out(args, api_client, body, Load(scenario), url, then)
     except (TooSlow, GatewaySetupError) as stopped:
         say(f"STOPPED: {stopped}.")
         sys.exit(2)

@@ -9,16 +9,20 @@ import pytest
 from tests.conftest import load_sample
 
 from specgate import api
+from specgate_lab import adopt_lab
 from specgate_lab.bridge import PIN_CPU_ANNOTATION
 from specgate_lab.demo import (
+    ADOPT_REPLICAS,
     SCENARIOS,
     Load,
+    adopting_sample,
     caveat_lines,
     demo_load_lines,
     gateway_lines,
     result_line,
     route_line,
     routed,
+    served_model,
     through_gateway,
 )
 from specgate_lab.demo_sizing import Calibration, TooSlow, calibrate, size
@@ -90,6 +94,25 @@ def test_the_heavy_samples_pin_their_engines_and_resolve_stalls_up_to_300_ms() -
         bounds = json.loads(args[args.index("--custom-histogram-buckets") + 1])["inter_token_latency"]
         above_200 = [b for b in bounds if 0.2 <= b <= 0.3]
         assert max(round(b - a, 3) for a, b in itertools.pairwise(above_200)) == 0.01
+
+
+def test_the_adopt_scenario_adopts_the_users_deployment_with_the_gates_at_their_defaults() -> None:
+    """The sample's rollout on the lab's Deployment of simulated engines: the CPU relaxations go (the
+    simulator's steps meet the latency and speedup gates), the load asks for the Deployment's model."""
+    body = adopting_sample(load_sample(SCENARIOS["adopt"].sample))
+    spec = api.parse_spec(body["spec"])
+    assert spec.workload_ref is not None and spec.workload_ref.name == adopt_lab.NAME
+    assert spec.model is None and spec.replicas == ADOPT_REPLICAS
+    defaults = api.Gates()
+    gates = spec.rollout.gates
+    assert (gates.max_p99_itl_regression, gates.max_p99_per_token_regression, gates.min_speedup) == (
+        defaults.max_p99_itl_regression, defaults.max_p99_per_token_regression, defaults.min_speedup,
+    )  # fmt: skip
+    assert served_model(body) == "tiny" == adopt_lab.SERVED_MODEL
+    assert served_model(load_sample("tiny-cpu.yaml")) == "tiny"
+    deployment = adopt_lab.user_deployment(ADOPT_REPLICAS, {})
+    args = deployment["spec"]["template"]["spec"]["containers"][0]["args"]
+    assert args[args.index("--served-model-name") + 1] == adopt_lab.SERVED_MODEL
 
 
 def test_every_scenario_names_a_sample_that_exists() -> None:
