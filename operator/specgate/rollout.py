@@ -1390,7 +1390,9 @@ def _promoted(step: _Step) -> _Step:
             step, Reason.GUARD_TRIPPED, f"latency regressed over the last {guard_window}: {latency.message}"
         )
     acceptance = _acceptance_gate(spec, metrics, _stored_drift(step.status) or _first_rollout_drift(spec))
-    if acceptance.estimate is not None:  # until the guard has drafts, the analysis figures stand
+    # Until the guard's window (from the promotion) holds minDrafts, the analysis figures stand: an
+    # edit just after promotion derives the next rollout's Auto schedule from them (schedule.py).
+    if acceptance.estimate is not None and acceptance.samples >= spec.rollout.gates.min_drafts:
         step = step.update(canary=measurements.canary_measurement(metrics, acceptance, step.now))
     return _guarding(step, f"guard: {guard.message}")
 

@@ -69,6 +69,7 @@ class EngineCounters:
     def __init__(self, namespace: str) -> None:
         self.namespace = namespace
         self.samples: list[Sample] = []
+        self.failed_reads: list[str] = []  # why a read of /metrics failed, for a message
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
 
@@ -86,9 +87,12 @@ class EngineCounters:
             if url is None:
                 continue
             try:
-                with urllib.request.urlopen(f"{url}/metrics", timeout=2) as resp:
+                # As long as Prometheus waits for a scrape (10 s): a CI run's engine, busy on a
+                # loaded machine, answered none of the test's reads within 2 s around a window.
+                with urllib.request.urlopen(f"{url}/metrics", timeout=10) as resp:
                     text = resp.read().decode()
-            except OSError:
+            except OSError as exc:
+                self.failed_reads.append(type(exc).__name__)
                 continue
             totals = dict.fromkeys(COUNTERS.values(), 0.0)
             for family in text_string_to_metric_families(text):
@@ -102,7 +106,11 @@ class EngineCounters:
         """The engine's samples either side of `moment` (unix seconds)."""
         before = max((s for s in self.samples if s[0] <= moment), key=lambda s: s[0], default=None)
         after = min((s for s in self.samples if s[0] >= moment), key=lambda s: s[0], default=None)
-        assert before and after, f"no engine samples either side of {moment}"
+        assert before and after, (
+            f"no engine samples either side of {moment}: {len(self.samples)} samples from "
+            f"{self.samples[0][0] if self.samples else None} to {self.samples[-1][0] if self.samples else None}, "
+            f"{len(self.failed_reads)} reads failed ({', '.join(sorted(set(self.failed_reads)))})"
+        )
         return before, after
 
     def at(self, moment: float) -> dict[str, float]:

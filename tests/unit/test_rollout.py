@@ -507,6 +507,11 @@ def test_guard_keeps_the_analysis_figures_until_it_sees_drafts() -> None:
     assert analysed is not None and analysed.alpha == pytest.approx(0.8)
     run.step(after=5, canary=ready(2), canary_metrics=metrics(None))
     assert (run.phase, run.status.reason, run.status.canary) == (Phase.PROMOTED, Reason.GUARDING, analysed)
+    # A first window of 50 drafts (minDrafts 100) gives an estimate, not yet the guard's figures: a
+    # CI run's edit 6 s after promotion derived its Auto schedule from the gate's alpha after such a
+    # window replaced the analysis's (the canary's per-position acceptance, 40 windows, gone).
+    run.step(after=10, canary=ready(2), canary_metrics=metrics(0.7, windows=1))
+    assert run.status.canary == analysed
     run.step(after=60, canary=ready(2), canary_metrics=metrics(0.7))
     assert run.status.canary is not None and run.status.canary.alpha == pytest.approx(0.7)
 
