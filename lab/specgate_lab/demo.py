@@ -488,7 +488,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--prometheus-url", default="http://127.0.0.1:19090")
     parser.add_argument("--bridge-url", default="http://127.0.0.1:18080")
     parser.add_argument("--timeout", type=float, default=1200)
-    parser.add_argument("--keep", action="store_true", help="keep what the gateway or adopt scenario set up (KEEP=1)")
+    parser.add_argument(
+        "--keep", action="store_true", help="keep what the gateway or adopt scenario set up (KEEP=1)"
+    )
     return parser.parse_args()
 
 
