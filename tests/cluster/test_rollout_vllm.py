@@ -70,29 +70,43 @@ class EngineCounters:
         self.namespace = namespace
         self.samples: list[Sample] = []
         self.failed_reads: list[str] = []  # why a read of /metrics failed, for a message
+        self.ended_by: str | None = None  # what ended the reading thread before the test stopped it
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def _engine_url(self) -> str | None:
         for path in (CACHE / "cluster" / "targets").rglob("*.json"):
-            for group in json.loads(path.read_text() or "[]"):
+            try:
+                groups = json.loads(path.read_text() or "[]")
+            except (OSError, ValueError):
+                # Another test's engine went (its file removed after the listing) or its file is
+                # being written: a FileNotFoundError here ended this thread in two CI-like runs
+                # (another module's pod going), and the test then had no sample at all.
+                continue
+            for group in groups:
                 labels = group["labels"]
                 if labels.get("namespace") == self.namespace and labels.get("specgate_dev_track") == "canary":
                     return f"http://{group['targets'][0]}"
         return None
 
     def _run(self) -> None:
+        try:
+            self._read_until_stopped()
+        except Exception as exc:  # the thread's end must reach the test's message, not only stderr
+            self.ended_by = repr(exc)
+            raise
+
+    def _read_until_stopped(self) -> None:
         while not self.stop.wait(0.5):
             url = self._engine_url()
             if url is None:
                 continue
             try:
-                # As long as Prometheus waits for a scrape (10 s): a CI run's engine, busy on a
-                # loaded machine, answered none of the test's reads within 2 s around a window.
+                # As long as Prometheus waits for a scrape (10 s): a busy engine may answer late.
                 with urllib.request.urlopen(f"{url}/metrics", timeout=10) as resp:
                     text = resp.read().decode()
             except OSError as exc:
-                self.failed_reads.append(type(exc).__name__)
+                self.failed_reads.append(f"{type(exc).__name__}: {exc}"[:80])
                 continue
             totals = dict.fromkeys(COUNTERS.values(), 0.0)
             for family in text_string_to_metric_families(text):
@@ -109,7 +123,8 @@ class EngineCounters:
         assert before and after, (
             f"no engine samples either side of {moment}: {len(self.samples)} samples from "
             f"{self.samples[0][0] if self.samples else None} to {self.samples[-1][0] if self.samples else None}, "
-            f"{len(self.failed_reads)} reads failed ({', '.join(sorted(set(self.failed_reads)))})"
+            f"{len(self.failed_reads)} reads failed ({'; '.join(sorted(set(self.failed_reads))[:5])}), "
+            f"the reader ended by {self.ended_by or 'the test'}"
         )
         return before, after
 
