@@ -11,11 +11,10 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from tests.unit.rollout_driver import T0, metrics, ready
+from tests.unit.rollout_driver import Run, metrics, ready
 
-from specgate import api, gates, planning, rollout, schedule
+from specgate import api, gates, planning, schedule
 from specgate.api import Phase
-from specgate.observation import Observation
 
 H100_TABLE = Path(__file__).resolve().parents[2] / "bench" / "gpu" / "h100-step-costs.jsonl"
 
@@ -51,54 +50,47 @@ def h100_spec(policy: str, k: int = 3) -> api.SpeculativeDeploymentSpec:
     )
 
 
-class Rollout:
-    """decide() through Baseline, Canary and Analyzing at `load` requests a second per pod (the
-    drivers' metrics run 2 x load requests per pod), the canary at `alpha`."""
+def analyse(
+    spec: api.SpeculativeDeploymentSpec, alpha: float, load: float, windows: int = 40, loads: bool = True
+) -> Run:
+    """decide() through Baseline, Canary and one look in Analyzing at `load` requests a second per pod
+    (the driver's metrics run 2 x load requests per pod), the canary at `alpha`; `loads=False`: no
+    track's load measured."""
 
-    def __init__(self, spec: api.SpeculativeDeploymentSpec) -> None:
-        self.spec, self.status, self.now = spec, api.SpeculativeDeploymentStatus(), T0
+    def measured(alpha: float | None = None) -> Any:
+        figures = metrics(alpha, load=load, windows=windows)
+        return figures if loads else replace(figures, load=None)
 
-    def step(self, after: float = 10, **obs: Any) -> rollout.Decision:
-        self.now += timedelta(seconds=after)
-        decision = rollout.decide(self.spec, self.status, Observation(generation=1, **obs), self.now)
-        self.status = decision.status
-        return decision
-
-    def analyse(self, alpha: float, load: float, windows: int = 40, loads: bool = True) -> None:
-        def measured(alpha: float | None = None) -> Any:
-            figures = metrics(alpha, load=load, windows=windows)
-            return figures if loads else replace(figures, load=None)
-
-        self.step(baseline=ready(2))
-        self.step(baseline=ready(2))
-        self.step(after=95, baseline=ready(2), baseline_metrics=measured())
-        assert self.status.phase == Phase.CANARY, self.status.message
-        self.step(baseline=ready(1), canary=ready(1))
-        assert self.status.phase == Phase.ANALYZING, self.status.message
-        self.now += timedelta(seconds=30)  # the canary's warm-up
-        self.step(
-            after=70,
-            baseline=ready(1),
-            canary=ready(1),
-            baseline_metrics=measured(),
-            canary_metrics=measured(alpha),
-        )
+    run = Run(spec)
+    run.step(baseline=ready(2))
+    run.step(baseline=ready(2))
+    run.step(after=95, baseline=ready(2), baseline_metrics=measured())
+    run.expect(Phase.CANARY)
+    run.step(baseline=ready(1), canary=ready(1))
+    run.expect(Phase.ANALYZING)
+    run.now += timedelta(seconds=30)  # the canary's warm-up
+    run.step(
+        after=70,
+        baseline=ready(1),
+        canary=ready(1),
+        baseline_metrics=measured(),
+        canary_metrics=measured(alpha),
+    )
+    return run
 
 
 def test_a_canary_below_055_that_pays_at_low_concurrency_is_promoted_with_break_even() -> None:
-    """Alpha 0.45 at one running request per pod on an H100 (8B, EAGLE-3, K = 3): the H100 table
+    """Alpha 0.40 at one running request per pod on an H100 (8B, EAGLE-3, K = 3): the H100 table
     says it pays (its step costs, not the cost model's); the fixed gate rolls it back, BreakEven
     promotes it, with the gate it used in status."""
     plain, speculative = h100_step_ms(1, 0), h100_step_ms(1, 3)
     assert (1 + 3 * 0.40) * plain / speculative > 1.5  # the table: 2.2 tokens for a 1.20x step (1.84x)
 
-    fixed = Rollout(h100_spec("Fixed"))
-    fixed.analyse(0.40, load=0.5)
+    fixed = analyse(h100_spec("Fixed"), 0.40, load=0.5)
     assert (fixed.status.phase, fixed.status.reason) == (Phase.ROLLING_BACK, "AcceptanceBelowGate")
     assert fixed.status.acceptance_gate is None
 
-    break_even = Rollout(h100_spec("BreakEven"))
-    break_even.analyse(0.40, load=0.5)
+    break_even = analyse(h100_spec("BreakEven"), 0.40, load=0.5)
     assert break_even.status.phase == Phase.PROMOTING, break_even.status.message
     gate = break_even.status.acceptance_gate
     assert gate is not None and gate.min_acceptance_rate < 0.40 - 0.05
@@ -119,15 +111,15 @@ def test_a_canary_below_055_that_pays_at_low_concurrency_is_promoted_with_break_
 def test_the_gate_rises_with_the_services_concurrency_and_is_kept_for_the_rollout() -> None:
     """At 64 running per pod a step costs more over a plain one, so the gate is higher; once decided
     it stays, whatever later windows' load (every look and the guard judge against one gate)."""
-    low, high = Rollout(h100_spec("BreakEven")), Rollout(h100_spec("BreakEven"))
-    low.analyse(0.8, load=0.5)
-    high.analyse(0.8, load=32)  # the drivers' metrics: 2 x 32 = 64 running per pod
+    low = analyse(h100_spec("BreakEven"), 0.8, load=0.5)
+    high = analyse(h100_spec("BreakEven"), 0.8, load=32)  # the driver's metrics: 2 x 32 = 64 running per pod
     assert low.status.acceptance_gate is not None and high.status.acceptance_gate is not None
     assert high.status.acceptance_gate.min_acceptance_rate > low.status.acceptance_gate.min_acceptance_rate
     assert "at 64 running per pod" in high.status.acceptance_gate.source
 
-    kept = Rollout(h100_spec("BreakEven"))
-    kept.analyse(0.56, load=0.5)  # far above the gate: promoting; then a look at another load
+    kept = analyse(
+        h100_spec("BreakEven"), 0.56, load=0.5
+    )  # far above the gate: promoting; then a look at another load
     first = kept.status.acceptance_gate
     kept.step(
         after=15, baseline=ready(1), canary=ready(1), baseline_metrics=metrics(load=32),
@@ -154,8 +146,7 @@ def test_a_draft_that_cannot_pay_gets_the_highest_gate_and_the_margin_is_added()
 
 
 def test_without_a_measured_concurrency_the_gate_is_min_acceptance_rate_and_says_so() -> None:
-    unmeasured = Rollout(h100_spec("BreakEven"))
-    unmeasured.analyse(0.40, load=0.5, loads=False)
+    unmeasured = analyse(h100_spec("BreakEven"), 0.40, load=0.5, loads=False)
     assert (unmeasured.status.phase, unmeasured.status.reason) == (Phase.ROLLING_BACK, "AcceptanceBelowGate")
     gate = unmeasured.status.acceptance_gate
     assert gate is not None and gate.min_acceptance_rate == 0.55
