@@ -1483,8 +1483,7 @@ def _break_even_gate(step: _Step) -> _Step:
 def _priced_break_even(
     spec: SpeculativeDeploymentSpec, status: SpeculativeDeploymentStatus, concurrency: float, where: str
 ) -> gates.BreakEvenGate:
-    config = measurements.cost_config(spec)
-    costs = [c for c in status.step_costs if c.config == config]
+    costs = measurements.with_cost(status.step_costs, measurements.cost_config(spec), None)
     cost, priced_by = measurements.priced(costs, schedule.cost_model(spec, schedule.hardware(spec)))
     limits = spec.rollout.gates
     return gates.break_even_gate(
