@@ -214,7 +214,10 @@ def _pod_template_fields(extra: api.PodTemplate | None) -> dict[str, Any]:
     return {key: value for key, value in fields.items() if value}
 
 
-PRE_STOP_SECONDS = 5  # a gateway or kube-proxy drops an endpoint within a second or two of its pod's deletion
+# kube-proxy drops a deleted pod's endpoint within a second or two, a gateway (Traefik, Envoy) once
+# its controller has rebuilt and pushed its configuration: seconds, more on a loaded node. At 5 s
+# a gateway under a CI run's load still sent 1-2 requests to pods that had stopped (HTTP 502).
+PRE_STOP_SECONDS = 15
 
 
 def _container(spec: api.SpeculativeDeploymentSpec, track: Track) -> dict[str, Any]:

@@ -28,9 +28,12 @@ WIDE_DRAFT = {
 }
 # The two ends of that curve: a point faster and, on most machines, one past the break-even. Each
 # point is WIDE_PROMPTS requests on both tracks, in CPU-bound rounds of `concurrency` (12 at 1, 6 at
-# 2, 3 at 4, 2 at 8): the middle points were 40 % of the run's longest test.
+# 2, 3 at 4, 2 at 8): the middle points were 40 % of the run's longest test. WIDE_OUTPUT_LEN tokens a
+# request: at 64 the baseline's point at concurrency 1 alone took 190 s here (4 tokens/s), the test
+# 890-960 s, and a slower CI machine passed the test's 1200 s with the canary's Job still running.
 CURVE = [1, 8]
 WIDE_PROMPTS = 12
+WIDE_OUTPUT_LEN = 32
 # The acceptance statistics need drafts in 3 windows of 15 s, so drafting must span more than 30 s on
 # any machine: arrivals paced at REQUEST_RATE make each point last about PROMPTS / REQUEST_RATE = 30 s
 # however fast the engine is (a CI run at 48 unpaced prompts drafted for under 30 s and failed).
@@ -122,10 +125,12 @@ def test_benchmark_jobs_measure_the_speedup_curve_and_the_verdict_follows_the_ga
     1.6x to 2.0x a plain one at P99 (2.01x in one CI run), so the step-stall tolerance is 150 %; the
     per-token gate keeps its default 10 %."""
     benchmark = {"concurrency": CURVE, "gateConcurrency": 1, "numPrompts": WIDE_PROMPTS}
-    body = benchmark_rollout("bench", WIDE_DRAFT, sample="wide-cpu.yaml", paced=False, **benchmark)
+    body = benchmark_rollout(
+        "bench", WIDE_DRAFT, sample="wide-cpu.yaml", paced=False, outputLen=WIDE_OUTPUT_LEN, **benchmark
+    )
     gates = body["spec"]["rollout"]["gates"]
     gates |= {"minAcceptanceRate": 0.25, "maxP99ItlRegression": 1.5}
-    status = run_rollout(body=body, timeout=1200, concurrency=0, **lab).status
+    status = run_rollout(body=body, timeout=1400, concurrency=0, **lab).status
     bench = check_benchmark_status(status, benchmark)  # prints the curve, whatever the verdict
     accepted, drafted = engine_counters(lab["namespace"], "bench-canary-")
     assert drafted > 0 and bench["prometheusAlpha"] == pytest.approx(accepted / drafted, abs=0.02)
