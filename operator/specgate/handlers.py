@@ -33,7 +33,7 @@ from specgate import (
     schedule,
 )
 from specgate.api import Phase, SpeculativeDeploymentSpec, SpeculativeDeploymentStatus
-from specgate.observation import Observation, Window, Workload
+from specgate.observation import Observation, TrackState, Window, Workload
 from specgate.prometheus import MetricsUnavailable, PrometheusClient, Selector, guard_step
 from specgate.render import Manifest, Owner, Track
 from specgate.traffic import Weights, away_from_unready, most_of
@@ -307,6 +307,9 @@ def step(
             workload_autoscaler=adopted.autoscaler if adopted is not None else None,
         )
         decision = rollout.decide(spec, current, observation, now)
+        observation, decision = _decided_on_tracks_now(
+            spec, current, owner, observation, decision, now, source
+        )
         if decision.touch_children:
             apply_children(spec, owner, decision, observation, children, source)
             _scale_workload(spec, owner, decision, observation)
@@ -344,6 +347,63 @@ def step(
     return replace(
         decision, status=decision.status.model_copy(update=update), events=decision.events + released
     )
+
+
+def _decided_on_tracks_now(
+    spec: SpeculativeDeploymentSpec,
+    current: SpeculativeDeploymentStatus,
+    owner: Owner,
+    observation: Observation,
+    decision: rollout.Decision,
+    now: datetime,
+    source: dict[str, Any] | None,
+) -> tuple[Observation, rollout.Decision]:
+    """A decision that takes pods away (a track scaled down, or rolled to a new pod template)
+    counts on the Ready pods that stay: where the tracks as the API server has them now differ
+    from the watches' cache, it is decided again on them."""
+    if not _takes_pods(spec, owner, decision, observation, source):
+        return observation, decision
+    tracks = {track: _track_now(owner, track) for track in Track}
+    read_now = replace(observation, baseline=tracks[Track.BASELINE], canary=tracks[Track.CANARY])
+    if (read_now.baseline, read_now.canary) == (observation.baseline, observation.canary):
+        return observation, decision
+    return read_now, rollout.decide(spec, current, read_now, now)
+
+
+def _takes_pods(
+    spec: SpeculativeDeploymentSpec,
+    owner: Owner,
+    decision: rollout.Decision,
+    observation: Observation,
+    source: dict[str, Any] | None,
+) -> bool:
+    if not decision.touch_children:
+        return False
+    workload, wanted = observation.workload, decision.workload_replicas
+    if workload is not None and wanted is not None and wanted < workload.replicas:
+        return True
+    states = {Track.BASELINE: observation.baseline, Track.CANARY: observation.canary}
+    counts = {Track.BASELINE: decision.baseline_replicas, Track.CANARY: decision.canary_replicas}
+    for track, replicas in counts.items():
+        state = states[track]
+        if replicas is None or not state.exists:
+            continue
+        if replicas < state.replicas:
+            return True
+        if state.template_hash is None:  # a Deployment from before template hashes: not rolled by us
+            continue
+        annotations = adopt.track(spec, owner, track, replicas, source)["metadata"]["annotations"]
+        rerendered = annotations[render.ANNOTATION_RENDERED] != state.rendered
+        if track not in decision.keep_template and (
+            annotations.get(render.ANNOTATION_TEMPLATE) != state.template_hash or rerendered
+        ):
+            return True
+    return False
+
+
+def _track_now(owner: Owner, track: Track) -> TrackState:
+    name = render.deployment_name(owner, track)
+    return kube.track_state_now(owner.namespace, name, render.selector_labels(owner, track))
 
 
 def _read_pool(owner: Owner, pool: Manifest) -> dict[str, Any] | None:

@@ -484,6 +484,22 @@ def track_state(children: Children, namespace: str, name: str, selector: dict[st
     )
 
 
+def track_state_now(namespace: str, name: str, selector: dict[str, str]) -> TrackState:
+    """track_state read from the API server now, not from the watches' cache: on a loaded API server
+    the cache can lag a pod's deletion or its readiness by tens of seconds, counting as Ready a pod
+    that has gone (what a shrink must not count on)."""
+    body = read_deployment(namespace, name)
+    if body is None:
+        return TrackState()
+    labels = ",".join([CHILD_SELECTOR, *(f"{k}={v}" for k, v in sorted(selector.items()))])
+    items = _request("GET", PODS, query={"labelSelector": labels}, namespace=namespace).get("items") or []
+    now = Children(
+        deployments={(namespace, name): [deployment_view(body)]},
+        pods={pods_key(namespace, selector): [pod_view(item) for item in items]},
+    )
+    return track_state(now, namespace, name, selector)
+
+
 def _ready_on_template(pods: Collection[PodView], dep: DeploymentView) -> int:
     """Ready pods that run the Deployment's current template and are not going away: during a
     rolling update readyReplicas still counts the old template's pods, which are not what was

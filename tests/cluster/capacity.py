@@ -47,6 +47,15 @@ def sd_floor(obj: Mapping[str, Any]) -> int:
     return max(0, int(spec.get("replicas", 1)) - unavailable)
 
 
+def _history(obj: Obj) -> str:
+    """The object's status.history: each phase entered, when, its reason and message (cut short)."""
+    entries = (obj.get("status") or {}).get("history") or []
+    return "".join(
+        f"\n    {h.get('time', '?')} {h.get('phase')} {h.get('reason', '')}: {h.get('message', '')[:200]}"
+        for h in entries
+    )
+
+
 @dataclass(frozen=True)
 class Pod:
     labels: Mapping[str, str]
@@ -230,6 +239,7 @@ class CapacityMonitor:
         self.api_client, self.namespace, self.require_reached = api_client, namespace, require_reached
         self.fixed = dict(floors) if floors is not None else None
         self.sd_floors: dict[str, int] = {}
+        self.histories: dict[str, str] = {}  # each object's status.history as last seen, for a drop's report
         self.pods: dict[str, Pod] = {}
         self.selectors: dict[str, Mapping[str, str]] = {}
         self.timelines: dict[str, Timeline] = {}
@@ -287,8 +297,11 @@ class CapacityMonitor:
         was checked there)."""
         problems = [f"the {w.kind} watch failed: {w.error!r}" for w in self.watches if w.error]
         with self.lock:
-            for timeline in self.timelines.values():
-                problems += [timeline.describe(i) for i in timeline.drops()[:MAX_DROPS_SHOWN]]
+            for service, timeline in self.timelines.items():
+                drops = [timeline.describe(i) for i in timeline.drops()[:MAX_DROPS_SHOWN]]
+                if drops and service in self.histories:
+                    drops.append(f"  its status.history:{self.histories[service]}")
+                problems += drops
                 if require_reached and not timeline.reached:
                     problems.append(
                         f"Service {timeline.service} never reached its floor: nothing was checked"
@@ -368,12 +381,14 @@ class CapacityMonitor:
     def _reset_sds(self, items: list[Obj]) -> None:
         with self.lock:
             listed = {o["metadata"]["name"]: sd_floor(o) for o in items}
+            self.histories.update((o["metadata"]["name"], _history(o)) for o in items)
             self.sd_floors = {**dict.fromkeys(self.sd_floors, 0), **listed}  # gone meanwhile: floor 0
             self._record()
 
     def _apply_sd(self, kind: str, obj: Obj) -> None:
         with self.lock:
             self.sd_floors[obj["metadata"]["name"]] = 0 if kind == "DELETED" else sd_floor(obj)
+            self.histories[obj["metadata"]["name"]] = _history(obj)
             self._record()
 
     def _record(self) -> None:

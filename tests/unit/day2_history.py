@@ -43,7 +43,7 @@ from tests.unit.rollout_driver import T0, metrics, spec_body
 from specgate import api, handlers, kube, render
 from specgate.api import Phase
 from specgate.gates import AcceptanceWindow
-from specgate.observation import BenchmarkJob, TrackMetrics
+from specgate.observation import BenchmarkJob, TrackMetrics, TrackState
 from specgate.prometheus import MetricsUnavailable, Selector
 from specgate.render import Owner, Track
 from specgate.rollout import Reason
@@ -231,6 +231,10 @@ class History:
     # (the replay: a history of day 2 begins once the baseline serves, on the model as on the lab).
     begin_at_ready: int | None = None
     began: int | None = None  # the tick the events' tick 0 is
+    # True: the watches' cache handlers.step gets is a tick behind the cluster (a loaded API server's
+    # watch lagging), while kube.track_state_now reads the cluster as it is
+    watch_lags: bool = False
+    watched: kube.Children | None = None  # the cluster as the last tick's reconcile saw it
     rng: random.Random = field(init=False)
     cluster: FakeCluster = field(init=False)
     raw: dict[str, Any] = field(init=False)
@@ -269,9 +273,14 @@ class History:
             patch.setattr(kube, "apply", lambda manifest, _=None: self.apply(manifest))
             patch.setattr(kube, "benchmark_job", lambda _owner, name: self.benchmark_job(name))
             patch.setattr(kube, "scale_deployment", lambda _ns, name, n, _=None: self.cluster.scale(name, n))
+            patch.setattr(kube, "track_state_now", self.track_state_now)
             patch.setattr(render, "pod_labels", self.pod_labels(render.pod_labels))
             patch.setattr(handlers, "PrometheusClient", lambda _url: self)
             yield self
+
+    def track_state_now(self, namespace: str, name: str, selector: dict[str, str]) -> TrackState:
+        """The fake cluster as it is now (what the step's children also show: no watch lags here)."""
+        return kube.track_state(self.cluster.children(), namespace, name, selector)
 
     def pod_labels(self, original: Callable[..., dict[str, str]]) -> Callable[..., dict[str, str]]:
         def labels(*args: Any) -> dict[str, str]:
@@ -361,6 +370,8 @@ class History:
         now = T0 + timedelta(seconds=TICK_SECONDS * self.tick)
         before = self.status
         children = self.cluster.children()
+        if self.watch_lags:
+            children, self.watched = self.watched or children, children
         try:
             decision = handlers.step(
                 copy.deepcopy(self.raw), before, OWNER, self.generation, now, dict(self.annotations), children

@@ -33,10 +33,13 @@ class FakeKube:
     missing_services: set[str] = field(default_factory=set)  # Services that do not exist (others do)
     pools: dict[str, dict[str, Any]] = field(default_factory=dict)  # InferencePools by name, as read
     calls: list[tuple[Any, ...]] = field(default_factory=list)
+    # Tracks as the API server has them now where the watches' cache (`tracks`) lags behind
+    read_now: dict[str, TrackState] = field(default_factory=dict)
 
     def install(self, monkeypatch: pytest.MonkeyPatch) -> FakeKube:
         for name in (
             "track_state",
+            "track_state_now",
             "foreign_children",
             "serves_pod_monitors",
             "serves_http_routes",
@@ -56,6 +59,10 @@ class FakeKube:
         self, children: kube.Children, namespace: str, name: str, selector: dict[str, str]
     ) -> TrackState:
         return self.tracks.get(name, TrackState())
+
+    def track_state_now(self, namespace: str, name: str, selector: dict[str, str]) -> TrackState:
+        self.calls.append(("read now", name))
+        return self.read_now.get(name, self.tracks.get(name, TrackState()))
 
     def foreign_children(self, manifests: list[Manifest], owner_uid: str) -> list[str]:
         return list(self.taken)

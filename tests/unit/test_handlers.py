@@ -92,12 +92,39 @@ def test_a_rollback_shrinks_the_canary_before_it_grows_the_baseline(monkeypatch:
     prometheus = FakePrometheus().install(monkeypatch)
     decision = reconcile_step(rolling_back(), after=10)
     assert fake.calls == [
+        ("read now", "llama-baseline"),
+        ("read now", "llama-canary"),
         ("scale", "llama-canary", 1),
         ("apply", "Deployment", "llama-baseline", 2),
         ("apply", "Service", "llama", None),
         ("delete jobs but", JOBS),
     ]
     assert decision.status.phase == Phase.ROLLING_BACK and prometheus.queries == []
+
+
+def test_a_shrink_is_decided_again_on_the_pods_the_api_server_has_now(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The watches' cache still counts a baseline pod that has gone (a loaded API server's watch can
+    lag a deletion by tens of seconds): the canary's shrink decided on the cache is decided again on
+    the tracks read now, where the baseline has no Ready pod, and the canary keeps both of its."""
+    cached = {"llama-baseline": ready(1), "llama-canary": ready(2)}
+    gone = {"llama-baseline": TrackState(exists=True, replicas=1, ready_replicas=0)}
+    fake = FakeKube(cached, read_now=gone).install(monkeypatch)
+    FakePrometheus().install(monkeypatch)
+    decision = reconcile_step(rolling_back(), after=10)
+    assert decision.canary_replicas == 2 and decision.status.phase == Phase.ROLLING_BACK
+    assert ("scale", "llama-canary", 1) not in fake.calls, fake.calls
+
+
+def test_a_decision_that_shrinks_nothing_reads_nothing_more(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Only a shrink is checked against the API server: a tick that grows or holds costs no read."""
+    fake = FakeKube({"llama-baseline": ready(1), "llama-canary": ready(1)}).install(monkeypatch)
+    FakePrometheus().install(monkeypatch)
+    run = Run()
+    run.to_analyzing()
+    reconcile_step(run, after=10)
+    assert not [call for call in fake.calls if call[0] == "read now"], fake.calls
 
 
 def analyzing() -> Run:
@@ -328,7 +355,9 @@ def test_an_abort_with_a_new_template_keeps_the_old_one_while_its_roll_would_bre
     abort = {api.ANNOTATION_ABORT: "now"}
     decision = handlers.step(raw, run.status, OWNER, run.generation + 1, run.now, abort, kube.Children())
     assert decision.status.phase == Phase.ROLLED_BACK
-    assert fake.calls[0] == ("scale", "llama-baseline", 2)
+    # A new template would replace pods: the tracks are read as they are now before it is decided.
+    assert fake.calls[:2] == [("read now", "llama-baseline"), ("read now", "llama-canary")]
+    assert fake.calls[2] == ("scale", "llama-baseline", 2)
 
 
 def test_a_fixed_spec_measures_the_phase_it_resumes(monkeypatch: pytest.MonkeyPatch) -> None:
