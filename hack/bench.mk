@@ -4,6 +4,7 @@ bench: venv engines ## decision-rule, guard, latency-gate and draft-length bench
 	$(PY) bench/decisions.py
 	$(PY) bench/speedup.py
 	$(PY) bench/draft_length_gpu.py
+	$(PY) bench/break_even.py
 	$(PY) bench/guard.py
 	$(PY) bench/latency.py
 	PYTHONPATH=lab $(VLLM_VENV)/bin/python -m specgate_lab.tiny_models $(SPECGATE_CACHE)/models \
@@ -28,6 +29,10 @@ bench-scale: venv ## the operator at 500 objects on a control plane of its own (
 .PHONY: bench-draft-length-gpu
 bench-draft-length-gpu: venv ## draft length judged on the GPU step tables (bench/gpu): k_choice_gpu_replay_ratio_worst and k_schedule_gpu_replay_vs_best_static, pure CPU (seconds)
 	$(PY) bench/draft_length_gpu.py
+
+.PHONY: bench-break-even
+bench-break-even: venv ## the acceptance gate's threshold on the GPU step tables (bench/gpu): Fixed 0.55 against BreakEven, wrong promotions and missed gains, pure CPU (seconds)
+	$(PY) bench/break_even.py
 
 .PHONY: bench-speedup
 bench-speedup: venv ## the speedup gate alone on the per-token latency model: speedup_wrong_promote_095_worst, speedup_bad_outcome_105_worst, minutes to a verdict (a few minutes)
