@@ -70,6 +70,7 @@ def test_a_noisy_drafts_counters_agree_with_each_other(tmp_path: Path) -> None:
     assert 0 < accepted < draft_tokens, counts
 
 
+LONG_TOKENS = 240  # with the prompt, within the lab engines' --max-model-len 512
 COUNTERS = (SPEC_DECODE_NUM_DRAFTS, SPEC_DECODE_NUM_DRAFT_TOKENS, SPEC_DECODE_NUM_ACCEPTED_TOKENS)
 
 
@@ -88,7 +89,10 @@ def test_vllm_runs_the_rendered_k_schedule_at_each_batch_size(tmp_path: Path) ->
     served by the lab's vLLM CPU 0.32: vLLM's own counters show the draft length changing with the
     batch. The target drafts for itself, so every draft is accepted and each step's K shows whole:
     one request at a time runs at K = 1 (draft tokens / drafts exactly 1); four at once run mostly
-    at K = 3 (above 2: only the steps where fewer than two are left in the batch run at K = 1)."""
+    at K = 3 (above 2: only the steps where fewer than two are left in the batch run at K = 1). The
+    four are long (LONG_TOKENS each, sent at once): at 48 tokens a request lasts a fraction of a
+    second on the tiny model, and a loaded run's clients, starting a little apart, ran alone for
+    half their steps (1.90)."""
     spec = SpeculativeSpec.model_validate(
         {
             "method": "draft_model",
@@ -104,16 +108,16 @@ def test_vllm_runs_the_rendered_k_schedule_at_each_batch_size(tmp_path: Path) ->
     assert config["num_speculative_tokens_per_batch_size"] == [[1, 1, 1], [2, 8, 3]]
     with real_engine(spec_args(config), tmp_path / "schedule.log") as url:
         alone = draft_length_over(url, concurrency=1)
-        together = draft_length_over(url, concurrency=4)
+        together = draft_length_over(url, concurrency=4, requests=1, max_tokens=LONG_TOKENS)
     assert alone == 1.0
     assert 2.0 < together <= 3.0, together
 
 
-def draft_length_over(url: str, concurrency: int) -> float:
-    """Draft tokens per draft over `concurrency` clients' requests (two each, 48 tokens)."""
+def draft_length_over(url: str, concurrency: int, requests: int = 2, max_tokens: int = 48) -> float:
+    """Draft tokens per draft over `concurrency` clients' requests, `requests` each one after another."""
     before = [counter(url, total(name)) for name in (SPEC_DECODE_NUM_DRAFTS, SPEC_DECODE_NUM_DRAFT_TOKENS)]
 
-    concurrent_completions(url, "tiny", concurrency, requests=2, max_tokens=48)
+    concurrent_completions(url, "tiny", concurrency, requests=requests, max_tokens=max_tokens)
     drafts, draft_tokens = (
         counter(url, total(name)) - b
         for name, b in zip((SPEC_DECODE_NUM_DRAFTS, SPEC_DECODE_NUM_DRAFT_TOKENS), before, strict=True)
