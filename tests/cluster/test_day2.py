@@ -40,6 +40,11 @@ def crash_loop_after_promotion(lab: dict[str, Any]) -> None:
     body = sim_rollout("crashlate", {**GOOD, "SPECGATE_SIM_EXIT": f"speculative-if:{crash_flag}"})
     body["spec"]["replicas"] = 4
     body["spec"]["rollout"] |= {"maxSurge": 0, "maxUnavailable": 1}
+    # The question is the crash after promotion: a CI-like run rolled this canary back for its step
+    # stall (197 ms against 47 ms, the machine's contention on simulated engines) before it promoted.
+    body["spec"]["rollout"].setdefault("gates", {}).update(
+        maxP99ItlRegression=50, maxP99PerTokenRegression=10
+    )
     killed: list[str] = []
 
     def crash_one_canary_once_promoted(obj: dict[str, Any]) -> None:
