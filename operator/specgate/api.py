@@ -680,6 +680,15 @@ class Traffic(Model):
         "analysis is held meanwhile (reason CanaryAboveMaxWeight) and past progressDeadline the "
         "rollout rolls back.",
     )
+    scale_down_delay: Duration = duration(
+        "30s",
+        "GatewayAPI: how long the route's Gateways must have accepted the weights that take all "
+        "traffic away from a track before that track's last pods go (Argo Rollouts' "
+        "scaleDownDelaySeconds): a gateway can report the route Accepted before its data plane "
+        "routes it, and a deleted pod leaves its Service's endpoints at once, so a track emptied "
+        "sooner can leave the data plane a weight with no endpoint behind it (HTTP 503). A track "
+        "that keeps pods keeps endpoints: its other scale-downs do not wait.",
+    )
 
 
 class RolloutSpec(Model):
@@ -1726,6 +1735,11 @@ class TrafficStatus(StatusModel):
         description="Weights in the route's rule once its Gateways accepted that generation (Accepted "
         "and ResolvedRefs; with backend InferencePool, both pools' too); absent until then, and pods "
         "of a track losing weight wait for them.",
+    )
+    actual_since: str | None = Field(
+        None,
+        description="When the Gateways accepted the weights in actual: a track they take all "
+        "traffic from keeps its last pods until traffic.scaleDownDelay after this.",
     )
     original: OriginalRule | None = Field(
         None,

@@ -332,7 +332,7 @@ def step(
     # A router switched back to Service leaves no route's weights in status, once the route specgate
     # owned is pointed at Service <name> (until then its record stays, and it is tried again).
     route_name = render.route_name(owner, traffic) if traffic else None
-    route_status = rollout.traffic_status(route_name, decision, observation, original)
+    route_status = rollout.traffic_status(route_name, decision, observation, original, current.traffic, now)
     left = _owned_route_left(owner, current, traffic)
     if left is not None and decision.touch_children:
         done, event = _release_owned_route(owner, left)

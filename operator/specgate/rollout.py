@@ -372,7 +372,14 @@ class _Step:
             accepted = route.weights if route else None
             routes_tracks = route is not None and route.routes_tracks  # unread: not known to
             routed = traffic.order(
-                budget, baseline, canary, (b, c), accepted, _canary_cap(self), routes_tracks=routes_tracks
+                budget,
+                baseline,
+                canary,
+                (b, c),
+                accepted,
+                _canary_cap(self),
+                routes_tracks=routes_tracks,
+                settled=_routed_for_delay(self),
             )
             (b, c), weights = routed.replicas, routed.weights
         return b, (None if self.canary_replicas is None and not self.obs.canary.exists else c), weights
@@ -381,6 +388,33 @@ class _Step:
         if self.hold:
             return frozenset(Track)
         return frozenset() if self.status.phase in CANARY_TEMPLATE_PHASES else frozenset({Track.CANARY})
+
+
+def _routed_for_delay(step: _Step) -> bool:
+    """Whether the route's Gateways have accepted the weights they route now for at least
+    traffic.scaleDownDelay (status.traffic.actualSince): only then does a track give up its last
+    pods (traffic.order)."""
+    accepted = step.obs.route.weights if step.obs.route else None
+    since = parse_time(_accepted_since(step.status.traffic, _route_weights(accepted), step.now))
+    if since is None:
+        return False
+    delay = _seconds(step.spec.rollout.traffic.scale_down_delay) if step.spec.rollout.traffic else timedelta()
+    return step.now - since >= delay
+
+
+def _accepted_since(
+    recorded: api.TrafficStatus | None, actual: api.RouteWeights | None, now: datetime
+) -> str | None:
+    """When the Gateways accepted `actual` (status.traffic.actualSince): kept from `recorded` while
+    they route the same weights, now where they are new; None while they have accepted none."""
+    if actual is None:
+        return None
+    unchanged = recorded is not None and recorded.actual == actual
+    return (recorded.actual_since if unchanged and recorded else None) or iso(now)
+
+
+def _route_weights(weights: traffic.Weights | None) -> api.RouteWeights | None:
+    return None if weights is None else api.RouteWeights(baseline=weights.baseline, canary=weights.canary)
 
 
 def _held_weights(step: _Step) -> traffic.Weights | None:
@@ -1002,20 +1036,24 @@ def _held_by_route(step: _Step, what: str, held: str) -> _Step:
 
 
 def traffic_status(
-    route: str | None, decision: Decision, obs: Observation, original: api.OriginalRule | None
+    route: str | None,
+    decision: Decision,
+    obs: Observation,
+    original: api.OriginalRule | None,
+    recorded: api.TrafficStatus | None,
+    now: datetime,
 ) -> api.TrafficStatus | None:
     """status.traffic: the weights set now and those the Gateways accepted (router GatewayAPI, whose
-    HTTPRoute is `route`), and the record of a user's rule while it is kept; None without either."""
-
-    def weights(w: traffic.Weights | None) -> api.RouteWeights | None:
-        return None if w is None else api.RouteWeights(baseline=w.baseline, canary=w.canary)
-
+    HTTPRoute is `route`) since when (kept from `recorded` while they stay), and the record of a
+    user's rule while it is kept; None without either."""
     if route is None:  # router Service: a record not put back yet is all there is
         return None if original is None else api.TrafficStatus(route=original.route, original=original)
+    actual = _route_weights(obs.route.weights if obs.route else None)
     return api.TrafficStatus(
         route=route,
-        desired=weights(decision.route_weights),
-        actual=weights(obs.route.weights if obs.route else None),
+        desired=_route_weights(decision.route_weights),
+        actual=actual,
+        actual_since=_accepted_since(recorded, actual, now),
         original=original,
     )
 

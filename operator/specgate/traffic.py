@@ -130,6 +130,7 @@ def order(
     actual: Weights | None,
     canary_cap: int | None = None,
     routes_tracks: bool = True,
+    settled: bool = True,
 ) -> RouteStep:
     """Weights and replicas for this tick, from the replicas capacity.step_toward proposes.
 
@@ -138,7 +139,10 @@ def order(
     gives that track more, that track keeps its replicas this tick: the weights move first, and the
     shrink follows once the gateway has them. The growing side still grows within maxSurge counted
     with the held pods (a stalled gateway must not freeze a promotion's or a rollback's growth). A
-    new pod gets weight once Ready.
+    new pod gets weight once Ready. A track's last pods also wait until `settled`: the gateway has
+    routed `actual` for traffic.scaleDownDelay (a gateway reports a route Accepted before its data
+    plane routes it, and a track without endpoints that still has weight there answers 503; a
+    track that keeps pods keeps endpoints, so its other shrinks need not wait).
 
     `routes_tracks`: whether the rule sends traffic to the tracks' Services already (its spec, not
     only once accepted). A rule that does not (a user's rule with its own backends, an owned route
@@ -160,7 +164,8 @@ def order(
     current = (baseline.replicas, canary.replicas)
     for track in (0, 1):
         shrinks = proposed[track] < current[track]
-        if shrinks and (actual is None or actual.pair[track] > desired.pair[track]):
+        unrouted = actual is None or actual.pair[track] > desired.pair[track]
+        if shrinks and (unrouted or (proposed[track] == 0 and not settled)):
             return RouteStep(_growth_only(budget, current, proposed), desired)
     return RouteStep(proposed, desired)
 

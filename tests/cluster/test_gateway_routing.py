@@ -14,6 +14,7 @@ import time
 import urllib.parse
 import urllib.request
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, cast
 
 import pytest
@@ -57,6 +58,19 @@ class Sample:
 class Watched:
     run: Rollout
     samples: list[Sample] = field(default_factory=list)
+    failed_at_gateway: list[str] = field(default_factory=list)  # Traefik's access log, status >= 500
+
+
+def failed_at_gateway(access_log: Path) -> list[str]:
+    """The requests Traefik answered 5xx (or passed on a backend's 5xx), as when, which service
+    and which server: where a failure came from, for the assertion's message."""
+    lines = access_log.read_text().splitlines() if access_log.exists() else []
+    entries = [json.loads(line) for line in lines if line.startswith("{")]
+    return [
+        f"{e.get('StartUTC')} {e.get('DownstreamStatus')} {e.get('ServiceName')} {e.get('ServiceAddr', '-')}"
+        for e in entries
+        if int(e.get("DownstreamStatus", 0)) >= 500
+    ]
 
 
 def sample(api_client: client.ApiClient, namespace: str, name: str, load: LoadResult) -> Sample:
@@ -83,13 +97,15 @@ def sample(api_client: client.ApiClient, namespace: str, name: str, load: LoadRe
 
 
 def settled_and_routed(obj: dict[str, Any]) -> bool:
-    """Settled, and the route carries what specgate set: Promoted (or RolledBack) is entered once
-    the canary (or the baseline) is Ready at full size; the other track's last pods go once the
-    Gateway accepted the weights that no longer send it traffic."""
+    """Settled, the route carries what specgate set, and the other track's last pods are gone:
+    Promoted (or RolledBack) is entered once the canary (or the baseline) is Ready at full size;
+    the other track's last pods go traffic.scaleDownDelay after the Gateway accepted the weights
+    that no longer send it traffic (status.replicas counts both tracks' pods)."""
     status = obj.get("status", {})
     traffic = status.get("traffic") or {}
     routed = traffic.get("desired") is not None and traffic.get("actual") == traffic.get("desired")
-    return status.get("phase") in SETTLED and routed
+    alone = status.get("replicas") == obj["spec"]["replicas"]
+    return status.get("phase") in SETTLED and routed and alone
 
 
 def gateway_rollout(lab: dict[str, Any], name: str, alpha: str, **traffic: Any) -> Watched:
@@ -112,7 +128,7 @@ def gateway_rollout(lab: dict[str, Any], name: str, alpha: str, **traffic: Any) 
             during=lambda _: samples.append(sample(api_client, namespace, name, load)),
             **lab,
         )
-    return Watched(run, samples)
+    return Watched(run, samples, failed_at_gateway(log.with_name("traefik-access.log")))
 
 
 rollouts = side_by_side(
@@ -136,15 +152,21 @@ def requests_by_track(prometheus_url: str, namespace: str, start: float, end: fl
     return {r["metric"]["specgate_dev_track"]: float(r["value"][1]) for r in result}
 
 
-def check_no_request_failed_once_routed(samples: list[Sample]) -> None:
+def check_no_request_failed_once_routed(watched: Watched) -> None:
     """From the first poll where the route gave the canary weight (before, the gateway answers 404
     or 503 while it has no route or no endpoint yet) to the end, no request failed at the gateway:
     none was sent to a pod that had gone (502, 503, a refused connection), none was cut in flight."""
+    samples = watched.samples
     routed = next(s for s in samples if s.weights and s.weights[1] > 0)
     last = samples[-1]
     failed = {kind: n - routed.failures.get(kind, 0) for kind, n in last.failures.items()}
     report(gateway_failed_requests=last.errors - routed.errors)
-    assert last.errors == routed.errors, {kind: n for kind, n in failed.items() if n}
+    around = [s for s in samples if s.at >= routed.at]
+    assert last.errors == routed.errors, (
+        {kind: n for kind, n in failed.items() if n},
+        watched.failed_at_gateway,
+        around,
+    )
 
 
 def test_a_rollout_through_the_gateway_splits_by_load_matched_weight_and_promotes(rollouts: Rollouts) -> None:
@@ -168,7 +190,7 @@ def test_a_rollout_through_the_gateway_splits_by_load_matched_weight_and_promote
         requests=f"{sum(counted.values()):.0f}",
     )
     assert abs(share - CANARY / REPLICAS) <= 0.03, counted
-    check_no_request_failed_once_routed(watched.samples)
+    check_no_request_failed_once_routed(watched)
     assert watched.run.load is not None and watched.run.load.requests > 0
 
 
@@ -181,7 +203,7 @@ def test_a_rollback_through_the_gateway_moves_the_weight_before_the_canary_goes(
     served = next(i for i, s in enumerate(watched.samples) if s.replicas[1] >= CANARY)
     gone = next(i for i, s in enumerate(watched.samples) if i > served and s.replicas[1] < CANARY)
     assert any(s.weights == (100, 0) for s in watched.samples[: gone + 1]), watched.samples[: gone + 1]
-    check_no_request_failed_once_routed(watched.samples)
+    check_no_request_failed_once_routed(watched)
 
 
 def test_a_small_first_step_routes_its_weight_then_the_load_matched_one(rollouts: Rollouts) -> None:
@@ -214,4 +236,4 @@ def test_a_small_first_step_routes_its_weight_then_the_load_matched_one(rollouts
             }
         )
         assert abs(share - weight) <= 0.03, (step, counted)
-    check_no_request_failed_once_routed(watched.samples)
+    check_no_request_failed_once_routed(watched)

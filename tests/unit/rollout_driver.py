@@ -111,6 +111,10 @@ class Run:
         observation = Observation(generation=self.generation, **obs)
         decision = rollout.decide(self.spec, self.status, observation, self.now)
         self.status, self.last = decision.status, decision
+        if rollout.routes_by_weight(self.spec):  # status.traffic, as handlers.step writes it
+            recorded = self.status.traffic
+            route = rollout.traffic_status("route", decision, observation, None, recorded, self.now)
+            self.status = self.status.model_copy(update={"traffic": route})
         return decision
 
     @property

@@ -126,10 +126,13 @@ def check(
             if weight > 0 and pods == 0:
                 problems.append(f"{weight}% on the {name}, which keeps no Ready pod")
     if weights is not None:
-        if not route.routes_tracks and tracks[0].ready_replicas < max(budget.min_ready, 1):
-            problems.append(
-                f"took the rule over at {weights.pair} with {tracks[0].ready_replicas} baseline pods"
-            )
+        # A rule taken over goes to Ready pods that carry all its traffic: the baseline's before
+        # promotion, the canary's once Promoted. (Held, Paused or Failed, an owned route someone
+        # deleted comes back with its last weights on whatever is Ready: checked above.)
+        behind = sum(t.ready_replicas for t, w in zip(tracks, weights.pair, strict=True) if w > 0)
+        held = status.phase in (Phase.PAUSED, Phase.FAILED)
+        if not route.routes_tracks and not held and behind < max(budget.min_ready, 1):
+            problems.append(f"took the rule over at {weights.pair} with {behind} Ready pods behind it")
         if status.phase in (Phase.CANARY, Phase.ANALYZING) and before.phase == status.phase:
             cap = rollout.max_canary_weight(spec)
             floor_forced = capped(shares(*ready) or Weights(100, 0), cap, ready[0], budget).canary

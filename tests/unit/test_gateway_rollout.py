@@ -92,8 +92,26 @@ def test_weights_follow_the_ready_pods_and_the_baseline_shrinks_only_once_the_ro
     assert (held.baseline_replicas, held.canary_replicas, held.route_weights) == (1, 2, Weights(0, 100))
     still = run.step(baseline=ready(1), canary=ready(2), route=NOT_ACCEPTED)
     assert still.baseline_replicas == 1  # unknown weights: the baseline may still carry its half
-    moved = run.step(baseline=ready(1), canary=ready(2), route=RouteState(weights=Weights(0, 100)))
-    assert (moved.baseline_replicas, moved.canary_replicas, moved.route_weights) == (0, 2, Weights(0, 100))
+    accepted = RouteState(weights=Weights(0, 100))
+    moved = run.step(baseline=ready(1), canary=ready(2), route=accepted)
+    assert moved.baseline_replicas == 1  # accepted just now: the gateway may still route its half
+    assert run.status.traffic is not None and run.status.traffic.actual_since == api.iso(run.now)
+    early = run.step(after=29, baseline=ready(1), canary=ready(2), route=accepted)
+    assert early.baseline_replicas == 1  # scaleDownDelay 30s
+    gone = run.step(after=1, baseline=ready(1), canary=ready(2), route=accepted)
+    assert (gone.baseline_replicas, gone.canary_replicas, gone.route_weights) == (0, 2, Weights(0, 100))
+
+
+def test_with_scale_down_delay_0s_the_baseline_goes_once_the_route_is_accepted() -> None:
+    run = gateway_run()
+    run.spec = make_spec(traffic={**OWNED, "scaleDownDelay": "0s"})
+    passing = {"baseline_metrics": metrics(), "canary_metrics": metrics(0.8)}
+    run.step(after=70, baseline=ready(1), canary=ready(1), route=HALF, **passing)
+    run.step(baseline=ready(1), canary=ready(1), route=HALF)
+    run.step(baseline=ready(1), canary=ready(2), route=HALF)
+    run.expect(Phase.PROMOTED)
+    gone = run.step(baseline=ready(1), canary=ready(2), route=RouteState(weights=Weights(0, 100)))
+    assert (gone.baseline_replicas, gone.canary_replicas) == (0, 2)
 
 
 def test_a_rollback_moves_the_weight_to_the_baseline_before_the_canary_goes() -> None:
@@ -111,7 +129,10 @@ def test_a_rollback_moves_the_weight_to_the_baseline_before_the_canary_goes() ->
     run.expect(Phase.ROLLED_BACK)
     assert run.status.reason == Reason.ACCEPTANCE_BELOW_GATE
     assert (grown.baseline_replicas, grown.canary_replicas, grown.route_weights) == (2, 1, Weights(100, 0))
-    done = run.step(baseline=ready(2), canary=ready(1), route=RouteState(weights=Weights(100, 0)))
+    back = RouteState(weights=Weights(100, 0))
+    accepted = run.step(baseline=ready(2), canary=ready(1), route=back)
+    assert (accepted.baseline_replicas, accepted.canary_replicas) == (2, 1)  # for scaleDownDelay
+    done = run.step(after=30, baseline=ready(2), canary=ready(1), route=back)
     assert (done.baseline_replicas, done.canary_replicas) == (2, 0)
 
 
@@ -439,7 +460,8 @@ def test_at_the_initial_weight_the_baseline_beside_the_canary_stays_within_max_s
 def test_status_traffic_has_no_accepted_weights_where_the_route_was_not_read() -> None:
     run = gateway_run()
     decision = run.step(baseline=ready(1), canary=ready(1), route=NOT_ACCEPTED)
-    assert rollout.traffic_status("llama", decision, Observation(generation=1), None) == api.TrafficStatus(
+    traffic = rollout.traffic_status("llama", decision, Observation(generation=1), None, None, run.now)
+    assert traffic == api.TrafficStatus(
         route="llama", desired=api.RouteWeights(baseline=50, canary=50), actual=None, original=None
     )
 

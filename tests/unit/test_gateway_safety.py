@@ -797,7 +797,8 @@ def test_a_promoted_baseline_held_by_the_route_says_what_holds_it_once() -> None
     assert degraded.status == "True"
     again = run.step(baseline=ready(1), canary=ready(2), route=NOT_ACCEPTED, **passing)
     assert again.events == ()  # said once
-    done = run.step(baseline=ready(1), canary=ready(2), route=routed(Weights(0, 100)), **passing)
+    run.step(baseline=ready(1), canary=ready(2), route=routed(Weights(0, 100)), **passing)
+    done = run.step(after=30, baseline=ready(1), canary=ready(2), route=routed(Weights(0, 100)), **passing)
     assert (done.baseline_replicas, run.status.reason) == (0, Reason.GUARDING)
 
 
@@ -814,7 +815,8 @@ def test_a_rolled_back_canary_held_by_the_route_says_so_then_why_it_rolled_back(
     assert (d.canary_replicas, run.status.reason) == (1, Reason.ROUTE_NOT_ACCEPTED)
     assert (run.status.message or "").startswith("the canary's scale-down of its last 1 pod waits for")
     assert [(e.type, e.reason) for e in d.events] == [("Warning", Reason.ROUTE_NOT_ACCEPTED)]
-    done = run.step(baseline=ready(2), canary=ready(1), route=routed(Weights(100, 0)))
+    run.step(baseline=ready(2), canary=ready(1), route=routed(Weights(100, 0)))
+    done = run.step(after=30, baseline=ready(2), canary=ready(1), route=routed(Weights(100, 0)))
     assert (done.canary_replicas, run.status.reason) == (0, Reason.ACCEPTANCE_BELOW_GATE)
     assert done.events == ()
 

@@ -131,6 +131,20 @@ def test_an_unknown_accepted_weight_holds_every_shrink() -> None:
     assert step == RouteStep((4, 1), Weights(75, 25))
 
 
+def test_only_a_tracks_last_pods_wait_for_the_route_to_have_settled() -> None:
+    """Accepted but not yet routed for scaleDownDelay (settled False): a baseline keeping 3 pods
+    keeps endpoints and shrinks at once; a canary losing its last pod waits, as its Service would
+    have no endpoint while a lagging data plane still gives it weight."""
+    budget = Budget(4, 1, 0)
+    kept = order(budget, Side(4, 4), Side(1, 1), proposed=(3, 1), actual=Weights(75, 25), settled=False)
+    assert kept == RouteStep((3, 1), Weights(75, 25))
+    emptied = (4, 0)
+    waits = order(budget, Side(4, 4), Side(1, 1), proposed=emptied, actual=Weights(100, 0), settled=False)
+    assert waits == RouteStep((4, 1), Weights(100, 0))
+    goes = order(budget, Side(4, 4), Side(1, 1), proposed=emptied, actual=Weights(100, 0), settled=True)
+    assert goes == RouteStep((4, 0), Weights(100, 0))
+
+
 def route(*parents: dict[str, Any], generation: int = 2) -> dict[str, Any]:
     return {"metadata": {"namespace": "ml", "generation": generation}, "status": {"parents": list(parents)}}
 
