@@ -307,11 +307,13 @@ def step(
             workload_autoscaler=adopted.autoscaler if adopted is not None else None,
         )
         decision = rollout.decide(spec, current, observation, now)
-        observation, decision = _decided_on_tracks_now(
-            spec, current, owner, observation, decision, now, source
-        )
+        plan = plan_tracks(spec, owner, decision, observation, source)
+        if _takes_pods(decision, observation, plan):
+            observation, decision, plan = _decided_on_tracks_now(
+                spec, current, owner, observation, decision, plan, now, source
+            )
         if decision.touch_children:
-            apply_children(spec, owner, decision, observation, children, source)
+            apply_children(spec, owner, decision, observation, plan, children)
             _scale_workload(spec, owner, decision, observation)
             for pool in pools:  # before the route names them
                 if render.spec_differs(pools_read[pool["metadata"]["name"]], pool):
@@ -355,50 +357,53 @@ def _decided_on_tracks_now(
     owner: Owner,
     observation: Observation,
     decision: rollout.Decision,
+    plan: TrackPlan,
     now: datetime,
     source: dict[str, Any] | None,
-) -> tuple[Observation, rollout.Decision]:
-    """A decision that takes pods away (a track scaled down, or rolled to a new pod template)
-    counts on the Ready pods that stay: where the tracks as the API server has them now differ
-    from the watches' cache, it is decided again on them."""
-    if not _takes_pods(spec, owner, decision, observation, source):
-        return observation, decision
+) -> tuple[Observation, rollout.Decision, TrackPlan]:
+    """A decision that takes pods away (_takes_pods) counts on the Ready pods that stay: where the
+    tracks as the API server has them now differ from the watches' cache, it is decided (and
+    planned) again on them."""
     tracks = {track: _track_now(owner, track) for track in Track}
     read_now = replace(observation, baseline=tracks[Track.BASELINE], canary=tracks[Track.CANARY])
     if (read_now.baseline, read_now.canary) == (observation.baseline, observation.canary):
-        return observation, decision
-    return read_now, rollout.decide(spec, current, read_now, now)
+        return observation, decision, plan
+    decision = rollout.decide(spec, current, read_now, now)
+    return read_now, decision, plan_tracks(spec, owner, decision, read_now, source)
 
 
-def _takes_pods(
-    spec: SpeculativeDeploymentSpec,
-    owner: Owner,
-    decision: rollout.Decision,
-    observation: Observation,
-    source: dict[str, Any] | None,
-) -> bool:
+def _takes_pods(decision: rollout.Decision, observation: Observation, plan: TrackPlan) -> bool:
+    """Whether applying the decision removes pods: the adopted Deployment or a track scaled down,
+    or a track rolled to another pod template (its old pods go as the new ones come)."""
     if not decision.touch_children:
         return False
     workload, wanted = observation.workload, decision.workload_replicas
     if workload is not None and wanted is not None and wanted < workload.replicas:
         return True
-    states = {Track.BASELINE: observation.baseline, Track.CANARY: observation.canary}
-    counts = {Track.BASELINE: decision.baseline_replicas, Track.CANARY: decision.canary_replicas}
-    for track, replicas in counts.items():
+    states = _tracks(observation)
+    for track, manifest in plan.manifests.items():
         state = states[track]
-        if replicas is None or not state.exists:
+        if not state.exists:
             continue
-        if replicas < state.replicas:
+        if manifest["spec"]["replicas"] < state.replicas:
             return True
-        if state.template_hash is None:  # a Deployment from before template hashes: not rolled by us
-            continue
-        annotations = adopt.track(spec, owner, track, replicas, source)["metadata"]["annotations"]
-        rerendered = annotations[render.ANNOTATION_RENDERED] != state.rendered
-        if track not in decision.keep_template and (
-            annotations.get(render.ANNOTATION_TEMPLATE) != state.template_hash or rerendered
-        ):
+        # A Deployment from before template hashes is not rolled by us.
+        if track not in plan.kept and state.template_hash is not None and _rolls(manifest, state):
             return True
     return False
+
+
+def _rolls(manifest: Manifest, state: TrackState) -> bool:
+    """Whether applying a track's manifest changes its pod template (its hash, or a re-render)."""
+    annotations = manifest["metadata"]["annotations"]
+    return bool(
+        annotations.get(render.ANNOTATION_TEMPLATE) != state.template_hash
+        or annotations[render.ANNOTATION_RENDERED] != state.rendered
+    )
+
+
+def _tracks(observation: Observation) -> dict[Track, TrackState]:
+    return {Track.BASELINE: observation.baseline, Track.CANARY: observation.canary}
 
 
 def _track_now(owner: Owner, track: Track) -> TrackState:
@@ -819,19 +824,25 @@ def _scale_workload(
     kube.scale_deployment(owner.namespace, spec.workload_ref.name, wanted)
 
 
-def apply_children(
+@dataclass(frozen=True)
+class TrackPlan:
+    """The Deployments a decision applies, rendered once: each track's manifest (the tracks it sets
+    replicas for), and the tracks only scaled, their pod template kept (decision.keep_template, or
+    a new template or re-render that must wait: rollout.templates_to_wait)."""
+
+    manifests: dict[Track, Manifest]
+    kept: frozenset[Track]
+
+
+def plan_tracks(
     spec: SpeculativeDeploymentSpec,
     owner: Owner,
     decision: rollout.Decision,
     observation: Observation,
-    children: kube.Children,
     source: dict[str, Any] | None = None,
-) -> None:
-    """Shrinking Deployments first (their GPUs free up sooner), then the rest. A Deployment whose
-    template is kept (decision.keep_template, or a new template or re-render that must wait) is only scaled: its
-    pods keep what they run. `source`: the adopted Deployment's pod template (spec.workloadRef)."""
+) -> TrackPlan:
+    """`source`: the adopted Deployment's pod template (spec.workloadRef)."""
     counts = {Track.BASELINE: decision.baseline_replicas, Track.CANARY: decision.canary_replicas}
-    states = {Track.BASELINE: observation.baseline, Track.CANARY: observation.canary}
     wanted = {track: n for track, n in counts.items() if n is not None}
     manifests = {track: adopt.track(spec, owner, track, n, source) for track, n in wanted.items()}
     rendered = {
@@ -840,12 +851,27 @@ def apply_children(
     route = observation.route
     weights = most_of(decision.route_weights, route.in_spec if route is not None else None)
     routed = None if weights is None else {Track.BASELINE: weights.baseline, Track.CANARY: weights.canary}
-    kept = decision.keep_template | rollout.templates_to_wait(spec, rendered, states, wanted, routed)
-    for track, replicas in sorted(wanted.items(), key=lambda item: item[1] >= states[item[0]].replicas):
-        if track in kept and states[track].exists:
-            kube.scale_deployment(owner.namespace, render.deployment_name(owner, track), replicas, children)
+    waiting = rollout.templates_to_wait(spec, rendered, _tracks(observation), wanted, routed)
+    return TrackPlan(manifests, frozenset(decision.keep_template | waiting))
+
+
+def apply_children(
+    spec: SpeculativeDeploymentSpec,
+    owner: Owner,
+    decision: rollout.Decision,
+    observation: Observation,
+    plan: TrackPlan,
+    children: kube.Children,
+) -> None:
+    """Shrinking Deployments first (their GPUs free up sooner), then the rest. A Deployment whose
+    template is kept (plan.kept) is only scaled: its pods keep what they run."""
+    states = _tracks(observation)
+    replicas = {track: int(m["spec"]["replicas"]) for track, m in plan.manifests.items()}
+    for track, n in sorted(replicas.items(), key=lambda item: item[1] >= states[item[0]].replicas):
+        if track in plan.kept and states[track].exists:
+            kube.scale_deployment(owner.namespace, render.deployment_name(owner, track), n, children)
         else:
-            kube.apply(manifests[track], children)
+            kube.apply(plan.manifests[track], children)
     for manifest in _other_children(spec, owner, decision):
         kube.apply(manifest, children)
     if decision.status.rollout_generation is not None:

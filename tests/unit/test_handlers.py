@@ -355,9 +355,10 @@ def test_an_abort_with_a_new_template_keeps_the_old_one_while_its_roll_would_bre
     abort = {api.ANNOTATION_ABORT: "now"}
     decision = handlers.step(raw, run.status, OWNER, run.generation + 1, run.now, abort, kube.Children())
     assert decision.status.phase == Phase.ROLLED_BACK
-    # A new template would replace pods: the tracks are read as they are now before it is decided.
-    assert fake.calls[:2] == [("read now", "llama-baseline"), ("read now", "llama-canary")]
-    assert fake.calls[2] == ("scale", "llama-baseline", 2)
+    # The new template waits (rollout.templates_to_wait): nothing is taken away, so nothing is read
+    # again from the API server before the baseline is scaled.
+    assert fake.calls[0] == ("scale", "llama-baseline", 2)
+    assert not [call for call in fake.calls if call[0] == "read now"], fake.calls
 
 
 def test_a_fixed_spec_measures_the_phase_it_resumes(monkeypatch: pytest.MonkeyPatch) -> None:
