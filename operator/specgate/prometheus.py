@@ -254,7 +254,7 @@ class PrometheusClient:
         except MALFORMED_ERRORS as exc:
             raise MetricsUnavailable(f"malformed Prometheus response: {exc!r}") from exc
         since = window.start.timestamp()
-        step = max(MIN_ACCEPTANCE_WINDOW_SECONDS, scrape_spacing(families, scrape_interval))
+        step = window_step(scrape_spacing(families, scrape_interval), scrape_interval)
         windows, _ = acceptance_windows(families, since, step, ())
         finished = _total(families.get(SUCCEEDED, ()), since, ())
         return windows, finished if families.get(SUCCEEDED) else None
@@ -355,7 +355,7 @@ def _track_metrics(
 ) -> TrackMetrics:
     since = window.start.timestamp()
     interval = scrape_spacing(families, configured_interval)
-    step = max(MIN_ACCEPTANCE_WINDOW_SECONDS, interval)
+    step = window_step(interval, configured_interval)
     acceptance, per_position = acceptance_windows(families, since, step, leave_out)
     itl_name = next((name for name in ITL_METRICS if families.get(f"{name}_bucket")), ITL_METRICS[0])
     requests_per_second = _rate(families.get(SUCCEEDED, []), since, leave_out)
@@ -424,6 +424,17 @@ def history_blocks(
 def scrape_spacing(families: Families, configured_interval: float) -> float:
     """The scrape interval: the one configured, or the samples' spacing when that is longer."""
     return max(configured_interval, observed_interval(families) or 0.0)
+
+
+def window_step(spacing: float, configured_interval: float) -> float:
+    """The acceptance (and per-token) windows' length: the scrape spacing on the configured
+    interval's grid (its nearest whole multiple), at least MIN_ACCEPTANCE_WINDOW_SECONDS. Each
+    track's spacing is its own samples' median; off the grid, a few milliseconds of a loaded
+    Prometheus's jitter in one track's median put every one of its windows' ends off the other
+    track's, and the speedup gate, which pairs windows by their end, paired none."""
+    if configured_interval > 0:
+        spacing = configured_interval * max(1, round(spacing / configured_interval))
+    return max(MIN_ACCEPTANCE_WINDOW_SECONDS, spacing)
 
 
 def observed_interval(families: Families) -> float | None:

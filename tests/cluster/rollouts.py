@@ -69,11 +69,13 @@ def fast_rollout(**overrides: Any) -> dict[str, Any]:
         "maxAnalysisDuration": "4m",
         "progressDeadline": "3m",
         "metricsUnavailableBudget": "30s",
-        # The simulator's eagle3 step at K=3 is 1.3x a plain one at one running request, 1.6x at four
-        # (the tests' loads run at most four; sim/model.py step_seconds): around the default 1.5x
-        # stall tolerance, where a short window on 25-50 ms buckets cannot tell (a cluster-wide run
-        # ended Inconclusive on it). The stall gate's own tests draft heavily (10x) or set theirs.
-        "gates": {"minDrafts": 100, "minLatencySamples": 50, "maxP99ItlRegression": 1.0},
+        # The step stall (P99 ITL) of a simulated engine reads the machine more than the draft: its
+        # eagle3 step at K=3 is 1.3-1.6x a plain one (sim/model.py step_seconds), and a loaded CI
+        # machine starved one track's simulator into 190-200 ms stalls against 41-47 ms (a day-2
+        # test's guard and another's analysis rolled good canaries back for it). Tests whose
+        # question is the stall gate set it (the heavy draft: 1.0); the per-token gate keeps its
+        # default.
+        "gates": {"minDrafts": 100, "minLatencySamples": 50, "maxP99ItlRegression": 50},
         "guard": {"window": "60s"},
         # Speed only: the lab scrapes these at 2 s. Claims about measurement are tested at 15-60 s.
         "metrics": {"scrapeInterval": "2s"},

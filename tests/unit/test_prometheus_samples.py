@@ -457,3 +457,33 @@ def test_per_token_sums_and_counts_are_binned_as_the_acceptance_windows_and_pair
         (1.2, 40.0, 1.0, 40.0),
         (0.6, 20.0, 0.5, 20.0),
     ]
+
+
+def per_token_pod(stamps: list[float], seconds_per_request: float) -> dict[str, list[Series]]:
+    """A pod's request_time_per_output_token sum and count, one request finished per scrape."""
+    name = prometheus.PER_TOKEN
+    count = [float(i) for i in range(len(stamps))]
+    total = [c * seconds_per_request for c in count]
+    return {
+        f"{name}_sum": [Series({}, tuple(zip(stamps, total, strict=True)))],
+        f"{name}_count": [Series({}, tuple(zip(stamps, count, strict=True)))],
+    }
+
+
+def test_two_tracks_windows_pair_though_a_loaded_prometheus_stamps_one_a_few_ms_late() -> None:
+    """CI's real-engine rollout at a 15 s scrape: the canary's scrapes stamped 2-4 ms late (its
+    median spacing 15.001 s), the baseline's on time. Each track's windows were as long as its own
+    median spacing, so none of the canary's ended where the baseline's did, and the speedup gate
+    paired no window in 8 minutes ("0 windows with requests on both tracks"). On the configured
+    interval's grid both tracks' windows end together."""
+    start = T0.timestamp()
+    on_time = [start + 15.0 * i for i in range(40)]
+    late = [start + 15.0 * i + 0.002 + 0.001 * (i % 3) for i in range(40)]
+    window = Window(T0, T0 + timedelta(minutes=10))
+    baseline = prometheus._track_metrics(per_token_pod(on_time, 0.050), window, 15.0, ())
+    canary = prometheus._track_metrics(per_token_pod(late, 0.040), window, 15.0, ())
+    assert canary.scrape_interval_seconds > 15.0  # the spacing as observed
+    assert baseline.acceptance_window_seconds == canary.acceptance_window_seconds == 15.0
+    pairs = measurements.paired_per_token(baseline, canary)
+    assert len(pairs) >= 35
+    assert sum(w.baseline_mean for w in pairs) / sum(w.canary_mean for w in pairs) == pytest.approx(1.25)
