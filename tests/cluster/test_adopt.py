@@ -19,7 +19,7 @@ from specgate import api
 from specgate_lab.adopt_lab import adopting, user_deployment, user_service
 from specgate_lab.crds import install_crd
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.beside_gateway]  # its line: hack/test.sh
 
 REPLICAS = 2
 

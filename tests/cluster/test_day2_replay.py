@@ -34,7 +34,7 @@ from tests.unit.day2_history import (
 
 from specgate import api
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.beside_gateway]  # its line: hack/test.sh
 
 NAME = "replay"
 # Two reconciles a tick: the model reconciles once a tick, and a simulated engine is Ready in about
