@@ -69,13 +69,21 @@ def fast_rollout(**overrides: Any) -> dict[str, Any]:
         "maxAnalysisDuration": "4m",
         "progressDeadline": "3m",
         "metricsUnavailableBudget": "30s",
-        # The step stall (P99 ITL) of a simulated engine reads the machine more than the draft: its
-        # eagle3 step at K=3 is 1.3-1.6x a plain one (sim/model.py step_seconds), and a loaded CI
-        # machine starved one track's simulator into 190-200 ms stalls against 41-47 ms (a day-2
-        # test's guard and another's analysis rolled good canaries back for it). Tests whose
-        # question is the stall gate set it (the heavy draft: 1.0); the per-token gate keeps its
-        # default.
-        "gates": {"minDrafts": 100, "minLatencySamples": 50, "maxP99ItlRegression": 50},
+        # The latency gates on simulated engines read the machine more than the draft. The step
+        # stall (P99 ITL): the sim's eagle3 step at K=3 is 1.3-1.6x a plain one (sim/model.py
+        # step_seconds), and a loaded CI machine starved one track's simulator into 190-200 ms
+        # stalls against 41-47 ms (a day-2 test's guard and another's analysis rolled good canaries
+        # back for it). The per-token P99 sits in vLLM's 10-25 ms or 25-50 ms bucket, where a few
+        # minutes of the lab's traffic cannot tell 10 % (issue 58: the adoption and near-gate tests
+        # ended Inconclusive on "cannot tell 10% yet ... over 632 samples", with alpha and the
+        # speedup decided). Tests whose question is a latency gate set theirs (the heavy draft's
+        # stall: 1.0).
+        "gates": {
+            "minDrafts": 100,
+            "minLatencySamples": 50,
+            "maxP99ItlRegression": 50,
+            "maxP99PerTokenRegression": 10,
+        },
         "guard": {"window": "60s"},
         # Speed only: the lab scrapes these at 2 s. Claims about measurement are tested at 15-60 s.
         "metrics": {"scrapeInterval": "2s"},
