@@ -61,7 +61,7 @@ class Watched:
     failed_at_gateway: list[str] = field(default_factory=list)  # Traefik's access log, status >= 500
 
 
-def failed_at_gateway(access_log: Path) -> list[str]:
+def gateway_5xx_lines(access_log: Path) -> list[str]:
     """The requests Traefik answered 5xx (or passed on a backend's 5xx), as when, which service
     and which server: where a failure came from, for the assertion's message."""
     lines = access_log.read_text().splitlines() if access_log.exists() else []
@@ -128,7 +128,7 @@ def gateway_rollout(lab: dict[str, Any], name: str, alpha: str, **traffic: Any) 
             during=lambda _: samples.append(sample(api_client, namespace, name, load)),
             **lab,
         )
-    return Watched(run, samples, failed_at_gateway(log.with_name("traefik-access.log")))
+    return Watched(run, samples, gateway_5xx_lines(log.with_name("traefik-access.log")))
 
 
 rollouts = side_by_side(
