@@ -6,40 +6,68 @@ Deployment's rolling update does: the shrinking side gives up a Ready pod only w
 Ready pods keep the total at `replicas - maxUnavailable`, and the growing side starts new pods only
 within `replicas + maxSurge` pods in all.
 
-A track mid-roll (ReplicaSets of two templates) is a different animal: lowering its replicas is a
+A track mid-roll (ReplicaSets of two templates) is a different animal: a replicas change is a
 scaling event its Deployment spreads over every ReplicaSet in proportion to the size each was last
-sized for (replicas + maxSurge then; Kubernetes docs, "Proportional scaling"), Ready pods included.
-specgate does not see the ReplicaSets, and a maxSurge lowered since they were sized makes the
-Deployment shed more than the change (maxSurge 2 -> 1, then replicas 6 -> 5: two Ready pods of the
-old ReplicaSet go, issue 61). For some split every Ready pod of the track may go, so a rolling
-track is lowered only while the other track alone keeps the floor. Raising one is not held: a
-raise sheds pods only where maxSurge fell by more than the raise (6 -> 7 after 3 -> 1), and holding
-a stuck roll below its replicas leaves the floor to its roll's maxUnavailable of fewer pods (the
-fuzz found that worse); that case stays open until specgate sees the ReplicaSets' sizes.
+sized for (replicas + maxSurge then, its max-replicas annotation; Kubernetes docs, "Proportional
+scaling"), Ready pods included. A maxSurge lowered since they were sized makes the Deployment shed
+more than the change: maxSurge 2 -> 1, then replicas 6 -> 5 takes two Ready pods of the old
+ReplicaSet; maxSurge 3 -> 1, then 6 -> 7 still takes one (issue 61). A lowering may take every Ready
+pod of the track for some split, so a rolling track is lowered only while the other track alone
+keeps the floor. A raise is judged on the ReplicaSets as observed (`scaled_ready`, the controller's
+own arithmetic) and held only where the Ready pods it sheds are ones the floor needs: holding a
+stuck roll below its replicas for nothing leaves the floor to its roll's maxUnavailable of fewer
+pods (the day-2 fuzz found that worse).
+
+A rolling track's Deployment takes up to its maxUnavailable of Ready pods at its own pace, whatever
+the other track has lost meanwhile: it is rendered with the spec's only as far as the other track's
+Ready pods cover them (`roll_unavailable`; maxUnavailable raised mid-roll beside a crashed canary pod
+took the total below the new floor, issue 61's seed 693).
 """
 
 from __future__ import annotations
 
+import math
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class ReplicaSetState:
+    """One of a Deployment's ReplicaSets as the API server reports it: what its Deployment's next
+    scaling event starts from (Kubernetes docs, "Proportional scaling")."""
+
+    replicas: int  # spec.replicas
+    ready: int  # status.readyReplicas
+    # deployment.kubernetes.io/max-replicas: the Deployment's replicas + maxSurge when the controller
+    # last scaled it (None: not set), the base of its share of a scaling event.
+    max_replicas: int | None
+    created: str  # creationTimestamp then name: the controller's order among ReplicaSets of one size
 
 
 @dataclass(frozen=True)
 class Side:
     """A track as observed: pods asked for and pods Ready, how many Ready pods below its replicas
     its Deployment's own rolling update may still take, and whether it is rolling (ReplicaSets of
-    two templates: lowering its replicas then scales them all proportionally, Ready pods included)."""
+    two templates: a replicas change then scales them all proportionally, Ready pods included), with
+    its ReplicaSets (empty: not seen) and its Deployment's maxSurge, what such a change starts from."""
 
     replicas: int
     ready: int
     unavailable: int = 0
     rolling: bool = False
+    replica_sets: tuple[ReplicaSetState, ...] = ()
+    max_surge: int = 0
 
     def kept(self, replicas: int) -> int:
         """The Ready pods the track keeps at `replicas`, whatever its own roll still removes; rolling,
-        a lowering may take every one (proportional scaling, see the module's note)."""
+        a lowering may take every one, and a raise those its scaling event sheds (module's note)."""
+        ready = self.ready
         if self.rolling and replicas < self.replicas:
             return 0
-        return max(min(self.ready, replicas - self.unavailable), 0)
+        if self.rolling and replicas > self.replicas:
+            scaled = scaled_ready(self.replica_sets, replicas + self.max_surge)
+            ready = ready if scaled is None else min(ready, scaled)
+        return max(min(ready, replicas - self.unavailable), 0)
 
 
 @dataclass(frozen=True)
@@ -69,7 +97,9 @@ def step_toward(
     c = max(c, min(_kept_above_its_replicas(budget, canary, baseline.kept(b)), canary_share))
     most_pods = max(budget.replicas + budget.max_surge, want_b + want_c)
     c = _grow(canary.replicas, want_c, room=most_pods - b) if want_c > canary.replicas else c
+    c = _raise_kept(budget, canary, c, other_ready=baseline.kept(b))
     b = max(b, _grow(baseline.replicas, want_b, room=most_pods - c)) if want_b > baseline.replicas else b
+    b = _raise_kept(budget, baseline, b, other_ready=canary.kept(c))
     return b, c
 
 
@@ -88,10 +118,53 @@ def roll_keeps_floor(budget: Budget, rolling: Side, other_ready: int) -> bool:
     return loss == 0 or ready + other_ready - loss >= budget.min_ready
 
 
+def roll_unavailable(budget: Budget, side: Side, replicas: int, other_ready: int) -> int:
+    """The maxUnavailable to render on a track's Deployment at `replicas` while it rolls: the spec's,
+    lowered so that its roll keeps the Ready pods the floor needs beside the other track's
+    `other_ready` (a maxUnavailable raised mid-roll while the other track is short of Ready pods
+    would otherwise let this roll take them too: issue 61, seed 693). Kubernetes refuses a
+    maxUnavailable of 0 beside a maxSurge of 0: 1 then, the least a roll without surge can do."""
+    keep = min(side.ready, max(budget.min_ready - other_ready, 0))
+    unavailable = min(budget.max_unavailable, max(replicas - keep, 0))
+    return unavailable if unavailable or budget.max_surge else 1
+
+
 def guaranteed(side: Side, rolling: bool, max_unavailable: int) -> Side:
     """A track as capacity can count on it: a Deployment mid-roll may take any Ready pod above
     `replicas - maxUnavailable` down at any moment, so only those below it count (Side.kept)."""
-    return Side(side.replicas, side.ready, max_unavailable if rolling else 0, rolling)
+    unavailable = max_unavailable if rolling else 0
+    return Side(side.replicas, side.ready, unavailable, rolling, side.replica_sets, side.max_surge)
+
+
+def scaled_ready(sets: Sequence[ReplicaSetState], allowed: int) -> int | None:
+    """The Ready pods a Deployment's ReplicaSets keep once a scaling event gives them `allowed` pods
+    (its replicas + maxSurge), as the controller sizes them (sync.go scale(): one active ReplicaSet
+    takes the replicas; several share the change by deploymentutil.GetProportion) and each deletes
+    its unready pods first. None where that cannot be told: no ReplicaSet seen, or one without the
+    max-replicas annotation (the controller would read the Deployment's status then)."""
+    active = [rs for rs in sets if rs.replicas > 0]
+    if len(active) < 2 or any(not rs.max_replicas for rs in active):
+        return None
+    to_add = allowed - sum(rs.replicas for rs in active)
+    # Growing: largest first, then newest (ReplicaSetsBySizeNewer); shrinking: largest, then oldest.
+    active.sort(key=lambda rs: rs.created, reverse=to_add > 0)
+    active.sort(key=lambda rs: -rs.replicas)
+    sizes, added = [], 0
+    for rs in active:
+        share = _proportion(rs, allowed, to_add, added)
+        sizes.append(rs.replicas + share)
+        added += share
+    sizes[0] = max(sizes[0] + to_add - added, 0)  # the leftover goes to the first
+    return sum(min(rs.ready, size) for rs, size in zip(active, sizes, strict=True))
+
+
+def _proportion(rs: ReplicaSetState, allowed: int, to_add: int, added: int) -> int:
+    """deploymentutil.GetProportion: the ReplicaSet's share of the change, its size scaled from the
+    pods it was last sized for to `allowed` (rounded half away from zero), never past what is left."""
+    if to_add == added or not rs.max_replicas:
+        return 0
+    fraction = math.floor(rs.replicas * allowed / rs.max_replicas + 0.5) - rs.replicas
+    return min(fraction, to_add - added) if to_add > 0 else max(fraction, to_add - added)
 
 
 def _shrink(budget: Budget, side: Side, target: int, other_ready: int) -> int:
@@ -104,6 +177,16 @@ def _shrink(budget: Budget, side: Side, target: int, other_ready: int) -> int:
     if needed == 0:
         return target
     return side.replicas if side.rolling else min(side.replicas, max(target, needed))
+
+
+def _raise_kept(budget: Budget, side: Side, replicas: int, other_ready: int) -> int:
+    """`replicas`, unless it raises a rolling track whose scaling event would shed Ready pods the
+    floor needs (a maxSurge lowered since its ReplicaSets were sized, see the module's note): then
+    its replicas stay as they are until the other track or its own roll makes up for them."""
+    if replicas <= side.replicas:
+        return replicas
+    needed = min(side.kept(side.replicas), max(budget.min_ready - other_ready, 0))
+    return replicas if side.kept(replicas) >= needed else side.replicas
 
 
 def _kept_above_its_replicas(budget: Budget, side: Side, other_ready: int) -> int:

@@ -37,7 +37,18 @@ def _run(args: argparse.Namespace) -> int:
     os.environ["SPECGATE_VERBOSE"] = "1" if args.verbose else "0"
     import kopf
 
-    import specgate.handlers  # noqa: F401  (registers the handlers with kopf)
+    from specgate import handlers, kube  # importing handlers registers them with kopf
+
+    kube.load_config()
+    namespaces = args.namespace or [""]
+    if kube.may_list_and_watch("apps", "replicasets", namespaces):
+        handlers.watch_replica_sets()
+    else:
+        sys.stderr.write(
+            "specgate: may not list and watch ReplicaSets (apps) in "
+            f"{', '.join(n or 'the cluster' for n in namespaces)}: a rolling Deployment's raise is not "
+            "judged on its ReplicaSets; grant it (the chart's RBAC does)\n"
+        )
 
     # Each object's lines start with [namespace/name], as `kopf run` prints them.
     kopf.configure(verbose=args.verbose, log_prefix=True)

@@ -66,7 +66,7 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
     if not VERBOSE:  # "Timer 'reconcile' succeeded" every few seconds per object is noise
         logging.getLogger("kopf.objects").setLevel(logging.WARNING)
     # The children's watches ask the API server for specgate's objects only, not every pod.
-    for resource in (("apps", "deployments"), ("", "services"), ("", "pods")):
+    for resource in (("apps", "deployments"), ("apps", "replicasets"), ("", "services"), ("", "pods")):
         settings.watching.label_selectors[resource] = kube.CHILD_SELECTOR
 
 
@@ -74,6 +74,18 @@ def configure(settings: kopf.OperatorSettings, **_: Any) -> None:
 @kopf.index("apps", "v1", "deployments", labels=render.MANAGED_BY)
 def child_deployments(namespace: str | None, name: str, body: kopf.Body, **_: Any) -> object:
     return {(namespace, name): kube.deployment_view(body)}
+
+
+# A ReplicaSet has its pods' labels: keyed as they are, by (namespace, owner's name, track).
+def child_replica_sets(namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_: Any) -> object:
+    return {kube.pods_key(namespace or "", labels): kube.replica_set_view(body)}
+
+
+def watch_replica_sets() -> None:
+    """Index the ReplicaSets (`specgate run` does, where the RBAC lets it list and watch them): kopf
+    runs no handler until every index is filled, so one it may not list would stop every rollout.
+    Without it, a rolling track's raise is not judged on its ReplicaSets (capacity.scaled_ready)."""
+    kopf.index("apps", "v1", "replicasets", labels=render.MANAGED_BY)(child_replica_sets)
 
 
 @kopf.index("v1", "services", labels=render.MANAGED_BY)
@@ -103,7 +115,12 @@ def reconcile(
     owner = Owner(name=meta["name"], namespace=meta["namespace"], uid=meta["uid"])
     generation = int(meta.get("generation", 0))
     current = api.parse_status(dict(status))
-    children = kube.Children(indexes["child_deployments"], indexes["child_services"], indexes["child_pods"])
+    children = kube.Children(
+        indexes["child_deployments"],
+        indexes["child_services"],
+        indexes["child_pods"],
+        indexes.get("child_replica_sets", {}),  # not watched where the RBAC does not let it
+    )
     annotations = dict(meta.get("annotations") or {})
     try:
         with metrics.RECONCILE_SECONDS.time():
@@ -851,7 +868,10 @@ def plan_tracks(
     route = observation.route
     weights = most_of(decision.route_weights, route.in_spec if route is not None else None)
     routed = None if weights is None else {Track.BASELINE: weights.baseline, Track.CANARY: weights.canary}
-    waiting = rollout.templates_to_wait(spec, rendered, _tracks(observation), wanted, routed)
+    states = _tracks(observation)
+    waiting = rollout.templates_to_wait(spec, rendered, states, wanted, routed)
+    unavailable = rollout.rendered_unavailable(spec, states, wanted, rendered)
+    manifests = {track: render.with_max_unavailable(m, unavailable[track]) for track, m in manifests.items()}
     return TrackPlan(manifests, frozenset(decision.keep_template | waiting))
 
 

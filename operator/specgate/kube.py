@@ -10,7 +10,7 @@ import hashlib
 import json
 import logging
 import time
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
@@ -21,6 +21,7 @@ from kubernetes.client.exceptions import ApiException
 
 import specgate
 from specgate import api
+from specgate.capacity import ReplicaSetState
 from specgate.observation import BenchmarkJob, TrackState, Workload
 from specgate.render import (
     ANNOTATION_RENDERED,
@@ -42,6 +43,9 @@ FIELD_MANAGER = "specgate"
 CHILD_SELECTOR = ",".join(f"{key}={value}" for key, value in MANAGED_BY.items())
 MONITORING_GROUP = "monitoring.coreos.com"
 APPLY = "application/apply-patch+yaml"  # a JSON body is valid YAML
+# The Deployment controller's note on a ReplicaSet: the Deployment's replicas + maxSurge when it last
+# scaled the ReplicaSet (deploymentutil.MaxReplicasAnnotation), its base in a scaling event.
+ANNOTATION_MAX_REPLICAS = "deployment.kubernetes.io/max-replicas"
 
 # Waiting reasons that will not clear up by themselves: the pod needs a different spec.
 FATAL_WAITING_REASONS = frozenset(
@@ -57,6 +61,8 @@ PERMISSIONS: tuple[tuple[str, str, frozenset[str]], ...] = (
     ("specgate.dev", "speculativedeployments/status", frozenset({"get", "patch"})),
     ("apps", "deployments", frozenset({"get", "list", "watch", "create", "patch"})),
     ("apps", "deployments/scale", frozenset({"patch"})),
+    # A rolling Deployment's ReplicaSets: what its next scaling event takes (capacity.scaled_ready).
+    ("apps", "replicasets", frozenset({"list", "watch"})),
     ("", "services", frozenset({"get", "list", "watch", "create", "patch"})),
     ("", "pods", frozenset({"list", "watch"})),
     ("", "pods/log", frozenset({"get"})),  # a crashed container's last lines, on failure only
@@ -107,6 +113,29 @@ def warm_up() -> None:
         serves_pod_monitors()
     except (ApiException, OSError) as exc:  # the reconciles report it, with the object it concerns
         log.warning("the API server did not answer at start: %s", exc)
+
+
+ACCESS_REVIEWS = "/apis/authorization.k8s.io/v1/selfsubjectaccessreviews"
+
+
+def may_list_and_watch(group: str, resource: str, namespaces: Sequence[str]) -> bool:
+    """Whether this process's RBAC lets it list and watch `resource` in each of `namespaces` ("":
+    cluster-wide), as SelfSubjectAccessReviews answer (every authenticated user may ask). An API
+    server that does not answer counts as yes: kopf's own watches then report what is wrong."""
+    for namespace in namespaces:
+        for verb in ("list", "watch"):
+            attributes = {"group": group, "resource": resource, "verb": verb, "namespace": namespace}
+            review = {"apiVersion": "authorization.k8s.io/v1", "kind": "SelfSubjectAccessReview"}
+            try:
+                answer = _request(
+                    "POST", ACCESS_REVIEWS, review | {"spec": {"resourceAttributes": attributes}}
+                )
+            except (ApiException, OSError) as exc:
+                log.warning("could not ask whether %s may be watched: %s", resource, exc)
+                return True
+            if not (answer.get("status") or {}).get("allowed"):
+                return False
+    return True
 
 
 def _custom() -> client.CustomObjectsApi:
@@ -405,11 +434,13 @@ class PodView:
 @dataclass(frozen=True)
 class Children:
     """The children as the watches last saw them (kopf indexes, filled before the first reconcile):
-    Deployments and Services by (namespace, name), pods by (namespace, owner's name, track)."""
+    Deployments and Services by (namespace, name), pods and ReplicaSets by (namespace, owner's name,
+    track)."""
 
     deployments: Mapping[tuple[str, str], Collection[DeploymentView]] = field(default_factory=dict)
     services: Mapping[tuple[str, str], Collection[str]] = field(default_factory=dict)  # resourceVersions
     pods: Mapping[tuple[str, str, str], Collection[PodView]] = field(default_factory=dict)
+    replica_sets: Mapping[tuple[str, str, str], Collection[ReplicaSetState]] = field(default_factory=dict)
 
     def deployment(self, namespace: str, name: str) -> DeploymentView | None:
         return next(iter(self.deployments.get((namespace, name), ())), None)
@@ -460,6 +491,20 @@ def pod_view(body: Mapping[str, Any]) -> PodView:
     )
 
 
+def replica_set_view(body: Mapping[str, Any]) -> ReplicaSetState:
+    """A ReplicaSet as its Deployment's next scaling event reads it (its labels are its pods')."""
+    meta, status = body.get("metadata", {}), body.get("status") or {}
+    annotated = (meta.get("annotations") or {}).get(ANNOTATION_MAX_REPLICAS)
+    created = api.parse_time(meta.get("creationTimestamp"))
+    return ReplicaSetState(
+        replicas=int((body.get("spec") or {}).get("replicas") or 0),
+        ready=int(status.get("readyReplicas") or 0),
+        max_replicas=int(annotated) if annotated and str(annotated).isdigit() else None,
+        # One form of the time, so that the strings sort as the times do.
+        created=f"{api.iso(created) if created else ''} {meta.get('name') or ''}",
+    )
+
+
 def pods_key(namespace: str, labels: Mapping[str, str]) -> tuple[str, str, str]:
     return namespace, labels.get(LABEL_DEPLOYMENT, ""), labels.get(LABEL_TRACK, "")
 
@@ -481,6 +526,9 @@ def track_state(children: Children, namespace: str, name: str, selector: dict[st
         template_hash=dep.template,
         rendered=dep.rendered,
         rolling=dep.rolling,
+        replica_sets=tuple(
+            rs for rs in children.replica_sets.get(pods_key(namespace, selector), ()) if rs.replicas
+        ),
     )
 
 

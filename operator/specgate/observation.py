@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime
 
+from specgate.capacity import ReplicaSetState
 from specgate.gates import AcceptanceWindow, Histogram, Load
 from specgate.traffic import Weights
 
@@ -25,6 +26,7 @@ class TrackState:
     rolling: bool = False  # its rolling update has pods of an older template still to replace
     # Ready pods on any of its templates: all serve behind the Service (None: ready_replicas).
     serving_ready: int | None = None
+    replica_sets: tuple[ReplicaSetState, ...] = ()  # those with replicas; () where not watched
 
     def ready(self, want: int) -> bool:
         return self.exists and want > 0 and self.ready_replicas >= want

@@ -304,6 +304,14 @@ def track_deployment(
     }
 
 
+def with_max_unavailable(manifest: Manifest, max_unavailable: int) -> Manifest:
+    """The Deployment `manifest` whose rolling update takes at most `max_unavailable` Ready pods:
+    fewer than the spec's where the other track cannot cover them (rollout.rendered_unavailable)."""
+    spec = manifest["spec"]
+    rolling = {**spec["strategy"]["rollingUpdate"], "maxUnavailable": max_unavailable}
+    return {**manifest, "spec": {**spec, "strategy": {**spec["strategy"], "rollingUpdate": rolling}}}
+
+
 def digest(manifest: Mapping[str, Any]) -> str:
     return hashlib.sha256(json.dumps(manifest, sort_keys=True).encode()).hexdigest()[:12]
 

@@ -362,8 +362,8 @@ class _Step:
             return self.baseline_replicas, self.canary_replicas, _held_weights(self)
         rollout = self.spec.rollout
         budget = capacity.Budget(self.spec.replicas, rollout.max_surge, rollout.max_unavailable)
-        baseline = _side(self.obs.baseline, rollout.max_unavailable)
-        canary = _side(self.obs.canary, rollout.max_unavailable)
+        baseline = _side(self.obs.baseline, budget)
+        canary = _side(self.obs.canary, budget)
         targets = (self.baseline_replicas, self.canary_replicas or 0)
         b, c = capacity.step_toward(budget, baseline, canary, targets, canary_share=rollout.canary_replicas)
         weights = None
@@ -434,10 +434,39 @@ def _held_weights(step: _Step) -> traffic.Weights | None:
     return traffic.held(rule, step.obs.baseline.serving, step.obs.canary.serving)
 
 
-def _side(track: TrackState, max_unavailable: int) -> capacity.Side:
+def _side(track: TrackState, budget: capacity.Budget) -> capacity.Side:
+    """The track as capacity counts on it, with the ReplicaSets and the maxSurge its Deployment's
+    next scaling event starts from (the Deployment is rendered with the spec's maxSurge)."""
     if not track.exists:
         return capacity.Side(0, 0)
-    return capacity.guaranteed(capacity.Side(track.replicas, track.serving), track.rolling, max_unavailable)
+    side = capacity.Side(
+        track.replicas, track.serving, replica_sets=track.replica_sets, max_surge=budget.max_surge
+    )
+    return capacity.guaranteed(side, track.rolling, budget.max_unavailable)
+
+
+def rendered_unavailable(
+    spec: SpeculativeDeploymentSpec,
+    states: Mapping[Track, TrackState],
+    wanted: Mapping[Track, int],
+    rendered: Mapping[Track, str],
+) -> dict[Track, int]:
+    """The maxUnavailable each wanted track's Deployment is rendered with: the spec's, but for a track
+    that rolls (mid-roll, or given a new template by this apply), whose roll may take only the Ready
+    pods the floor can spare beside the other track's (capacity.roll_unavailable). The baseline is
+    judged beside the canary as capacity counts on it, then the canary beside the baseline's result."""
+    budget = capacity.Budget(spec.replicas, spec.rollout.max_surge, spec.rollout.max_unavailable)
+    sides = {track: _side(states[track], budget) for track in Track}
+    result = {}
+    for track in (t for t in Track if t in wanted):
+        state, side, other = states[track], sides[track], sides[_other(track)]
+        if not state.exists or not (state.rolling or state.rendered != rendered.get(track)):
+            result[track] = budget.max_unavailable
+            continue
+        other_ready = other.kept(wanted.get(_other(track), other.replicas))
+        result[track] = capacity.roll_unavailable(budget, side, wanted[track], other_ready)
+        sides[track] = replace(side, unavailable=min(side.unavailable, result[track]))
+    return result
 
 
 def templates_to_wait(
@@ -501,7 +530,7 @@ def _new_template_keeps_floor(
     if rolling is None:
         return True
     other = states[_other(track)]
-    other_side = _side(other, budget.max_unavailable)
+    other_side = _side(other, budget)
     other_ready = other_side.kept(wanted.get(_other(track), other_side.replicas))
     return capacity.roll_keeps_floor(budget, rolling, other_ready)
 
@@ -652,9 +681,7 @@ def _adopting(
         held = handover.Step(workload.replicas, obs.baseline.replicas, False, message)
         return replace(_handing_over(status, obs, now, held, ()), workload_replicas=None)
     if not handed_over:
-        step = handover.hand_over(
-            ref.scale_down, budget, workload, _side(obs.baseline, rollout.max_unavailable)
-        )
+        step = handover.hand_over(ref.scale_down, budget, workload, _side(obs.baseline, budget))
         record = WorkloadStatus(
             name=ref.name,
             original_replicas=original,

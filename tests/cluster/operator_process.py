@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+import yaml
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from tests.conftest import ROOT
@@ -122,6 +123,20 @@ class Operator:
     def __exit__(self, *_: object) -> None:
         if self.proc is not None:
             _stop(self.proc)
+
+
+def service_account_kubeconfig(
+    kubectl: str, kubeconfig: str, namespace: str, account: str, path: Path
+) -> str:
+    """A kubeconfig at `path` that acts as ServiceAccount `account` (a token from `kubectl create
+    token`), as the operator runs in the cluster: exactly that account's RBAC."""
+    token = run(kubectl, "--kubeconfig", kubeconfig, "-n", namespace, "create", "token", account).strip()
+    config = yaml.safe_load(Path(kubeconfig).read_text())
+    config["users"] = [{"name": account, "user": {"token": token}}]
+    for ctx in config["contexts"]:
+        ctx["context"]["user"] = account
+    path.write_text(yaml.safe_dump(config))
+    return str(path)
 
 
 def custom_objects(api_client: client.ApiClient) -> client.CustomObjectsApi:

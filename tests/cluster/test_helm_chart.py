@@ -13,7 +13,7 @@ import pytest
 import yaml
 from kubernetes import client
 from tests.cluster.chart import CHART, HELM, KUBECONFORM, schema_location, strict
-from tests.cluster.operator_process import Operator, run, wait_for
+from tests.cluster.operator_process import Operator, run, service_account_kubeconfig, wait_for
 from tests.cluster.rollouts import run_rollout, sim_rollout
 
 from specgate import cli
@@ -153,15 +153,9 @@ def test_chart_installs_and_its_cluster_role_runs_a_rollout_watching_all_namespa
         env=env,
     )
     try:
-        token = run(
-            kubectl, "--kubeconfig", kubeconfig, "-n", RELEASE_NS, "create", "token", "specgate"
-        ).strip()
-        operator_kubeconfig = tmp_path / "operator-kubeconfig"
-        config = yaml.safe_load(Path(kubeconfig).read_text())
-        config["users"] = [{"name": "specgate", "user": {"token": token}}]
-        for ctx in config["contexts"]:
-            ctx["context"]["user"] = "specgate"
-        operator_kubeconfig.write_text(yaml.safe_dump(config))
+        operator_kubeconfig = service_account_kubeconfig(
+            kubectl, kubeconfig, RELEASE_NS, "specgate", tmp_path / "operator-kubeconfig"
+        )
 
         forbidden = subprocess.run(
             [kubectl, "--kubeconfig", str(operator_kubeconfig), "-n", namespace, "get", "secrets"],
@@ -183,6 +177,7 @@ def test_chart_installs_and_its_cluster_role_runs_a_rollout_watching_all_namespa
         # Only RBAC denials count: watching the whole cluster, it may also see another test's
         # namespace terminate (403 NamespaceTerminating on its events).
         assert not RBAC_DENIED.search(log), log[-2000:]
+        assert "may not list and watch ReplicaSets" not in log  # the chart grants the watch
     finally:
         run(HELM, "uninstall", "specgate", "--namespace", RELEASE_NS, env=env)
 

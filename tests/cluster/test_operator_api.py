@@ -21,6 +21,7 @@ from tests.cluster.operator_process import (
     get_sd,
     operator_process,
     sd_gone,
+    service_account_kubeconfig,
     specgate_status,
     wait_for,
 )
@@ -28,7 +29,7 @@ from tests.conftest import SAMPLES, load_sample, tiny
 from tests.unit.spec_cases import RULE_CASES
 
 import specgate
-from specgate import api
+from specgate import api, kube
 from specgate_lab import demo
 from specgate_lab.calibrate import free_port
 from specgate_lab.crds import install_crd
@@ -213,6 +214,53 @@ def test_operator_creates_the_baseline(
         (tmp_path / "operator.log").read_text(),
     ):
         assert secret not in text
+
+
+def test_an_operator_whose_role_lacks_replica_sets_says_so_and_still_reconciles(
+    api_client: client.ApiClient, namespace: str, kubeconfig: str, kubectl: str, tmp_path: Path
+) -> None:
+    """A Role from before 0.3.0 grants specgate everything but list and watch on ReplicaSets: `specgate
+    run` says so at start and reconciles without that watch (kopf would run no handler at all while
+    an index of its stays unfilled)."""
+    rbac, core = client.RbacAuthorizationV1Api(api_client), client.CoreV1Api(api_client)
+    name = f"specgate-no-replicasets-{namespace}"
+    rules = [
+        client.V1PolicyRule(api_groups=[group], resources=[resource], verbs=sorted(verbs))
+        for group, resource, verbs in kube.PERMISSIONS
+        if resource != "replicasets"
+    ]
+    assert len(rules) == len(kube.PERMISSIONS) - 1
+    core.create_namespaced_service_account(
+        namespace, client.V1ServiceAccount(metadata=client.V1ObjectMeta(name="specgate"))
+    )
+    rbac.create_cluster_role(client.V1ClusterRole(metadata=client.V1ObjectMeta(name=name), rules=rules))
+    binding = client.V1ClusterRoleBinding(
+        metadata=client.V1ObjectMeta(name=name),
+        role_ref=client.V1RoleRef(api_group="rbac.authorization.k8s.io", kind="ClusterRole", name=name),
+        subjects=[client.RbacV1Subject(kind="ServiceAccount", name="specgate", namespace=namespace)],
+    )
+    rbac.create_cluster_role_binding(binding)
+    try:
+        account = service_account_kubeconfig(kubectl, kubeconfig, namespace, "specgate", tmp_path / "sa")
+        body = tiny()
+        body["spec"]["podAnnotations"] = {"specgate.dev/lab-engine": "sim"}
+        log_path = tmp_path / "operator.log"
+        with operator_process(account, log_path, "--namespace", namespace):
+            create_sd(api_client, namespace, body)
+            apps = client.AppsV1Api(api_client)
+            wait_for(lambda: apps.read_namespaced_deployment("tiny-baseline", namespace), 60, "baseline")
+            observed = wait_for(
+                lambda: get_sd(api_client, namespace, "tiny").get("status", {}).get("observedGeneration"),
+                60,
+                "status",
+            )
+            assert observed == 1
+        log = log_path.read_text()
+        assert f"may not list and watch ReplicaSets (apps) in {namespace}" in log, log[-2000:]
+        assert "forbidden" not in log.lower(), log[-2000:]  # no watch or call it made was refused
+    finally:
+        rbac.delete_cluster_role_binding(name)
+        rbac.delete_cluster_role(name)
 
 
 def test_kubectl_get_shows_the_columns(

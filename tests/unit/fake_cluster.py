@@ -19,6 +19,8 @@ replicaset: "Scaling a ReplicaSet"), checked against the controller's source
 - A ReplicaSet scaled down deletes unready pods first, then the ones Ready for the shortest time.
 - Pods become Ready 1-3 ticks after they are created (minReadySeconds 0: Ready is available).
 - The controller may see a change a tick late (observedGeneration < generation meanwhile).
+- The operator's watch sees each ReplicaSet as the API server shows it: replicas, readyReplicas and
+  the max-replicas annotation (kube.replica_set_view).
 """
 
 from __future__ import annotations
@@ -29,11 +31,14 @@ import json
 import math
 import random
 from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from specgate import kube
+from specgate.capacity import ReplicaSetState
 from specgate.render import ANNOTATION_TEMPLATE, LABEL_TRACK, Manifest
 
+CREATED_AT = datetime(2026, 1, 1, tzinfo=UTC)  # tick 0's creationTimestamp
 BROKEN_IMAGE = "broken"  # an image whose containers crash-loop (e.g. a gated model's 401)
 
 
@@ -86,6 +91,21 @@ class ReplicaSet:
     @property
     def ready(self) -> int:
         return sum(pod.ready for pod in self.pods)
+
+    def body(self, name: str) -> dict[str, Any]:
+        """The ReplicaSet as the API server shows it: its pods' labels, the controller's max-replicas
+        annotation, a creationTimestamp a tick apart from the next one."""
+        created = CREATED_AT + timedelta(seconds=self.created)
+        return {
+            "metadata": {
+                "name": name,
+                "labels": self.template["metadata"]["labels"],
+                "annotations": {kube.ANNOTATION_MAX_REPLICAS: str(self.max_replicas)},
+                "creationTimestamp": created.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            },
+            "spec": {"replicas": self.replicas, "template": self.template},
+            "status": {"replicas": len(self.pods), "readyReplicas": self.ready},
+        }
 
 
 @dataclass
@@ -164,11 +184,16 @@ class FakeCluster:
             for name, dep in self.deployments.items()
         }
         pods: dict[tuple[str, str, str], list[kube.PodView]] = {}
-        for dep in self.deployments.values():
+        replica_sets: dict[tuple[str, str, str], list[ReplicaSetState]] = {}
+        for name, dep in self.deployments.items():
+            namespace = dep.manifest["metadata"]["namespace"]
             for pod in dep.pods():
-                key = kube.pods_key(dep.manifest["metadata"]["namespace"], pod.template["metadata"]["labels"])
+                key = kube.pods_key(namespace, pod.template["metadata"]["labels"])
                 pods.setdefault(key, []).append(kube.pod_view(pod.body()))
-        return kube.Children(deployments, {}, pods)
+            for rs_hash, rs in dep.replica_sets.items():
+                key = kube.pods_key(namespace, rs.template["metadata"]["labels"])
+                replica_sets.setdefault(key, []).append(kube.replica_set_view(rs.body(f"{name}-{rs_hash}")))
+        return kube.Children(deployments, {}, pods, replica_sets)
 
     def pods(self) -> list[Pod]:
         return [pod for dep in self.deployments.values() for pod in dep.pods()]

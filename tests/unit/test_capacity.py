@@ -2,17 +2,28 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
-from hypothesis import assume, given
+from hypothesis import given
 from hypothesis import strategies as st
 from tests.unit.fake_cluster import proportional_sizes
 from tests.unit.rollout_driver import Run, make_spec, metrics, ready, spec_body
 
 from specgate import api, render, rollout
 from specgate.api import Phase
-from specgate.capacity import Budget, Side, guaranteed, may_roll, step_toward
+from specgate.capacity import (
+    Budget,
+    ReplicaSetState,
+    Side,
+    guaranteed,
+    may_roll,
+    roll_unavailable,
+    scaled_ready,
+    step_toward,
+)
 from specgate.observation import TrackState
-from specgate.render import Track
+from specgate.render import Owner, Track
 
 
 def walk(budget: Budget, start: tuple[int, int], target: tuple[int, int]) -> list[int]:
@@ -279,6 +290,37 @@ def test_a_canary_re_render_waits_for_the_baselines_roll() -> None:
     }
 
 
+def test_a_max_unavailable_raised_mid_roll_is_rendered_only_as_far_as_the_other_track_covers() -> None:
+    """Issue 61, seed 693's sequence: replicas 5 (canary 2, maxSurge 1, maxUnavailable 0), the baseline
+    rolling after an operator upgrade (3 old Ready pods, 1 new one Ready), a canary pod crashed (1
+    of 2 Ready), then maxSurge 0 and maxUnavailable 2 (floor 3). The spec's 2 on the baseline's
+    Deployment lets it keep 3 - 2 = 1 of its 4 Ready pods: 2 Ready in all. Beside the canary's 1 it
+    must keep 2: it is rendered with 1. The canary, not rolling, keeps the spec's 2."""
+    spec = api.parse_spec(spec_body(canaryReplicas=2, maxSurge=0, maxUnavailable=2) | {"replicas": 5})
+    digests = {B: "after the upgrade", C: "as before"}
+    baseline = TrackState(
+        exists=True, replicas=3, ready_replicas=1, serving_ready=4, rendered=digests[B], rolling=True
+    )
+    canary = TrackState(exists=True, replicas=2, ready_replicas=1, rendered=digests[C])
+    states = {B: baseline, C: canary}
+    assert rollout.rendered_unavailable(spec, states, {B: 3, C: 2}, digests) == {B: 1, C: 2}
+    healed = {B: baseline, C: replace(canary, ready_replicas=2)}  # the canary covers the spec's 2
+    assert rollout.rendered_unavailable(spec, healed, {B: 3, C: 2}, digests) == {B: 2, C: 2}
+    manifest = render.deployment(spec, Owner("llama", "ml", "u-1"), B, 3)
+    lowered = render.with_max_unavailable(manifest, 1)
+    assert lowered["spec"]["strategy"]["rollingUpdate"] == {"maxSurge": 0, "maxUnavailable": 1}
+    assert manifest["spec"]["strategy"]["rollingUpdate"]["maxUnavailable"] == 2  # the spec's, unchanged
+
+
+def test_a_roll_without_surge_is_rendered_with_the_least_max_unavailable_kubernetes_accepts() -> None:
+    """maxSurge 0: a roll needs maxUnavailable 1 at least (the API server refuses both 0), even where
+    the floor would want none of the track's Ready pods taken; with a surge, 0 holds every one."""
+    rolling = guaranteed(Side(3, 3), rolling=True, max_unavailable=1)
+    assert roll_unavailable(Budget(4, max_surge=0, max_unavailable=1), rolling, 3, other_ready=0) == 1
+    assert roll_unavailable(Budget(4, max_surge=1, max_unavailable=1), rolling, 3, other_ready=0) == 0
+    assert roll_unavailable(Budget(4, max_surge=1, max_unavailable=1), rolling, 3, other_ready=1) == 1
+
+
 def to_canary_of(spec: api.SpeculativeDeploymentSpec) -> Run:
     run = Run(spec)
     n = spec.replicas
@@ -345,6 +387,19 @@ def ready_after(
     return min(old_ready, old_size) + min(new_ready, new_size)
 
 
+def watched(
+    old: tuple[int, int], new: tuple[int, int], annotated: tuple[int, int]
+) -> tuple[ReplicaSetState, ...]:
+    """The ReplicaSets with pods as the operator's watch shows them (kube.track_state), the old one
+    created first."""
+    sets = ((old, annotated[0], "2026-01-01T00:00:00Z old"), (new, annotated[1], "2026-01-01T00:01:00Z new"))
+    return tuple(
+        ReplicaSetState(pods, ready, max_replicas, created)
+        for (pods, ready), max_replicas, created in sets
+        if pods
+    )
+
+
 SPLITS = {
     "replicas": st.integers(1, 8),
     "surge": st.integers(0, 3),
@@ -368,9 +423,10 @@ def test_a_step_keeps_the_floor_for_every_replica_set_split_of_a_rolling_track(
 ) -> None:
     """Each track: its Deployment's replicas, an old and a new ReplicaSet of any pods and Ready pods,
     and any max-replicas annotations (a maxSurge lowered since they were sized leaves them above
-    replicas + maxSurge). specgate sees only replicas, Ready pods and whether it rolls; whatever the
-    split, the Ready pods both Deployments keep once Kubernetes acts on one step are the floor, or
-    what the tracks guaranteed before it (a roll may take maxUnavailable of its Ready pods anyway)."""
+    replicas + maxSurge). specgate sees replicas, Ready pods, whether it rolls and the ReplicaSets;
+    whatever the split, the Ready pods both Deployments keep once Kubernetes acts on one step are the
+    floor, or what the tracks guaranteed before it (a roll may take maxUnavailable of its Ready pods
+    anyway)."""
     budget = Budget(replicas, surge, unavailable)
     tracks = []
     for current, old, new, annotated in (baseline, canary):
@@ -378,16 +434,14 @@ def test_a_step_keeps_the_floor_for_every_replica_set_split_of_a_rolling_track(
         tracks.append(split)
     sides = [
         guaranteed(
-            Side(current, old[1] + new[1]), rolling=bool(old[0] and new[0]), max_unavailable=unavailable
+            Side(current, old[1] + new[1], replica_sets=watched(old, new, annotated), max_surge=surge),
+            rolling=bool(old[0] and new[0]),
+            max_unavailable=unavailable,
         )
-        for current, old, new, _ in tracks
+        for current, old, new, annotated in tracks
     ]
     target = (max(replicas - target_canary, 0), min(target_canary, replicas))
     b, c = step_toward(budget, sides[0], sides[1], target)
-    for (current, (old, _), (new, _), _), side, n in zip(tracks, sides, (b, c), strict=True):
-        # Left open (see capacity.py): a rolling track raised while its ReplicaSets hold more pods
-        # than the raise allows (maxSurge fell by more than the raise): the scaling event sheds some.
-        assume(not (side.rolling and n > current and old + new > n + surge))
     kept = ready_after(tracks[0], b, surge) + ready_after(tracks[1], c, surge)
     guaranteed_before = sides[0].kept(sides[0].replicas) + sides[1].kept(sides[1].replicas)
     assert kept >= min(budget.min_ready, guaranteed_before)
@@ -397,7 +451,7 @@ def test_a_stuck_roll_is_not_lowered_while_the_floor_needs_its_ready_pods() -> N
     """Issue 61: the baseline's roll stuck (old ReplicaSet 6 Ready, new one 2 crash-looping, sized for
     6 + maxSurge 2), maxSurge lowered to 1, replicas 6 -> 5 (floor 5). Lowering it to 5 is a scaling
     event against those 8 pods: 6 * 6/8 rounds to 5, the leftover to the largest, the old one, 6 -> 4.
-    It keeps its 6 replicas; a raise is not held (see capacity.py)."""
+    It keeps its 6 replicas; a raise is not held where the ReplicaSets are not seen (see capacity.py)."""
     baseline = (6, (6, 6), (2, 0), (8, 8))
     assert ready_after(baseline, 5, surge=1) == 4  # what 1be5013's step led to
     rolling = guaranteed(Side(6, 6), rolling=True, max_unavailable=0)
@@ -405,6 +459,32 @@ def test_a_stuck_roll_is_not_lowered_while_the_floor_needs_its_ready_pods() -> N
     assert step_toward(Budget(7, max_surge=1, max_unavailable=0), rolling, Side(0, 0), (7, 0)) == (7, 0)
     # With the canary's Ready pods keeping the floor alone, the rolling baseline may change.
     assert step_toward(Budget(5, max_surge=1, max_unavailable=0), rolling, Side(5, 5), (0, 5)) == (0, 5)
+
+
+def test_a_scaling_event_keeps_the_ready_pods_the_controllers_proportions_leave() -> None:
+    """capacity.scaled_ready against the Kubernetes docs' example (10 replicas, maxSurge 3, stuck at 8
+    old Ready and 5 new unready; 15 replicas: 11 and 7, no Ready pod lost) and issue 61's raise
+    (maxSurge 3 -> 1, then 6 -> 7: 6 + 3 pods sized for 9 share 8, the old one gives up a Ready pod)."""
+    docs = (ReplicaSetState(8, 8, 13, "1 old"), ReplicaSetState(5, 0, 13, "2 new"))
+    assert scaled_ready(docs, 15 + 3) == 8
+    stuck = (ReplicaSetState(6, 6, 9, "1 old"), ReplicaSetState(3, 0, 9, "2 new"))
+    assert scaled_ready(stuck, 7 + 1) == 5
+    assert scaled_ready(stuck, 8 + 1) == 6  # sized for as many pods as before: nothing shed
+    assert scaled_ready(stuck[:1], 7 + 1) is None  # one ReplicaSet takes the replicas as they are
+    assert scaled_ready((stuck[0], ReplicaSetState(3, 0, None, "2 new")), 8) is None  # not annotated
+
+
+def test_a_stuck_roll_is_not_raised_while_its_scaling_event_would_shed_ready_pods_the_floor_needs() -> None:
+    """Issue 61's raise: the baseline's roll stuck at 6 old Ready pods and 3 crash-looping new ones,
+    sized for 6 + maxSurge 3; maxSurge lowered to 1, replicas 6 -> 7. Raising it to 7 would take an
+    old Ready pod (6 -> 5 of a floor of 6 reached): it keeps its 6 replicas until the canary's Ready
+    pods keep the floor alone, and is raised where the ReplicaSets shed nothing."""
+    stuck = (ReplicaSetState(6, 6, 9, "1 old"), ReplicaSetState(3, 0, 9, "2 new"))
+    rolling = guaranteed(Side(6, 6, replica_sets=stuck, max_surge=1), rolling=True, max_unavailable=0)
+    assert step_toward(Budget(7, max_surge=1, max_unavailable=0), rolling, Side(0, 0), (7, 0)) == (6, 0)
+    assert step_toward(Budget(7, max_surge=1, max_unavailable=0), rolling, Side(7, 7), (7, 7)) == (7, 7)
+    unshed = guaranteed(Side(6, 6, replica_sets=stuck, max_surge=3), rolling=True, max_unavailable=0)
+    assert step_toward(Budget(7, max_surge=3, max_unavailable=0), unshed, Side(0, 0), (7, 0)) == (7, 0)
 
 
 def test_a_canarys_ready_pod_a_pending_lowering_would_take_is_kept_within_its_share() -> None:

@@ -46,18 +46,14 @@ def test_a_stuck_roll_lowered_after_its_max_surge_keeps_the_floor(monkeypatch: p
     assert history.cluster.ready_serving(render.serving_selector(OWNER)) == 6
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="left open (capacity.py): a rolling track raised after maxSurge fell by more than the raise; "
-    "holding the raise leaves a stuck roll below its replicas, which the fuzz found worse",
-)
 def test_a_stuck_roll_raised_after_its_max_surge_fell_keeps_the_floor(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """The same mechanism raising: maxSurge 3 -> 1, then replicas 6 -> 7. The ReplicaSets were sized
     for 6 + 3 = 9 pods and 7 + 1 are allowed now, so the scaling event still sheds one, from the
     largest ReplicaSet: the old one, 6 -> 5 Ready of a floor of 6 (7's floor not reached yet).
-    Still open: it fails as long as specgate raises a rolling track without seeing its ReplicaSets."""
+    specgate reads the ReplicaSets' sizes and annotations (capacity.scaled_ready) and holds the
+    raise while the roll is stuck."""
     generated = stuck_roll_history(
         3, (6, "surge", {"rollout": {"maxSurge": 1}}), (10, "hpa", {"replicas": 7})
     )
@@ -65,6 +61,36 @@ def test_a_stuck_roll_raised_after_its_max_surge_fell_keeps_the_floor(
         broken = list(history.run())
     assert broken == [], "\n".join(history.log[-30:])
     assert history.cluster.deployments["llama-baseline"].replicas == 6
+
+
+# --- seed 693: maxUnavailable raised while one track rolls and the other is short of a Ready pod ---
+
+
+def test_a_max_unavailable_raised_mid_roll_beside_a_crashed_canary_pod_keeps_the_floor(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The day-2 fuzz's seed 693, as its sequence: replicas 5 (canary 2, maxSurge 1, maxUnavailable
+    0), paused in Analyzing; an operator upgrade re-renders the pods and, once unpaused, the baseline
+    rolls (3 old Ready pods, 1 surge); a canary pod crashes; then maxSurge 0, maxUnavailable 2 (floor
+    3). With the spec's 2 on its Deployment the baseline's roll keeps 3 - 2 = 1 Ready pod: 2 in all
+    beside the canary's 1. The baseline's Deployment is rendered with what the canary leaves it: 1."""
+    spec = spec_body(
+        canaryReplicas=2, maxSurge=1, maxUnavailable=0, metrics={"prometheusUrl": "http://p:9090"}
+    )
+    events = (
+        Event(20, "pause", spec={"rollout": {"paused": True}}),
+        Event(30, "upgrade"),
+        Event(40, "pause", spec={"rollout": {"paused": False}}),
+        Event(43, "crash", pick=0.9),
+        Event(45, "budget", spec={"rollout": {"maxSurge": 0, "maxUnavailable": 2}}),
+    )
+    generated = Generated(0, spec | {"image": "vllm:1", "replicas": 5}, events)
+    with History(generated, ticks=80).wired(monkeypatch) as history:
+        broken = list(history.run())
+    assert broken == [], "\n".join(history.log[-30:])
+    # The crash took one of the canary's 2 Ready pods, beside the baseline's roll (old 3, surge 1).
+    assert "43: after reconcile llama-baseline 3: 3/3 1/0; llama-canary 2: 2/1" in history.log
+    assert history.floors >= {5, 3} and history.min_ready == 3  # the new floor was reached and held
 
 
 # --- the fake cluster's Deployment controller against the Kubernetes documentation ---

@@ -17,9 +17,14 @@ from kubernetes.client import (
     V1PodCondition,
     V1PodStatus,
     V1PodTemplateSpec,
+    V1ReplicaSet,
+    V1ReplicaSetSpec,
+    V1ReplicaSetStatus,
 )
+from kubernetes.client.exceptions import ApiException
 
 from specgate import kube
+from specgate.capacity import ReplicaSetState
 from specgate.observation import TrackState
 from specgate.render import ANNOTATION_RENDERED, ANNOTATION_TEMPLATE, Owner, Track, selector_labels
 
@@ -111,6 +116,50 @@ def test_a_deployment_the_watch_has_not_seen_does_not_exist() -> None:
     )
 
 
+def replica_set(
+    name: str, replicas: int, ready: int, max_replicas: str | None, minute: int
+) -> dict[str, Any]:
+    """A ReplicaSet of llama-canary as the Deployment controller makes it: its pods' labels, its
+    max-replicas annotation (None: absent), created `minute` minutes into the hour."""
+    annotations = {} if max_replicas is None else {kube.ANNOTATION_MAX_REPLICAS: max_replicas}
+    meta = V1ObjectMeta(
+        name=name,
+        labels={**LABELS, "pod-template-hash": name},
+        annotations=annotations,
+        creation_timestamp=datetime(2026, 11, 25, 10, minute, tzinfo=UTC),
+    )
+    spec = V1ReplicaSetSpec(replicas=replicas, selector=V1LabelSelector())
+    return wire(
+        V1ReplicaSet(
+            metadata=meta, spec=spec, status=V1ReplicaSetStatus(replicas=replicas, ready_replicas=ready)
+        )
+    )
+
+
+def test_a_tracks_replica_sets_with_pods_are_read_with_their_sizes_and_annotations() -> None:
+    """What a rolling Deployment's next scaling event starts from (capacity.scaled_ready): each
+    ReplicaSet's replicas, Ready pods and max-replicas annotation, in creation order; one scaled to 0
+    (a finished roll's, kept for rollbacks) takes no part."""
+    bodies = [
+        replica_set("old", 6, 6, "9", minute=1),
+        replica_set("new", 3, 0, None, minute=2),
+        replica_set("older", 0, 0, "5", minute=0),
+    ]
+    by_key: dict[tuple[str, str, str], list[ReplicaSetState]] = {}
+    for body in bodies:
+        by_key.setdefault(kube.pods_key("ml", body["metadata"]["labels"]), []).append(
+            kube.replica_set_view(body)
+        )
+    watch = children(deployment(6, "new", ready=0, pods=9, updated=3), [])
+    watch = kube.Children(watch.deployments, pods=watch.pods, replica_sets=by_key)
+    state = kube.track_state(watch, "ml", "llama-canary", LABELS)
+    assert state.replica_sets == (
+        ReplicaSetState(6, 6, 9, "2026-11-25T10:01:00Z old"),
+        ReplicaSetState(3, 0, None, "2026-11-25T10:02:00Z new"),
+    )
+    assert sorted(rs.created for rs in state.replica_sets) == [rs.created for rs in state.replica_sets]
+
+
 def test_pods_are_kept_by_namespace_owner_and_track() -> None:
     assert kube.pods_key("ml", LABELS) == ("ml", "llama", "canary")
     assert kube.pods_key("ml", {"app": "other"}) == ("ml", "", "")
@@ -160,3 +209,32 @@ def test_a_child_is_written_again_only_when_it_or_its_manifest_changed(monkeypat
     kube.forget(owner.uid)
     kube.apply({**manifest, "spec": {"replicas": 2}}, watched(apps.generation))  # nothing remembered
     assert apps.writes == [1, 1, 1, 2, 2]
+
+
+def test_the_replica_set_watch_is_asked_of_the_rbac_per_namespace_and_verb(monkeypatch: Any) -> None:
+    """`specgate run` indexes the ReplicaSets only where its RBAC lets it list and watch them (kopf
+    would run no handler at all beside an index it may not fill): one SelfSubjectAccessReview per
+    namespace and verb, the first denial ending it; an API server that does not answer counts as
+    allowed (kopf's watches then say what is wrong)."""
+    asked: list[tuple[str, str]] = []
+    denied = {("team-b", "watch")}
+
+    def review(method: str, path: str, body: Any = None, **_: Any) -> dict[str, Any]:
+        assert (method, path, body["kind"]) == ("POST", kube.ACCESS_REVIEWS, "SelfSubjectAccessReview")
+        attributes = body["spec"]["resourceAttributes"]
+        assert (attributes["group"], attributes["resource"]) == ("apps", "replicasets")
+        asked.append((attributes["namespace"], attributes["verb"]))
+        return {"status": {"allowed": asked[-1] not in denied}}
+
+    monkeypatch.setattr(kube, "_request", review)
+    assert kube.may_list_and_watch("apps", "replicasets", [""])
+    assert asked == [("", "list"), ("", "watch")]
+    asked.clear()
+    assert not kube.may_list_and_watch("apps", "replicasets", ["team-a", "team-b", "team-c"])
+    assert asked == [("team-a", "list"), ("team-a", "watch"), ("team-b", "list"), ("team-b", "watch")]
+
+    def unreachable(*_: Any, **__: Any) -> dict[str, Any]:
+        raise ApiException(status=503, reason="Service Unavailable")
+
+    monkeypatch.setattr(kube, "_request", unreachable)
+    assert kube.may_list_and_watch("apps", "replicasets", ["team-a"])

@@ -10,17 +10,22 @@ import pytest
 from prometheus_client import REGISTRY
 from tests.unit.rollout_driver import Run
 
-from specgate import api, handlers
+from specgate import api, handlers, kube
 from specgate.rollout import Decision
 
 META = {"name": "llama", "namespace": "ml", "uid": "u-61", "generation": 3}
 
 
-def reconcile(status: dict[str, Any], patch: kopf.Patch | None = None) -> kopf.Patch:
+def reconcile(
+    status: dict[str, Any], patch: kopf.Patch | None = None, replica_sets: bool = True
+) -> kopf.Patch:
     """One tick of the kopf timer on the object into `patch` (returned; kopf applies it even when
-    the handler raises, which propagates)."""
+    the handler raises, which propagates); without the ReplicaSet index where `replica_sets` is
+    False (`specgate run` where the RBAC does not let it watch them)."""
     patch = kopf.Patch() if patch is None else patch
     indexes: dict[str, Any] = {"child_deployments": {}, "child_services": {}, "child_pods": {}}
+    if replica_sets:
+        indexes["child_replica_sets"] = {}
     handlers.reconcile(body={}, meta=META, spec={}, status=status, patch=patch, **indexes)
     return patch
 
@@ -73,6 +78,23 @@ def test_the_same_error_raised_n_times_is_a_condition_and_one_event_then_cleared
     with pytest.raises(ValueError):
         reconcile(status)
     assert handlers._FAILURES["u-61"][1] == 1
+
+
+def test_a_reconcile_without_the_replica_set_index_decides_on_no_replica_sets(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Where `specgate run` may not watch ReplicaSets it registers no index for them: reconcile
+    passes step the children it has, with no ReplicaSets, as where none were seen."""
+    seen: list[kube.Children] = []
+    kept = api.parse_status({})
+
+    def step(*args: Any) -> Decision:
+        seen.append(args[-1])
+        return Decision(kept, baseline_replicas=1, canary_replicas=1)
+
+    monkeypatch.setattr(handlers, "step", step)
+    reconcile({}, replica_sets=False)
+    assert [dict(children.replica_sets) for children in seen] == [{}]
 
 
 def test_different_errors_in_a_row_are_not_the_same_error(monkeypatch: pytest.MonkeyPatch) -> None:
