@@ -365,7 +365,7 @@ class _Step:
         baseline = _side(self.obs.baseline, budget)
         canary = _side(self.obs.canary, budget)
         targets = (self.baseline_replicas, self.canary_replicas or 0)
-        b, c = capacity.step_toward(budget, baseline, canary, targets, canary_share=rollout.canary_replicas)
+        b, c = capacity.step_toward(budget, baseline, canary, targets, canary_share=_canary_share(self))
         weights = None
         if routes_by_weight(self.spec):
             route = self.obs.route
@@ -388,6 +388,18 @@ class _Step:
         if self.hold:
             return frozenset(Track)
         return frozenset() if self.status.phase in CANARY_TEMPLATE_PHASES else frozenset({Track.CANARY})
+
+
+def _canary_share(step: _Step) -> int:
+    """The canary's Ready pods a lowering may keep for the floor: canaryReplicas while its Deployment
+    runs, or is about to be given, a config no gate passed; all of them while it keeps the gated one
+    (status.passedTemplateHash: a promoted canary serves until the next rollout's baseline has
+    taken over, and keeps its template until then)."""
+    canary = step.obs.canary
+    runs = canary.template_hash if Track.CANARY in step._kept_templates() else step.status.template_hash
+    gated = canary.exists and runs is not None and runs == step.status.passed_template_hash
+    rollout = step.spec.rollout
+    return step.spec.replicas + rollout.max_surge if gated else rollout.canary_replicas
 
 
 def _routed_for_delay(step: _Step) -> bool:
@@ -484,7 +496,7 @@ def templates_to_wait(
       the other track's pods take none of the route's traffic for it);
     - a re-render of the spec the pods run (rendered: the digests this operator version renders,
       which an older one rendered differently): they roll one at a time, the baseline first, each
-      when capacity.may_roll allows."""
+      when capacity.may_roll allows and, behind a route, traffic.roll_carries."""
     budget = capacity.Budget(spec.replicas, spec.rollout.max_surge, spec.rollout.max_unavailable)
     kept = {
         track
@@ -509,7 +521,7 @@ def templates_to_wait(
         side[other],
         other_rolling=states[other].rolling,
         shrinking=any(n < states[track].replicas for track, n in wanted.items()),
-    )
+    ) and (routed is None or traffic.roll_carries(budget, _at(states[first], wanted[first]), routed.get(first, 0)))
     return frozenset(kept | set(rerender[1:] if allowed else rerender))
 
 
@@ -560,7 +572,12 @@ def _rolling(
     state = states[track]
     if not state.exists or state.template_hash in (None, render.template_hash(spec, track)):
         return None
-    return capacity.Side(wanted[track], min(state.ready_replicas, wanted[track]))
+    return _at(state, wanted[track])
+
+
+def _at(state: TrackState, replicas: int) -> capacity.Side:
+    """The track at `replicas`, its Ready pods above them gone."""
+    return capacity.Side(replicas, min(state.ready_replicas, replicas))
 
 
 def invalid_spec(

@@ -14,7 +14,9 @@ kubelet. Invariants checked every tick (DESIGN.md, section 2):
   deleted pod) lowers it by the pod it took until a newly Ready pod makes up for it (tests/floor.py).
 - Never more Ready pods on canary templates that no gate passed than the canary's share
   (canaryReplicas, plus maxSurge while the canary Deployment itself rolls).
-- A rollback resumed after a failed spec ends with the reason it began with.
+- A rollback resumed after a failed spec ends with the reason it began with (RouteNotAccepted may
+  stand in while its last pods wait for the Gateway).
+- No traffic through the Gateway to a track without Ready pods (router GatewayAPI; check_route).
 - A reconcile never raises (issue 61: a measurement switched mid-analysis raised on every tick).
 
 Besides the images, drafts, pauses, retries, aborts and replicas of day 2, the histories edit
@@ -38,6 +40,7 @@ from typing import Any, TypeVar
 import pytest
 from tests.floor import Floor
 from tests.unit.fake_cluster import BROKEN_IMAGE, FakeCluster, Pod
+from tests.unit.fake_gateway import FakeGateway
 from tests.unit.rollout_driver import T0, metrics, spec_body
 
 from specgate import api, handlers, kube, render
@@ -174,6 +177,49 @@ def _measurement(d: _Drawing) -> Event:
     return d.edit("measurement", {"rollout": {"measurement": mode}})
 
 
+ROUTED = {"router": "GatewayAPI", "httpRoute": {"parentRefs": [{"name": "inference", "namespace": "gw"}]}}
+
+
+def _router(d: _Drawing) -> Event:
+    """Service <-> an owned HTTPRoute (the Gateway accepts it some ticks later: fake_gateway.py)."""
+    routed = d.raw["rollout"].get("traffic", {}).get("router") == "GatewayAPI"
+    traffic = {"router": "Service", "httpRoute": None} if routed else ROUTED
+    return d.edit("router", {"rollout": {"traffic": traffic}})
+
+
+def _strategy(d: _Drawing) -> Event:
+    """canary <-> sequential (refused beside router GatewayAPI: Failed until the next edit fixes it)."""
+    current = d.raw["rollout"].get("strategy", "canary")
+    return d.edit("strategy", {"rollout": {"strategy": "sequential" if current == "canary" else "canary"}})
+
+
+def _schedule(d: _Drawing) -> Event:
+    """A K schedule per batch size: explicit ranges, Auto (the cost model's), or none."""
+    k = max(d.raw.get("speculative", {}).get("numSpeculativeTokens", 3), 1)
+    ranges = [
+        {"minBatchSize": 1, "maxBatchSize": 8, "numSpeculativeTokens": k},
+        {"minBatchSize": 9, "maxBatchSize": 256, "numSpeculativeTokens": d.rng.randint(1, k)},
+    ]
+    choice = d.rng.choice(["ranges", "auto", "none"])
+    speculative = {
+        "ranges": {"numSpeculativeTokensPerBatchSize": ranges, "numSpeculativeTokensPerBatchSizePolicy": None},
+        "auto": {"numSpeculativeTokensPerBatchSize": None, "numSpeculativeTokensPerBatchSizePolicy": "Auto"},
+        "none": {"numSpeculativeTokensPerBatchSize": None, "numSpeculativeTokensPerBatchSizePolicy": None},
+    }[choice]
+    return d.edit("schedule", {"speculative": speculative})
+
+
+def _gates(d: _Drawing) -> Event:
+    """The gates' thresholds and policies (the canary's alpha is 0.8 or 0.3: some edits flip a verdict)."""
+    gates = {
+        "minAcceptanceRate": d.rng.choice([0.25, 0.55, 0.7, 0.9]),
+        "minAcceptanceRatePolicy": d.rng.choice(["Fixed", "BreakEven"]),
+        "maxP99PerTokenRegression": d.rng.choice([0.05, 0.1, 1.0]),
+        "minSpeedup": d.rng.choice([0.5, 1.0, 1.2]),
+    }
+    return d.edit("gates", {"rollout": {"gates": gates}})
+
+
 def _fault(kind: str) -> Callable[[_Drawing], Event]:
     return lambda d: Event(d.tick, kind, pick=d.rng.random())
 
@@ -196,6 +242,10 @@ EVENTS: dict[str, tuple[float, Callable[[_Drawing], Event]]] = {
     "metrics": (1, lambda d: Event(d.tick, "metrics", lasts=d.rng.randint(3, 20))),
     "budget": (2, _budget),
     "measurement": (1.5, _measurement),
+    "router": (1.5, _router),
+    "strategy": (1, _strategy),
+    "schedule": (1, _schedule),
+    "gates": (1, _gates),
 }
 
 
@@ -252,11 +302,15 @@ class History:
     floors: set[int] = field(default_factory=set)  # every floor in force
     rollback_reason: str | None = None
     jobs: dict[str, int] = field(default_factory=dict)  # benchmark Jobs by name: the tick each was made
+    ungated_allowed: int = 0  # Ready pods on ungated canary templates allowed now (check_capacity)
+    faulted: dict[str, int] = field(default_factory=dict)  # by track: the last tick a fault took its pod
     log: list[str] = field(default_factory=list)
+    gateway: FakeGateway = field(init=False)
 
     def __post_init__(self) -> None:
         self.rng = random.Random(f"cluster-{self.generated.seed}")
         self.cluster = FakeCluster(self.rng)
+        self.gateway = FakeGateway(random.Random(f"gateway-{self.generated.seed}"))
         self.raw = copy.deepcopy(self.generated.spec)
         self.valid = api.parse_spec(self.raw)
 
@@ -274,6 +328,9 @@ class History:
             patch.setattr(kube, "benchmark_job", lambda _owner, name: self.benchmark_job(name))
             patch.setattr(kube, "scale_deployment", lambda _ns, name, n, _=None: self.cluster.scale(name, n))
             patch.setattr(kube, "track_state_now", self.track_state_now)
+            patch.setattr(kube, "serves_http_routes", lambda: True)
+            patch.setattr(kube, "read_route", lambda _ns, name: self.gateway.read(name))
+            patch.setattr(kube, "patch_route", lambda _ns, name, ops: self.gateway.patch(name, ops))
             patch.setattr(render, "pod_labels", self.pod_labels(render.pod_labels))
             patch.setattr(handlers, "PrometheusClient", lambda _url: self)
             yield self
@@ -292,6 +349,8 @@ class History:
         """A benchmark Job starts running; the rest is the cluster's."""
         if manifest["kind"] == "Job":
             self.jobs.setdefault(manifest["metadata"]["name"], self.tick)
+        elif manifest["kind"] == "HTTPRoute":
+            self.gateway.apply(manifest)
         else:
             self.cluster.apply(manifest)
 
@@ -363,7 +422,9 @@ class History:
             yield from self.reconcile()
             self.log.append(f"{self.tick}: after reconcile {self.cluster.describe()}")
             self.cluster.advance()
+            self.gateway.tick(self.tick)
             yield from self.check_capacity()
+            yield from self.check_route()
             self.cluster.kubelet()
 
     def reconcile(self) -> Iterator[str]:
@@ -392,7 +453,8 @@ class History:
             )
             if entry.reason != Reason.RESUMED and (entry.phase == Phase.ROLLING_BACK or direct):
                 self.rollback_reason = entry.reason
-        if status.phase == Phase.ROLLED_BACK and status.reason != self.rollback_reason:
+        # RouteNotAccepted stands in while a last pod waits for the Gateway (rollout._reason_entered_with).
+        if status.phase == Phase.ROLLED_BACK and status.reason not in (self.rollback_reason, Reason.ROUTE_NOT_ACCEPTED):
             yield f"RolledBack with reason {status.reason}, the rollback began with {self.rollback_reason}"
 
     @staticmethod
@@ -420,9 +482,37 @@ class History:
         )
         canary = self.cluster.deployments.get(render.deployment_name(OWNER, Track.CANARY))
         rolling = canary is not None and kube.deployment_view(canary.body()).rolling
-        share = spec.rollout.canary_replicas + (spec.rollout.max_surge if rolling else 0)
-        if ungated > share:
+        # Strategy sequential serves the canary on every pod while it is measured: the user's choice.
+        sequential = spec.rollout.strategy == api.Strategy.SEQUENTIAL
+        canary_share = spec.replicas if sequential else spec.rollout.canary_replicas
+        share = canary_share + (spec.rollout.max_surge if rolling else 0)
+        # A share lowered by an edit (sequential -> canary) is reached as the baseline takes over
+        # (the floor comes first): until then the canary's Deployment may only be lowered toward it.
+        asked = (canary.replicas + (spec.rollout.max_surge if rolling else 0)) if canary is not None else 0
+        self.ungated_allowed = max(share, min(self.ungated_allowed, asked))
+        if ungated > self.ungated_allowed:
             yield f"{ungated} Ready pods on ungated canary templates, the canary's share is {share}"
+
+    def check_route(self) -> Iterator[str]:
+        """No traffic through the Gateway to a track without Ready pods, but for a track whose pod a
+        fault took until the Gateway accepted weights written after it (the fault's tick's reconcile
+        sees it; the next one too where the watch lags); not where the spec lets every pod go, nor
+        where no track has a Ready pod."""
+        served = self.gateway.served_backends(OWNER.name)
+        accepted = self.gateway.accepted_at.get(OWNER.name, 0)
+        floor = self.valid.replicas - self.valid.rollout.max_unavailable  # 0: every pod may go
+        ready = {
+            track: self.cluster.ready_serving({**render.serving_selector(OWNER), render.LABEL_TRACK: track.value})
+            for track in Track
+        }
+        for track in Track:
+            service = render.service_name(OWNER, track)
+            if not served.get(service) or not any(ready.values()):  # no weights could serve then
+                continue
+            hurt = self.faulted.get(track.value)
+            unanswered = hurt is not None and accepted <= hurt + 1
+            if ready[track] == 0 and not unanswered and floor > 0:
+                yield f"the Gateway sends {served[service]} of {sum(served.values())} to {service}, which has no Ready pod"
 
     # --- events ---
 
@@ -454,6 +544,7 @@ class History:
             "delete": self.cluster.delete,
         }
         hurt[event.kind](pod)
+        self.faulted[pod.template["metadata"]["labels"][render.LABEL_TRACK]] = self.tick
         self.log.append(f"{self.tick}: {event.kind} took {pod.name}")
         self.floor.lose_one()
 

@@ -25,6 +25,7 @@ from tests.unit.rollout_driver import (
     make_spec,
     metrics,
     ready,
+    spec_body,
     steady_history,
     to_rerollout,
 )
@@ -1075,6 +1076,24 @@ def _rerender(
     return rollout.templates_to_wait(spec, {t: "new" for t in wanted}, on_spec, wanted)
 
 
+def test_a_promoted_canary_being_lowered_keeps_the_ready_pods_an_hpa_raise_needs() -> None:
+    """The day-2 fuzz with its new edits (issue 61, seed 113): Promoted on two canary pods (replicas
+    2, maxSurge 2, maxUnavailable 1), a new draft length lowers the canary to one while the baseline
+    starts; before its Deployment acts, an HPA raises replicas to 6 (floor 5, two Ready pods in all).
+    The canary's pods still run the gated config (its template is kept until the baseline takes
+    over), so both are kept, not capped at canaryReplicas: the floor lost one before."""
+    run = Run(make_spec(maxSurge=2, maxUnavailable=1))
+    run.to_promoted()
+    promoted = replace(ready(2), template_hash=run.status.passed_template_hash)
+    edit(run, speculative={"method": "draft_model", "draftModel": "d", "numSpeculativeTokens": 2})
+    lowered = run.step(baseline=TrackState(exists=True), canary=promoted)
+    assert (run.phase, lowered.canary_replicas) == (Phase.BASELINE, 1)
+    assert render.Track.CANARY in lowered.keep_template
+    edit(run, replicas=6)
+    kept = run.step(baseline=TrackState(exists=True, replicas=2), canary=replace(promoted, replicas=1))
+    assert kept.canary_replicas == 2
+
+
 def test_an_operator_upgrade_re_renders_one_track_at_a_time_baseline_first() -> None:
     b, c = render.Track.BASELINE, render.Track.CANARY
     assert _rerender({b: ready(1), c: ready(1)}, {b: 1, c: 1}) == {c}  # the baseline goes first
@@ -1085,6 +1104,25 @@ def test_an_operator_upgrade_re_renders_one_track_at_a_time_baseline_first() -> 
     assert _rerender({b: ready(1), c: rolling}, {b: 1, c: 1}) == {b, c}  # never beside the other's roll
     assert _rerender({b: ready(1), c: ready(1)}, {b: 0, c: 1}) == {b, c}  # a shrink this reconcile
     assert _rerender({b: ready(1), c: replace(ready(1), ready_replicas=0)}, {b: 1, c: 1}) == {b, c}
+
+
+def test_behind_a_route_a_re_render_waits_while_its_roll_would_leave_the_tracks_weight_on_no_pod() -> None:
+    """The day-2 fuzz with routes (issue 61): replicas 3, maxSurge 0, maxUnavailable 2 (floor 1),
+    Analyzing with one baseline pod that the route gives a third of its traffic: an operator upgrade
+    re-rendered it at once (the canary's two pods keep the floor), and the Gateway sent that third
+    to a Service with no Ready pod for the roll's length. It waits while the route weights the
+    track (and the canary with it: one track re-renders at a time, the baseline first)."""
+    b, c = render.Track.BASELINE, render.Track.CANARY
+    spec = api.parse_spec(spec_body(maxSurge=0, maxUnavailable=2) | {"replicas": 3})
+    on_spec = {
+        t: replace(ready(n), template_hash=render.template_hash(spec, t), rendered="old")
+        for t, n in ((b, 1), (c, 2))
+    }
+    wanted, rendered = {b: 1, c: 2}, {b: "new", c: "new"}
+    assert rollout.templates_to_wait(spec, rendered, on_spec, wanted) == {c}  # no route: the baseline first
+    third = {b: 33, c: 67}
+    assert rollout.templates_to_wait(spec, rendered, on_spec, wanted, third) == {b, c}
+    assert rollout.templates_to_wait(spec, rendered, on_spec, wanted, {b: 0, c: 100}) == {c}
 
 
 def test_a_spec_change_or_a_render_already_applied_is_not_held() -> None:
