@@ -326,7 +326,7 @@ class History:
             patch.setattr(kube, "_read_previous_log", lambda *_: "")
             patch.setattr(kube, "apply", lambda manifest, _=None: self.apply(manifest))
             patch.setattr(kube, "benchmark_job", lambda _owner, name: self.benchmark_job(name))
-            patch.setattr(kube, "scale_deployment", lambda _ns, name, n, _=None: self.cluster.scale(name, n))
+            patch.setattr(kube, "scale_deployment", self.scale_deployment)
             patch.setattr(kube, "track_state_now", self.track_state_now)
             patch.setattr(kube, "serves_http_routes", lambda: True)
             patch.setattr(kube, "read_route", lambda _ns, name: self.gateway.read(name))
@@ -334,6 +334,13 @@ class History:
             patch.setattr(render, "pod_labels", self.pod_labels(render.pod_labels))
             patch.setattr(handlers, "PrometheusClient", lambda _url: self)
             yield self
+
+    def scale_deployment(self, namespace: str, name: str, replicas: int, children: kube.Children | None = None) -> None:
+        """As kube.scale_deployment: no request where the watched Deployment has these replicas
+        already (with the watch lagging, the cluster's may differ: the write it would undo is not sent)."""
+        dep = (children or kube.Children()).deployment(namespace, name)
+        if dep is None or dep.replicas != replicas:
+            self.cluster.scale(name, replicas)
 
     def track_state_now(self, namespace: str, name: str, selector: dict[str, str]) -> TrackState:
         """The fake cluster as it is now (what the step's children also show: no watch lags here)."""
