@@ -521,7 +521,10 @@ def templates_to_wait(
         side[other],
         other_rolling=states[other].rolling,
         shrinking=any(n < states[track].replicas for track, n in wanted.items()),
-    ) and (routed is None or traffic.roll_carries(budget, _at(states[first], wanted[first]), routed.get(first, 0)))
+    ) and (
+        routed is None
+        or traffic.roll_carries(budget, _at(states[first], wanted[first]), routed.get(first, 0))
+    )
     return frozenset(kept | set(rerender[1:] if allowed else rerender))
 
 

@@ -21,8 +21,10 @@ kubelet. Invariants checked every tick (DESIGN.md, section 2):
 
 Besides the images, drafts, pauses, retries, aborts and replicas of day 2, the histories edit
 maxSurge and maxUnavailable (the fake cluster scales a mid-roll Deployment proportionally, as
-Kubernetes does) and rollout.measurement, in every phase; benchmark Jobs run for a minute and report
-the canary's alpha, as Prometheus reads it over the Job.
+Kubernetes does), rollout.measurement, the router (Service or an owned HTTPRoute, which a fake
+Gateway accepts some ticks late: fake_gateway.py), the strategy, the K schedule and the gates, in
+every phase; benchmark Jobs run for a minute and report the canary's alpha, as Prometheus reads it
+over the Job.
 """
 
 from __future__ import annotations
@@ -202,7 +204,10 @@ def _schedule(d: _Drawing) -> Event:
     ]
     choice = d.rng.choice(["ranges", "auto", "none"])
     speculative = {
-        "ranges": {"numSpeculativeTokensPerBatchSize": ranges, "numSpeculativeTokensPerBatchSizePolicy": None},
+        "ranges": {
+            "numSpeculativeTokensPerBatchSize": ranges,
+            "numSpeculativeTokensPerBatchSizePolicy": None,
+        },
         "auto": {"numSpeculativeTokensPerBatchSize": None, "numSpeculativeTokensPerBatchSizePolicy": "Auto"},
         "none": {"numSpeculativeTokensPerBatchSize": None, "numSpeculativeTokensPerBatchSizePolicy": None},
     }[choice]
@@ -335,7 +340,9 @@ class History:
             patch.setattr(handlers, "PrometheusClient", lambda _url: self)
             yield self
 
-    def scale_deployment(self, namespace: str, name: str, replicas: int, children: kube.Children | None = None) -> None:
+    def scale_deployment(
+        self, namespace: str, name: str, replicas: int, children: kube.Children | None = None
+    ) -> None:
         """As kube.scale_deployment: no request where the watched Deployment has these replicas
         already (with the watch lagging, the cluster's may differ: the write it would undo is not sent)."""
         dep = (children or kube.Children()).deployment(namespace, name)
@@ -461,7 +468,10 @@ class History:
             if entry.reason != Reason.RESUMED and (entry.phase == Phase.ROLLING_BACK or direct):
                 self.rollback_reason = entry.reason
         # RouteNotAccepted stands in while a last pod waits for the Gateway (rollout._reason_entered_with).
-        if status.phase == Phase.ROLLED_BACK and status.reason not in (self.rollback_reason, Reason.ROUTE_NOT_ACCEPTED):
+        if status.phase == Phase.ROLLED_BACK and status.reason not in (
+            self.rollback_reason,
+            Reason.ROUTE_NOT_ACCEPTED,
+        ):
             yield f"RolledBack with reason {status.reason}, the rollback began with {self.rollback_reason}"
 
     @staticmethod
@@ -509,7 +519,9 @@ class History:
         accepted = self.gateway.accepted_at.get(OWNER.name, 0)
         floor = self.valid.replicas - self.valid.rollout.max_unavailable  # 0: every pod may go
         ready = {
-            track: self.cluster.ready_serving({**render.serving_selector(OWNER), render.LABEL_TRACK: track.value})
+            track: self.cluster.ready_serving(
+                {**render.serving_selector(OWNER), render.LABEL_TRACK: track.value}
+            )
             for track in Track
         }
         for track in Track:

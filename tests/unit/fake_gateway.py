@@ -65,7 +65,9 @@ class FakeGateway:
                 {"type": kind, "status": "True", "reason": kind, "observedGeneration": generation}
                 for kind in ("Accepted", "ResolvedRefs")
             ]
-            parents = [{"parentRef": ref, "conditions": conditions} for ref in route["spec"].get("parentRefs", [])]
+            parents = [
+                {"parentRef": ref, "conditions": conditions} for ref in route["spec"].get("parentRefs", [])
+            ]
             route["status"] = {"parents": parents}
             if self.served.get(name) != route["spec"]:
                 self.served[name], self.accepted_at[name] = copy.deepcopy(route["spec"]), now
