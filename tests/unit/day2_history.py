@@ -16,7 +16,9 @@ kubelet. Invariants checked every tick (DESIGN.md, section 2):
   (canaryReplicas, plus maxSurge while the canary Deployment itself rolls).
 - A rollback resumed after a failed spec ends with the reason it began with (RouteNotAccepted may
   stand in while its last pods wait for the Gateway).
-- No traffic through the Gateway to a track without Ready pods (router GatewayAPI; check_route).
+- Through an owned HTTPRoute (router GatewayAPI, a floor above 0): no new weight written on a track
+  without Ready pods, no track's last Ready pods taken while the Gateway sends it traffic, and a
+  track that lost its pods loses its weight within STALE_WEIGHT_TICKS reconciles.
 - A reconcile never raises (issue 61: a measurement switched mid-analysis raised on every tick).
 
 Besides the images, drafts, pauses, retries, aborts and replicas of day 2, the histories edit
@@ -60,6 +62,7 @@ OWNER = Owner(name="llama", namespace="ml", uid="u-1")
 UPGRADE_LABEL = "specgate.dev/fake-operator-version"  # what an operator upgrade renders differently
 FAULTS = frozenset({"crash", "unready", "crash loop", "delete"})  # each takes one Ready pod
 JOB_TICKS = 6  # a benchmark Job's run
+STALE_WEIGHT_TICKS = 2  # the reconcile that sees a track lose its pods; one more where the watch lags
 
 T = TypeVar("T")
 Patch = dict[str, Any]  # a JSON merge patch (RFC 7386): what `kubectl patch --type merge` sends
@@ -308,7 +311,8 @@ class History:
     rollback_reason: str | None = None
     jobs: dict[str, int] = field(default_factory=dict)  # benchmark Jobs by name: the tick each was made
     ungated_allowed: int = 0  # Ready pods on ungated canary templates allowed now (check_capacity)
-    faulted: dict[str, int] = field(default_factory=dict)  # by track: the last tick a fault took its pod
+    stale_weight: dict[Track, int] = field(default_factory=dict)  # ticks a track's weight outlived its pods
+    route_problems: list[str] = field(default_factory=list)  # found while the reconcile wrote the route
     log: list[str] = field(default_factory=list)
     gateway: FakeGateway = field(init=False)
 
@@ -364,6 +368,7 @@ class History:
         if manifest["kind"] == "Job":
             self.jobs.setdefault(manifest["metadata"]["name"], self.tick)
         elif manifest["kind"] == "HTTPRoute":
+            self.check_written_route(manifest)
             self.gateway.apply(manifest)
         else:
             self.cluster.apply(manifest)
@@ -434,11 +439,15 @@ class History:
             for event in by_tick.get(tick - self.began, []) if self.began is not None else []:
                 self.happen(event)
             yield from self.reconcile()
+            yield from self.route_problems
+            self.route_problems.clear()
             self.log.append(f"{self.tick}: after reconcile {self.cluster.describe()}")
+            before = self.ready_by_track()
             self.cluster.advance()
-            self.gateway.tick(self.tick)
+            yield from self.check_pods_under_route(before)
+            self.gateway.tick()
             yield from self.check_capacity()
-            yield from self.check_route()
+            yield from self.check_weights_follow_pods()
             self.cluster.kubelet()
 
     def reconcile(self) -> Iterator[str]:
@@ -503,35 +512,66 @@ class History:
         sequential = spec.rollout.strategy == api.Strategy.SEQUENTIAL
         canary_share = spec.replicas if sequential else spec.rollout.canary_replicas
         share = canary_share + (spec.rollout.max_surge if rolling else 0)
-        # A share lowered by an edit (sequential -> canary) is reached as the baseline takes over
-        # (the floor comes first): until then the canary's Deployment may only be lowered toward it.
-        asked = (canary.replicas + (spec.rollout.max_surge if rolling else 0)) if canary is not None else 0
-        self.ungated_allowed = max(share, min(self.ungated_allowed, asked))
+        # A share lowered by an edit (sequential -> canary, replicas lowered) is reached as the
+        # controller removes the canary's pods (the floor first): until then they may only go down.
+        pods = sum(len(rs.pods) for rs in canary.replica_sets.values()) if canary is not None else 0
+        self.ungated_allowed = max(share, min(self.ungated_allowed, pods))
         if ungated > self.ungated_allowed:
             yield f"{ungated} Ready pods on ungated canary templates, the canary's share is {share}"
 
-    def check_route(self) -> Iterator[str]:
-        """No traffic through the Gateway to a track without Ready pods, but for a track whose pod a
-        fault took until the Gateway accepted weights written after it (the fault's tick's reconcile
-        sees it; the next one too where the watch lags); not where the spec lets every pod go, nor
-        where no track has a Ready pod."""
-        served = self.gateway.served_backends(OWNER.name)
-        accepted = self.gateway.accepted_at.get(OWNER.name, 0)
-        floor = self.valid.replicas - self.valid.rollout.max_unavailable  # 0: every pod may go
-        ready = {
-            track: self.cluster.ready_serving(
-                {**render.serving_selector(OWNER), render.LABEL_TRACK: track.value}
-            )
-            for track in Track
-        }
+    def routed(self) -> bool:
+        """Whether the spec in force routes through the owned HTTPRoute, and lets not every pod go.
+        Router Service: specgate stops weighting the route once it points it at Service <name>
+        (a switch's pods are not yet held for that route's acceptance: issue 57's note)."""
+        spec = self.valid
+        traffic = spec.rollout.traffic
+        router = traffic.router if traffic is not None else None
+        return router == api.Router.GATEWAY_API and spec.replicas - spec.rollout.max_unavailable > 0
+
+    def ready_by_track(self) -> dict[Track, int]:
+        serving = render.serving_selector(OWNER)
+        return {t: self.cluster.ready_serving({**serving, render.LABEL_TRACK: t.value}) for t in Track}
+
+    def check_pods_under_route(self, before: Mapping[Track, int]) -> Iterator[str]:
+        """The controllers' step (advance) performs specgate's scale-downs and template rolls: none
+        may take a track's last Ready pods while the Gateway still sends it traffic."""
+        if not self.routed():
+            return
+        served, after = self.gateway.served_backends(OWNER.name), self.ready_by_track()
+        for track in Track:
+            weight = served.get(render.service_name(OWNER, track), 0)
+            if weight and before[track] and not after[track]:
+                share = f"{weight} of {sum(served.values())}"
+                yield f"the {track.value}'s last Ready pods went while the Gateway sends it {share}"
+
+    def check_weights_follow_pods(self) -> Iterator[str]:
+        """The weights specgate writes leave a track without Ready pods beside one with them within
+        STALE_WEIGHT_TICKS reconciles (a fault's pod, a crash loop: in every phase)."""
+        written, ready = self.gateway.written_backends(OWNER.name), self.ready_by_track()
+        for track in Track:
+            other = Track.CANARY if track is Track.BASELINE else Track.BASELINE
+            weight = written.get(render.service_name(OWNER, track), 0)
+            stale = self.routed() and weight > 0 and not ready[track] and ready[other] > 0
+            self.stale_weight[track] = self.stale_weight.get(track, 0) + 1 if stale else 0
+            if self.stale_weight[track] > STALE_WEIGHT_TICKS:
+                yield f"the route gives the {track.value} {weight} with no Ready pod, beside {ready[other]}"
+
+    def check_written_route(self, manifest: Mapping[str, Any]) -> None:
+        """A route specgate writes puts no new weight on a track without Ready pods (DESIGN.md 2)."""
+        if not self.routed():
+            return
+        before = self.gateway.written_backends(manifest["metadata"]["name"])
+        after, ready = FakeGateway.backends(manifest["spec"]), self.ready_by_track()
         for track in Track:
             service = render.service_name(OWNER, track)
-            if not served.get(service) or not any(ready.values()):  # no weights could serve then
-                continue
-            hurt = self.faulted.get(track.value)
-            unanswered = hurt is not None and accepted <= hurt + 1
-            if ready[track] == 0 and not unanswered and floor > 0:
-                yield f"the Gateway sends {served[service]} of {sum(served.values())} to {service}, which has no Ready pod"
+            if (
+                after.get(service, 0) > before.get(service, 0)
+                and not before.get(service)
+                and not ready[track]
+            ):
+                self.route_problems.append(
+                    f"the route was written with weight on {service}, which has no Ready pod"
+                )
 
     # --- events ---
 
@@ -563,7 +603,6 @@ class History:
             "delete": self.cluster.delete,
         }
         hurt[event.kind](pod)
-        self.faulted[pod.template["metadata"]["labels"][render.LABEL_TRACK]] = self.tick
         self.log.append(f"{self.tick}: {event.kind} took {pod.name}")
         self.floor.lose_one()
 

@@ -25,7 +25,6 @@ class FakeGateway:
         self.accept_rate = accept_rate
         self.routes: dict[str, dict[str, Any]] = {}
         self.served: dict[str, dict[str, Any]] = {}  # the spec the Gateway serves, by route name
-        self.accepted_at: dict[str, int] = {}  # the tick it last served a new spec, by route name
         self._versions = 0
 
     def apply(self, manifest: dict[str, Any]) -> None:
@@ -54,9 +53,9 @@ class FakeGateway:
         self.routes.pop(name, None)
         self.served.pop(name, None)
 
-    def tick(self, now: int) -> None:
-        """The Gateway's controller at tick `now`: accepts each route's current generation with
-        chance accept_rate, and serves it."""
+    def tick(self) -> None:
+        """The Gateway's controller: accepts each route's current generation with chance
+        accept_rate, and serves it."""
         for name, route in self.routes.items():
             if self.rng.random() >= self.accept_rate:
                 continue
@@ -69,13 +68,21 @@ class FakeGateway:
                 {"parentRef": ref, "conditions": conditions} for ref in route["spec"].get("parentRefs", [])
             ]
             route["status"] = {"parents": parents}
-            if self.served.get(name) != route["spec"]:
-                self.served[name], self.accepted_at[name] = copy.deepcopy(route["spec"]), now
+            self.served[name] = copy.deepcopy(route["spec"])
 
     def served_backends(self, name: str) -> dict[str, int]:
-        """Each backend's weight in the served route's rules (Gateway API's default weight is 1)."""
+        """Each backend's weight in the route as the Gateway serves it."""
+        return self.backends(self.served.get(name, {}))
+
+    def written_backends(self, name: str) -> dict[str, int]:
+        """Each backend's weight in the route as stored (written, accepted or not)."""
+        return self.backends(self.routes.get(name, {}).get("spec", {}))
+
+    @staticmethod
+    def backends(spec: dict[str, Any]) -> dict[str, int]:
+        """Each backend's weight in a route spec's rules (Gateway API's default weight is 1)."""
         weights: dict[str, int] = {}
-        for rule in self.served.get(name, {}).get("rules", []):
+        for rule in spec.get("rules", []):
             for ref in rule.get("backendRefs") or []:
                 weights[ref["name"]] = weights.get(ref["name"], 0) + int(ref.get("weight", 1))
         return weights
