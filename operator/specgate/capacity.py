@@ -118,13 +118,14 @@ def roll_keeps_floor(budget: Budget, rolling: Side, other_ready: int) -> bool:
     return loss == 0 or ready + other_ready - loss >= budget.min_ready
 
 
-def roll_unavailable(budget: Budget, side: Side, replicas: int, other_ready: int) -> int:
+def roll_unavailable(budget: Budget, side: Side, replicas: int, other_ready: int, own_need: int = 0) -> int:
     """The maxUnavailable to render on a track's Deployment at `replicas` while it rolls: the spec's,
     lowered so that its roll keeps the Ready pods the floor needs beside the other track's
     `other_ready` (a maxUnavailable raised mid-roll while the other track is short of Ready pods
-    would otherwise let this roll take them too: issue 61, seed 693). Kubernetes refuses a
-    maxUnavailable of 0 beside a maxSurge of 0: 1 then, the least a roll without surge can do."""
-    keep = min(side.ready, max(budget.min_ready - other_ready, 0))
+    would otherwise let this roll take them too: issue 61, seed 693), and the `own_need` its share
+    of a route needs (the other track's pods take none of it). Kubernetes refuses a maxUnavailable
+    of 0 beside a maxSurge of 0: 1 then, the least a roll without surge can do."""
+    keep = min(side.ready, max(budget.min_ready - other_ready, own_need, 0))
     unavailable = min(budget.max_unavailable, max(replicas - keep, 0))
     return unavailable if unavailable or budget.max_surge else 1
 

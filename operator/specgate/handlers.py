@@ -865,14 +865,24 @@ def plan_tracks(
     rendered = {
         track: m["metadata"]["annotations"][render.ANNOTATION_RENDERED] for track, m in manifests.items()
     }
-    route = observation.route
-    weights = most_of(decision.route_weights, route.in_spec if route is not None else None)
-    routed = None if weights is None else {Track.BASELINE: weights.baseline, Track.CANARY: weights.canary}
+    routed = _routed(decision, observation)
     states = _tracks(observation)
     waiting = rollout.templates_to_wait(spec, rendered, states, wanted, routed)
-    unavailable = rollout.rendered_unavailable(spec, states, wanted, rendered)
+    unavailable = rollout.rendered_unavailable(spec, states, wanted, rendered, routed)
     manifests = {track: render.with_max_unavailable(m, unavailable[track]) for track, m in manifests.items()}
     return TrackPlan(manifests, frozenset(decision.keep_template | waiting))
+
+
+def _routed(decision: rollout.Decision, observation: Observation) -> dict[Track, int] | None:
+    """Each track's largest percent of the route the Gateways may send it now: as this decision sets
+    it and as the rule's spec has it; while its Gateways have not accepted the rule's spec, whatever
+    they accepted before may still serve, so each track as if it had all of it. None: no route
+    weights the tracks."""
+    route = observation.route
+    if route is not None and route.hold is not None and route.written is not None:
+        return {Track.BASELINE: 100, Track.CANARY: 100}
+    weights = most_of(decision.route_weights, route.in_spec if route is not None else None)
+    return None if weights is None else {Track.BASELINE: weights.baseline, Track.CANARY: weights.canary}
 
 
 def apply_children(

@@ -462,11 +462,15 @@ def rendered_unavailable(
     states: Mapping[Track, TrackState],
     wanted: Mapping[Track, int],
     rendered: Mapping[Track, str],
+    routed: Mapping[Track, int] | None = None,
 ) -> dict[Track, int]:
     """The maxUnavailable each wanted track's Deployment is rendered with: the spec's, but for a track
     that rolls (mid-roll, or given a new template by this apply), whose roll may take only the Ready
-    pods the floor can spare beside the other track's (capacity.roll_unavailable). The baseline is
-    judged beside the canary as capacity counts on it, then the canary beside the baseline's result."""
+    pods the floor can spare beside the other track's (capacity.roll_unavailable) and, behind a
+    route (`routed`: each track's percent), those its own weight does not need (traffic.pods_to_carry:
+    a rolling baseline lowered for load matching took its last pod, day-2 fuzz seed 1005). The
+    baseline is judged beside the canary as capacity counts on it, then the canary beside the
+    baseline's result."""
     budget = capacity.Budget(spec.replicas, spec.rollout.max_surge, spec.rollout.max_unavailable)
     sides = {track: _side(states[track], budget) for track in Track}
     result = {}
@@ -476,7 +480,8 @@ def rendered_unavailable(
             result[track] = budget.max_unavailable
             continue
         other_ready = other.kept(wanted.get(_other(track), other.replicas))
-        result[track] = capacity.roll_unavailable(budget, side, wanted[track], other_ready)
+        need = traffic.pods_to_carry(budget, routed.get(track, 0)) if routed is not None else 0
+        result[track] = capacity.roll_unavailable(budget, side, wanted[track], other_ready, need)
         sides[track] = replace(side, unavailable=min(side.unavailable, result[track]))
     return result
 

@@ -10,6 +10,7 @@ rollback moves it back before the canary scales down). Weights are percent of th
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -98,11 +99,15 @@ def roll_carries(budget: Budget, rolling: Side, weight: int) -> bool:
     """Behind a route, whether a track rolling to a new pod template keeps, through its roll's worst
     case (maxUnavailable of its Ready pods down), Ready pods that carry its `weight` percent of the
     route at no more per pod than the floor's pods would: the other track's pods take none of it."""
-    if weight <= 0:
-        return True
     ready = min(rolling.ready, rolling.replicas)
     left = ready - min(budget.max_unavailable, ready)
-    return left * 100 >= weight * budget.min_ready  # a floor of 0: the spec lets every pod go
+    return left >= pods_to_carry(budget, weight)
+
+
+def pods_to_carry(budget: Budget, weight: int) -> int:
+    """The Ready pods that carry `weight` percent of the route at no more per pod than the floor's
+    pods would (0 for a floor of 0: the spec lets every pod go)."""
+    return max(math.ceil(weight * budget.min_ready / 100), 0)
 
 
 def most_of(*weights: Weights | None) -> Weights | None:

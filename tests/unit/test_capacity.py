@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 from tests.unit.fake_cluster import proportional_sizes
 from tests.unit.rollout_driver import Run, make_spec, metrics, ready, spec_body
 
-from specgate import api, render, rollout
+from specgate import api, capacity, render, rollout, traffic
 from specgate.api import Phase
 from specgate.capacity import (
     Budget,
@@ -496,3 +496,25 @@ def test_a_canarys_ready_pod_a_pending_lowering_would_take_is_kept_within_its_sh
     assert step_toward(budget, Side(6, 1), Side(0, 1), (6, 0), canary_share=1) == (6, 1)
     assert step_toward(budget, Side(6, 1), Side(0, 3), (6, 0), canary_share=1) == (6, 1)  # not above it
     assert step_toward(budget, Side(6, 5), Side(0, 1), (6, 0), canary_share=1) == (6, 0)  # not needed
+
+
+def test_behind_a_route_a_rolling_track_keeps_the_pods_its_weight_needs() -> None:
+    """The day-2 fuzz with routes (issue 61, seed 1005): replicas 3, canaryReplicas 2, maxSurge 2,
+    maxUnavailable 1 (floor 2); in Analyzing the route gives the baseline a third, its Deployment
+    rolls after an operator upgrade and is lowered 2 -> 1 for load matching. The canary's 2 Ready
+    pods keep the floor, so the spec's maxUnavailable 1 let the baseline's roll take its only Ready
+    pod while the Gateway sent it a third of the traffic. Behind the route it keeps the pod its
+    weight needs: rendered with 0 (its maxSurge brings the new pod first)."""
+    spec = api.parse_spec(spec_body(canaryReplicas=2, maxSurge=2, maxUnavailable=1) | {"replicas": 3})
+    digests = {B: "after the upgrade", C: "as before"}
+    baseline = TrackState(
+        exists=True, replicas=2, ready_replicas=2, rendered="before the upgrade", rolling=True
+    )
+    canary = TrackState(exists=True, replicas=2, ready_replicas=2, rendered=digests[C])
+    states, wanted = {B: baseline, C: canary}, {B: 1, C: 2}
+    assert rollout.rendered_unavailable(spec, states, wanted, digests) == {B: 1, C: 1}  # the floor alone
+    assert rollout.rendered_unavailable(spec, states, wanted, digests, {B: 33, C: 67}) == {B: 0, C: 1}
+    assert rollout.rendered_unavailable(spec, states, wanted, digests, {B: 0, C: 100}) == {B: 1, C: 1}
+    assert traffic.pods_to_carry(capacity.Budget(3, 2, 1), 33) == 1
+    assert traffic.pods_to_carry(capacity.Budget(3, 2, 1), 100) == 2
+    assert traffic.pods_to_carry(capacity.Budget(2, 0, 2), 100) == 0  # a floor of 0

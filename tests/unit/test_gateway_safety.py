@@ -22,7 +22,7 @@ from specgate import api, handlers, kube, render, rollout
 from specgate import metrics as operator_metrics
 from specgate.api import Phase
 from specgate.capacity import Budget, Side
-from specgate.observation import RouteState, TrackState
+from specgate.observation import Observation, RouteState, TrackState
 from specgate.rollout import Reason
 from specgate.traffic import Weights, away_from_unready, carries_all, order, roll_carries
 
@@ -932,3 +932,28 @@ def test_the_owned_route_deleted_while_paused_is_put_back_toward_ready_pods_only
     resumed = reconcile_step(run, after=50)
     assert resumed.status.phase == Phase.ANALYZING  # not Baseline: the rollout goes on where it was
     assert [h.reason for h in resumed.status.history[-2:]] == [Reason.PAUSED, Reason.RESUMED]
+
+
+def test_while_the_gateway_has_not_accepted_the_rule_no_track_rolls_as_if_it_carried_nothing() -> None:
+    """The day-2 fuzz with routes (issue 61, seed 475): replicas 2, maxSurge 0, maxUnavailable 1,
+    Promoting at 50/50 after an operator upgrade; specgate wrote 0/100 and its Gateway had not
+    accepted it yet, so the baseline's re-render (its weight 0 as written) rolled its only pod away
+    while the Gateway still sent it half. Until the Gateways accept the rule's spec, what they
+    accepted before may still serve: every track is judged as carrying all of it."""
+    b, c = render.Track.BASELINE, render.Track.CANARY
+    spec = make_spec(maxSurge=0, maxUnavailable=1)
+    decision = rollout.Decision(api.SpeculativeDeploymentStatus(), 1, 1, route_weights=Weights(0, 100))
+    pending = RouteState(hold="parent Gateway inference: Accepted not yet reported", written=Weights(0, 100))
+    states = {
+        t: replace(ready(1), template_hash=render.template_hash(spec, t), rendered="before the upgrade")
+        for t in (b, c)
+    }
+    rendered = {b: "after the upgrade", c: "after the upgrade"}
+
+    def waiting(route: RouteState) -> frozenset[render.Track]:
+        observation = Observation(generation=1, baseline=states[b], canary=states[c], route=route)
+        routed = handlers._routed(decision, observation)
+        return rollout.templates_to_wait(spec, rendered, states, {b: 1, c: 1}, routed)
+
+    assert waiting(pending) == {b, c}
+    assert waiting(RouteState(weights=Weights(0, 100))) == {c}  # accepted: the baseline carries nothing
