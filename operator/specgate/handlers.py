@@ -33,7 +33,7 @@ from specgate import (
     schedule,
 )
 from specgate.api import Phase, SpeculativeDeploymentSpec, SpeculativeDeploymentStatus
-from specgate.observation import Observation, TrackState, Window, Workload
+from specgate.observation import Observation, RouteState, TrackState, Window, Workload
 from specgate.prometheus import MetricsUnavailable, PrometheusClient, Selector, guard_step
 from specgate.render import Manifest, Owner, Track
 from specgate.traffic import Weights, away_from_unready, most_of
@@ -378,9 +378,9 @@ def _decided_on_tracks_now(
     now: datetime,
     source: dict[str, Any] | None,
 ) -> tuple[Observation, rollout.Decision, TrackPlan]:
-    """A decision that takes pods away (_takes_pods) counts on the Ready pods that stay: where the
-    tracks as the API server has them now differ from the watches' cache, it is decided (and
-    planned) again on them."""
+    """A decision that takes pods away or sends traffic to a track anew (_takes_pods) counts on the
+    Ready pods there are: where the tracks as the API server has them now differ from the watches'
+    cache, it is decided (and planned) again on them."""
     tracks = {track: _track_now(owner, track) for track in Track}
     read_now = replace(observation, baseline=tracks[Track.BASELINE], canary=tracks[Track.CANARY])
     if (read_now.baseline, read_now.canary) == (observation.baseline, observation.canary):
@@ -391,9 +391,12 @@ def _decided_on_tracks_now(
 
 def _takes_pods(decision: rollout.Decision, observation: Observation, plan: TrackPlan) -> bool:
     """Whether applying the decision removes pods: the adopted Deployment or a track scaled down,
-    or a track rolled to another pod template (its old pods go as the new ones come)."""
+    or a track rolled to another pod template (its old pods go as the new ones come); or sends a
+    route's traffic to a track it gave none, which needs that track's Ready pods as they are now."""
     if not decision.touch_children:
         return False
+    if _adds_weight(decision.route_weights, observation.route):
+        return True
     workload, wanted = observation.workload, decision.workload_replicas
     if workload is not None and wanted is not None and wanted < workload.replicas:
         return True
@@ -408,6 +411,17 @@ def _takes_pods(decision: rollout.Decision, observation: Observation, plan: Trac
         if track not in plan.kept and state.template_hash is not None and _rolls(manifest, state):
             return True
     return False
+
+
+def _adds_weight(weights: Weights | None, route: RouteState | None) -> bool:
+    """Whether `weights` give a track traffic the route's rule gives it none of (or no rule yet)."""
+    if weights is None:
+        return False
+    had = route.in_spec if route is not None else None
+    before = (0, 0) if had is None else (had.baseline, had.canary)
+    return any(
+        new > 0 and old == 0 for new, old in zip((weights.baseline, weights.canary), before, strict=True)
+    )
 
 
 def _rolls(manifest: Manifest, state: TrackState) -> bool:

@@ -12,7 +12,7 @@ from tests.unit.day2_history import OWNER, Event, Generated, History
 from tests.unit.fake_cluster import BROKEN_IMAGE, FakeCluster
 from tests.unit.rollout_driver import spec_body
 
-from specgate import render
+from specgate import api, render
 
 # --- defect 2: a stuck roll scaled down after its maxSurge was lowered ---
 
@@ -91,6 +91,35 @@ def test_a_max_unavailable_raised_mid_roll_beside_a_crashed_canary_pod_keeps_the
     # The crash took one of the canary's 2 Ready pods, beside the baseline's roll (old 3, surge 1).
     assert "43: after reconcile llama-baseline 3: 3/3 1/0; llama-canary 2: 2/1" in history.log
     assert history.floors >= {5, 3} and history.min_ready == 3  # the new floor was reached and held
+
+
+# --- seed 357 (watch a tick behind): weight sent to a track on the watch's stale Ready pods ---
+
+
+def test_behind_a_lagging_watch_no_weight_goes_to_a_track_whose_pods_just_went(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The day-2 fuzz's seed 357 with the watches a tick behind, as its sequence: replicas 3 (canary
+    1, maxSurge 1, maxUnavailable 1) behind an owned HTTPRoute; aborted in Analyzing, the canary's
+    pod goes once the baseline is back; a new draft length then starts a rollout whose first route
+    write gave the canary weight on the watch's stale view of it (1 Ready; none in the cluster).
+    Weight sent to a track anew is decided on the tracks read now, as a shrink is."""
+    spec = spec_body(
+        canaryReplicas=1, maxSurge=1, maxUnavailable=1, metrics={"prometheusUrl": "http://p:9090"}
+    )
+    routed = {"router": "GatewayAPI", "httpRoute": {"parentRefs": [{"name": "inference", "namespace": "gw"}]}}
+    events = (
+        Event(9, "unready", pick=0.2914265129971284),
+        Event(18, "router", spec={"rollout": {"traffic": routed}}),
+        Event(23, "upgrade"),
+        Event(24, "abort", annotations={api.ANNOTATION_ABORT: "24"}),
+        Event(30, "speculative", spec={"speculative": {"numSpeculativeTokens": 3}}),
+    )
+    generated = Generated(357, spec | {"image": "vllm:1", "replicas": 3}, events)
+    with History(generated, ticks=40, watch_lags=True).wired(monkeypatch) as history:
+        broken = list(history.run())
+    assert broken == [], "\n".join(history.log[-30:])
+    assert "29: after reconcile llama-baseline 3: 2/2 1/0; llama-canary 0: 1/1" in history.log
 
 
 # --- the fake cluster's Deployment controller against the Kubernetes documentation ---
