@@ -36,7 +36,7 @@ from specgate.api import Phase, SpeculativeDeploymentSpec, SpeculativeDeployment
 from specgate.observation import Observation, RouteState, TrackState, Window, Workload
 from specgate.prometheus import MetricsUnavailable, PrometheusClient, Selector, guard_step
 from specgate.render import Manifest, Owner, Track
-from specgate.traffic import Weights, away_from_unready, most_of
+from specgate.traffic import Weights, away_from_unready, most_of, route_hold, served_by_a_gateway
 
 log = logging.getLogger(__name__)
 
@@ -324,6 +324,9 @@ def step(
             workload_autoscaler=adopted.autoscaler if adopted is not None else None,
         )
         decision = rollout.decide(spec, current, observation, now)
+        left = _owned_route_left(owner, current, traffic) if decision.touch_children else None
+        if left is not None:
+            decision = _held_for_release(decision, observation)
         plan = plan_tracks(spec, owner, decision, observation, source)
         if _takes_pods(decision, observation, plan):
             observation, decision, plan = _decided_on_tracks_now(
@@ -348,16 +351,16 @@ def step(
             f"HTTPRoute {render.route_name(owner, traffic) if traffic else ''} refused the weights: {refused}"
         )
         return rollout.failed(rollout.Reason.INVALID_SPEC, message, current, generation, now)
-    # A router switched back to Service leaves no route's weights in status, once the route specgate
-    # owned is pointed at Service <name> (until then its record stays, and it is tried again).
+    # A router switched back to Service leaves no route's weights in status once the route specgate
+    # owned points at Service <name> and its Gateways have served that for scaleDownDelay (until
+    # then its record stays, the pods are held, and the release is tried again).
     route_name = render.route_name(owner, traffic) if traffic else None
     route_status = rollout.traffic_status(route_name, decision, observation, original, current.traffic, now)
-    left = _owned_route_left(owner, current, traffic)
-    if left is not None and decision.touch_children:
+    if left is not None and current.traffic is not None:
         done, event = _release_owned_route(owner, left)
         released += (event,) if event else ()
-        if not done and route_status is None:
-            route_status = current.traffic
+        if route_status is None:
+            route_status = _release_record(spec, owner, left, current.traffic, done, now)
     update = {
         **scale_status(owner, observation, adopting=adopted is not None),
         "k_schedule": k_schedule,
@@ -525,6 +528,53 @@ def _owned_route_left(
     ):
         return None
     return recorded.route
+
+
+def _held_for_release(decision: rollout.Decision, observation: Observation) -> rollout.Decision:
+    """While the owned route's release is under way its Gateways may still send each track the old
+    weights: no track gives up pods (replicas only rise, templates stay) until they serve Service
+    <name> (_release_record)."""
+    held = {
+        track: max(wanted or 0, state.replicas) if state.exists else wanted
+        for track, wanted, state in (
+            (Track.BASELINE, decision.baseline_replicas, observation.baseline),
+            (Track.CANARY, decision.canary_replicas, observation.canary),
+        )
+    }
+    return replace(
+        decision,
+        baseline_replicas=held[Track.BASELINE] or 0,
+        canary_replicas=held[Track.CANARY],
+        keep_template=frozenset(Track),
+    )
+
+
+def _release_record(
+    spec: SpeculativeDeploymentSpec,
+    owner: Owner,
+    name: str,
+    recorded: api.TrafficStatus,
+    done: bool,
+    now: datetime,
+) -> api.TrafficStatus | None:
+    """status.traffic while the owned route is released: kept (with actualSince: when its Gateways
+    accepted the rule pointed at Service <name>) until they have served it for scaleDownDelay, as a
+    track's last pods wait after its weight went; None once released, or where the route is gone or
+    no Gateway accepts it at all (nothing serves it: a hold would never end)."""
+    if not done:
+        return recorded
+    route = kube.read_route(owner.namespace, name)
+    if route is None or not render.owned_by(route, owner):
+        return None
+    if route_hold(route, None) is not None:
+        if not served_by_a_gateway(route):
+            return None
+        return recorded.model_copy(update={"actual": None, "actual_since": None})
+    since = api.parse_time(recorded.actual_since) if recorded.actual is None else None
+    if since is None:
+        return recorded.model_copy(update={"actual": None, "actual_since": api.iso(now)})
+    delay = api.parse_duration((spec.rollout.traffic or api.Traffic()).scale_down_delay)
+    return None if (now - since).total_seconds() >= delay else recorded
 
 
 def _release_owned_route(owner: Owner, name: str) -> tuple[bool, rollout.Event | None]:

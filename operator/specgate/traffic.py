@@ -223,6 +223,16 @@ def route_hold(
     return None
 
 
+def served_by_a_gateway(route: Mapping[str, Any]) -> bool:
+    """Whether some parent Gateway reports the route Accepted (for any generation): one that may
+    still serve a configuration of it. None does: nothing sends traffic by it."""
+    return any(
+        condition.get("type") == "Accepted" and condition.get("status") == "True"
+        for parent in route.get("status", {}).get("parents") or []
+        for condition in parent.get("conditions") or []
+    )
+
+
 def pools_hold(pools: Mapping[str, Mapping[str, Any] | None], parents: Sequence[Parent] | None) -> str | None:
     """Why the InferencePools (by name, None: not found) do not carry their weights yet: the first
     pool whose Gateways (`parents` as route_hold reads them) have not accepted it and resolved its

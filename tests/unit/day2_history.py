@@ -519,14 +519,15 @@ class History:
         if ungated > self.ungated_allowed:
             yield f"{ungated} Ready pods on ungated canary templates, the canary's share is {share}"
 
+    def guarded(self) -> bool:
+        """Whether the spec in force lets not every pod go (a floor of 0 lets a route's too)."""
+        return self.valid.replicas - self.valid.rollout.max_unavailable > 0
+
     def routed(self) -> bool:
-        """Whether the spec in force routes through the owned HTTPRoute, and lets not every pod go.
-        Router Service: specgate stops weighting the route once it points it at Service <name>
-        (a switch's pods are not yet held for that route's acceptance: issue 57's note)."""
-        spec = self.valid
-        traffic = spec.rollout.traffic
-        router = traffic.router if traffic is not None else None
-        return router == api.Router.GATEWAY_API and spec.replicas - spec.rollout.max_unavailable > 0
+        """Whether the spec in force weights the owned HTTPRoute (router GatewayAPI), guarded. Router
+        Service: specgate points the route at Service <name> and stops weighting it."""
+        traffic = self.valid.rollout.traffic
+        return traffic is not None and traffic.router == api.Router.GATEWAY_API and self.guarded()
 
     def ready_by_track(self) -> dict[Track, int]:
         serving = render.serving_selector(OWNER)
@@ -534,8 +535,10 @@ class History:
 
     def check_pods_under_route(self, before: Mapping[Track, int]) -> Iterator[str]:
         """The controllers' step (advance) performs specgate's scale-downs and template rolls: none
-        may take a track's last Ready pods while the Gateway still sends it traffic."""
-        if not self.routed():
+        may take a track's last Ready pods while the Gateway still sends it traffic (a router switched
+        to Service included: the Gateway serves the old weights until it accepts the route pointed at
+        Service <name>)."""
+        if not self.guarded():
             return
         served, after = self.gateway.served_backends(OWNER.name), self.ready_by_track()
         for track in Track:

@@ -407,7 +407,9 @@ def test_a_switch_to_router_service_points_the_owned_route_at_the_service(
 ) -> None:
     """On 1be5013 the owned route kept its frozen 50/50 and, after a later promotion, sent half the
     gateway's traffic to an empty baseline Service. Now its rule routes to Service <name> (both
-    tracks' serving pods), status forgets the route, and the next reconcile leaves it alone."""
+    tracks' serving pods); status keeps the route until its Gateways have served that rule for
+    scaleDownDelay (they may send the tracks the old weights until then: the pods are held), then
+    forgets it, and later reconciles leave it alone."""
     run = gateway_run()
     template = run.spec.rollout.traffic
     assert template is not None and template.http_route is not None
@@ -424,10 +426,35 @@ def test_a_switch_to_router_service_points_the_owned_route_at_the_service(
     refs = fake.routes["llama"]["spec"]["rules"][0]["backendRefs"]
     assert refs == [{"kind": "Service", "name": "llama", "port": render.HTTP_PORT}]
     assert [e.reason for e in d.events if e.reason == Reason.ROUTE_RELEASED] == [Reason.ROUTE_RELEASED]
-    assert d.status.traffic is None
+    route = fake.routes["llama"]
+    route["metadata"]["generation"] = 4  # the patch, as the API server counts it: not accepted yet
     run.status, fake.calls = d.status, []
-    reconcile_step(run, after=20)
+    held = reconcile_step(run, after=10)
+    assert held.status.traffic is not None and held.status.traffic.actual_since is None
+    for condition in route["status"]["parents"][0]["conditions"]:
+        condition["observedGeneration"] = 4  # its Gateway accepts the rule pointed at Service llama
+    run.status = held.status
+    accepted_at = reconcile_step(run, after=10).status.traffic
+    assert accepted_at is not None and accepted_at.actual_since == api.iso(run.now + timedelta(seconds=10))
+    run.status = run.status.model_copy(update={"traffic": accepted_at})
+    assert reconcile_step(run, after=39).status.traffic is not None  # scaleDownDelay 30s not over
+    assert reconcile_step(run, after=40).status.traffic is None
     assert not [call for call in fake.calls if call[0] == "patch route"]
+
+
+def test_while_the_owned_route_is_released_no_track_gives_up_pods() -> None:
+    """The day-2 fuzz (issue 61, seeds 466, 487): a router switched to Service mid-rollback let the
+    canary's last pod go in the reconcile that pointed the route at Service <name>, while its Gateway
+    still sent the canary a quarter. Until the release is done, replicas only rise and templates stay."""
+    decided = rollout.Decision(api.SpeculativeDeploymentStatus(), 5, 0, keep_template=frozenset())
+    observation = Observation(generation=1, baseline=ready(4), canary=ready(1))
+    held = handlers._held_for_release(decided, observation)
+    assert (held.baseline_replicas, held.canary_replicas) == (5, 1)
+    assert held.keep_template == {render.Track.BASELINE, render.Track.CANARY}
+    none_yet = handlers._held_for_release(
+        replace(decided, canary_replicas=None), replace(observation, canary=TrackState())
+    )
+    assert none_yet.canary_replicas is None
 
 
 def test_a_route_that_moved_keeps_its_record_until_it_is_pointed_at_the_service(

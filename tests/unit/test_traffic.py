@@ -10,7 +10,16 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from specgate.capacity import Budget, Side, step_toward
-from specgate.traffic import Parent, RouteStep, Weights, capped, order, route_hold, shares
+from specgate.traffic import (
+    Parent,
+    RouteStep,
+    Weights,
+    capped,
+    order,
+    route_hold,
+    served_by_a_gateway,
+    shares,
+)
 
 Tick = tuple[tuple[int, int], Weights]
 
@@ -194,3 +203,15 @@ def test_a_users_route_is_judged_by_every_parent_in_its_status() -> None:
     assert route_hold(route(parent("a"), parent("b", accepted="False")), None) == (
         "parent Gateway b: Accepted is False (Accepted: )"
     )
+
+
+def test_a_route_no_gateway_accepts_is_served_by_none() -> None:
+    """A released route waits for its Gateways only where one accepts it at all (handlers._release_record)."""
+    parent = {"parentRef": {"name": "inference"}, "conditions": [{"type": "Accepted", "status": "True"}]}
+    assert served_by_a_gateway({"status": {"parents": [parent]}})
+    refused = {
+        **parent,
+        "conditions": [{"type": "Accepted", "status": "False", "reason": "NoMatchingParent"}],
+    }
+    assert not served_by_a_gateway({"status": {"parents": [refused]}})
+    assert not served_by_a_gateway({"status": {}})
