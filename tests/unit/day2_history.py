@@ -567,11 +567,7 @@ class History:
         after, ready = FakeGateway.backends(manifest["spec"]), self.ready_by_track()
         for track in Track:
             service = render.service_name(OWNER, track)
-            if (
-                after.get(service, 0) > before.get(service, 0)
-                and not before.get(service)
-                and not ready[track]
-            ):
+            if after.get(service) and not before.get(service) and not ready[track]:
                 self.route_problems.append(
                     f"the route was written with weight on {service}, which has no Ready pod"
                 )
