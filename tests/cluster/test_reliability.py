@@ -258,12 +258,17 @@ def test_deleting_mid_analysis_removes_every_child(lab: dict[str, Any]) -> None:
         client.CustomObjectsApi(api_client).delete_namespaced_custom_object(
             api.GROUP, api.VERSION, namespace, api.PLURAL, "gone"
         )
+        # kwok deletes a terminating pod at a random moment before its grace period ends (a kubelet
+        # may take all of it: preStop, then SIGTERM): the bound is the pods' grace and the GC's chain.
+        pods = core.list_namespaced_pod(namespace).items
+        grace = max(pod.spec.termination_grace_period_seconds or 30 for pod in pods)
         started = time.monotonic()
         try:
-            wait_for(gone, 60, "the object and its children to be gone")
+            wait_for(gone, grace + 60, "the object and its children to be gone")
         finally:
             report(
                 deleted_in_s=round(time.monotonic() - started, 1),
+                grace_s=grace,
                 orphaned_pods=len(leftovers.get("pods", [])),
                 finalizers_before=",".join(obj["metadata"].get("finalizers", [])) or "none",
             )
