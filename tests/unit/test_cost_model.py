@@ -188,3 +188,27 @@ def test_a_step_near_the_physics_is_priced_by_the_physics_and_one_far_from_it_by
     assert "within 10% of the physics: priced by it" in near.message
     assert near.num_speculative_tokens == physics.num_speculative_tokens
     assert "priced by it" not in far.message and far.num_speculative_tokens < physics.num_speculative_tokens
+
+
+def test_the_schedule_loses_least_whether_the_engine_adds_its_guessed_extra_or_nothing() -> None:
+    """The Auto schedule is derived before any step of its config is measured: the engine's fixed
+    extra a speculative step (SPEC_ENGINE_MS, one L40S point) is a guess. At each batch size the
+    schedule's K loses no more, in the worse of the two readings (the extra, or none), than the K
+    best by either reading alone; and at batch 1, decay 0.6, the readings disagree (the extra
+    amortised over a longer draft), so the hedge is a choice, not either model's best."""
+    prefix = planning.prefix_from_conditional([0.6] * 7)
+    guessed = planning.CostModel()
+    bare = replace(guessed, spec_engine_ms=0.0)
+    readings = (bare, guessed)
+
+    def worst_share(batch: int, k: int) -> float:
+        return min(
+            (planning.step_speedup(m, batch, prefix[:k]) if k else 1.0) / planning.best_k(m, batch, prefix)[1]
+            for m in readings
+        )
+
+    assert planning.best_k(bare, 1, prefix)[0] != planning.best_k(guessed, 1, prefix)[0]
+    at = {b: k for lo, hi, k in planning.k_schedule(guessed, prefix, 256) for b in range(lo, hi + 1)}
+    for batch in (1, 2, 4, 8, 16, 32, 64, 128, 256):
+        alone = max(worst_share(batch, planning.best_k(m, batch, prefix)[0]) for m in readings)
+        assert worst_share(batch, at[batch]) >= alone - 1e-12, batch
