@@ -323,14 +323,13 @@ def step(
             workload=adopted.workload if adopted is not None else None,
             workload_autoscaler=adopted.autoscaler if adopted is not None else None,
         )
-        decision = rollout.decide(spec, current, observation, now)
-        left = _owned_route_left(owner, current, traffic) if decision.touch_children else None
-        if left is not None:
-            decision = _held_for_release(decision, observation)
+        releasing = _owned_route_left(owner, current, traffic)
+        decision = _decide(spec, current, observation, now, releasing is not None)
+        left = releasing if decision.touch_children else None
         plan = plan_tracks(spec, owner, decision, observation, source)
         if _takes_pods(decision, observation, plan):
             observation, decision, plan = _decided_on_tracks_now(
-                spec, current, owner, observation, decision, plan, now, source
+                spec, current, owner, observation, decision, plan, now, source, releasing is not None
             )
         if decision.touch_children:
             apply_children(spec, owner, decision, observation, plan, children)
@@ -371,6 +370,19 @@ def step(
     )
 
 
+def _decide(
+    spec: SpeculativeDeploymentSpec,
+    current: SpeculativeDeploymentStatus,
+    observation: Observation,
+    now: datetime,
+    releasing: bool,
+) -> rollout.Decision:
+    """rollout.decide, with every track's pods held while the owned route is released (releasing:
+    _owned_route_left names one)."""
+    decision = rollout.decide(spec, current, observation, now)
+    return _held_for_release(decision, observation) if releasing and decision.touch_children else decision
+
+
 def _decided_on_tracks_now(
     spec: SpeculativeDeploymentSpec,
     current: SpeculativeDeploymentStatus,
@@ -380,15 +392,16 @@ def _decided_on_tracks_now(
     plan: TrackPlan,
     now: datetime,
     source: dict[str, Any] | None,
+    releasing: bool,
 ) -> tuple[Observation, rollout.Decision, TrackPlan]:
     """A decision that takes pods away or sends traffic to a track anew (_takes_pods) counts on the
     Ready pods there are: where the tracks as the API server has them now differ from the watches'
-    cache, it is decided (and planned) again on them."""
+    cache, it is decided (and planned) again on them, holding what _decide holds."""
     tracks = {track: _track_now(owner, track) for track in Track}
     read_now = replace(observation, baseline=tracks[Track.BASELINE], canary=tracks[Track.CANARY])
     if (read_now.baseline, read_now.canary) == (observation.baseline, observation.canary):
         return observation, decision, plan
-    decision = rollout.decide(spec, current, read_now, now)
+    decision = _decide(spec, current, read_now, now, releasing)
     return read_now, decision, plan_tracks(spec, owner, decision, read_now, source)
 
 

@@ -457,6 +457,35 @@ def test_while_the_owned_route_is_released_no_track_gives_up_pods() -> None:
     assert none_yet.canary_replicas is None
 
 
+def test_a_decision_made_again_on_the_tracks_read_now_still_holds_them_for_the_release(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A rollback through the owned route switched to router Service: the hold keeps the canary's
+    pod while the Gateways may still send it half. Where the same reconcile also takes pods (an
+    adopted Deployment lowered: _takes_pods), the decision is made again on the tracks read now
+    (the watch lagged: the baseline has 2 Ready pods, not 1); that decision holds them too (it did
+    not: the canary's last pod went with the Gateways still at 50/50)."""
+    run = gateway_run()
+    low: dict[str, Any] = {"baseline_metrics": metrics(), "canary_metrics": metrics(0.2)}
+    run.step(after=70, baseline=ready(1), canary=ready(1), route=routed(Weights(50, 50)), **low)
+    run.expect(Phase.ROLLING_BACK)
+    recorded = api.TrafficStatus(route="llama", desired=api.RouteWeights(baseline=50, canary=50))
+    run.status = run.status.model_copy(update={"traffic": recorded})
+    edit(run, traffic={"router": "Service"})
+    FakeKube(read_now={"llama-baseline": ready(2), "llama-canary": ready(1)}).install(monkeypatch)
+    cached = Observation(generation=run.generation, baseline=ready(1), canary=ready(1))
+    now = run.now + timedelta(seconds=10)
+    decision = handlers._decide(run.spec, run.status, cached, now, releasing=True)
+    plan = handlers.plan_tracks(run.spec, OWNER, decision, cached, None)
+    read_now, again, _ = handlers._decided_on_tracks_now(
+        run.spec, run.status, OWNER, cached, decision, plan, now, None, releasing=True
+    )
+    assert read_now.baseline == ready(2)
+    assert rollout.decide(run.spec, run.status, read_now, now).canary_replicas == 0  # unheld
+    assert (again.baseline_replicas, again.canary_replicas) == (2, 1)
+    assert again.keep_template == {render.Track.BASELINE, render.Track.CANARY}
+
+
 def test_a_route_that_moved_keeps_its_record_until_it_is_pointed_at_the_service(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
