@@ -9,22 +9,29 @@ Needs `make gateway` and root (the pod range's route)."""
 
 from __future__ import annotations
 
+import itertools
 import json
+import os
+import signal
 import time
 import urllib.parse
 import urllib.request
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, cast
 
 import pytest
 from kubernetes import client
-from tests.cluster.conftest import Rollouts, side_by_side
+from kubernetes.client.exceptions import ApiException
+from tests.cluster.conftest import CACHE, Rollouts, side_by_side
 from tests.cluster.gateway import GATEWAY, GROUP, LISTENER, VERSION, gateway_lab
+from tests.cluster.operator_process import OPERATOR_INTERVAL_SECONDS
 from tests.cluster.rollouts import (
     SETTLED,
     Rollout,
     history_time,
+    patch_rollout,
     pin_to_node,
     report,
     run_rollout,
@@ -33,6 +40,7 @@ from tests.cluster.rollouts import (
 )
 
 from specgate import api
+from specgate.render import LABEL_TRACK
 from specgate.traffic import shares
 from specgate_lab.loadgen import LoadResult
 
@@ -59,6 +67,130 @@ class Watched:
     run: Rollout
     samples: list[Sample] = field(default_factory=list)
     failed_at_gateway: list[str] = field(default_factory=list)  # Traefik's access log, status >= 500
+    fault: Fault | None = None
+
+
+# Issue 57, sequences 2 and 6, on Traefik: after an event specgate only reacts to, requests fail
+# for at most two reconciles (the lab operator's interval; an HTTPRoute is not watched, the timer's
+# next reconcile acts) and the gateway's propagation (Traefik watches HTTPRoutes and EndpointSlices).
+PROPAGATION_S = 5.0
+RECOVERED_FOR_S = 10.0  # requests through the repaired route before the rollout is let go
+
+
+@dataclass
+class Fault(ABC):
+    """An event caused beside the rollout once it reaches a state (`__call__` is run_rollout's
+    `until`): when it happened, and when specgate's route had recovered from it (accepted)."""
+
+    api_client: client.ApiClient
+    namespace: str
+    name: str
+    fault_at: float | None = None
+    recovered_at: float | None = None
+
+    @abstractmethod
+    def cause(self, obj: dict[str, Any]) -> bool:
+        """Cause the fault where `obj` is ready for it; whether it was caused."""
+
+    @abstractmethod
+    def recovered(self, obj: dict[str, Any]) -> bool:
+        """Whether specgate's route has recovered from the fault."""
+
+    def __call__(self, obj: dict[str, Any]) -> bool:
+        if self.fault_at is None:
+            if self.cause(obj):
+                self.fault_at = time.time()
+            return False
+        if self.recovered_at is None:
+            if self.recovered(obj):
+                self.recovered_at = time.time()
+            return False
+        return time.time() - self.recovered_at >= RECOVERED_FOR_S
+
+
+@dataclass
+class RouteDeletion(Fault):
+    """Sequence 2: once promoted and routed, someone deletes the owned HTTPRoute; recovered once
+    specgate has written it again (another uid) and its Gateway accepted the weights."""
+
+    deleted_uid: str | None = None
+
+    def route(self) -> dict[str, Any] | None:
+        try:
+            return cast(
+                dict[str, Any],
+                client.CustomObjectsApi(self.api_client).get_namespaced_custom_object(
+                    GROUP, VERSION, self.namespace, "httproutes", self.name
+                ),
+            )
+        except ApiException as exc:
+            if exc.status == 404:
+                return None
+            raise
+
+    def cause(self, obj: dict[str, Any]) -> bool:
+        route = self.route()
+        if not settled_and_routed(obj) or route is None:
+            return False
+        self.deleted_uid = route["metadata"]["uid"]
+        client.CustomObjectsApi(self.api_client).delete_namespaced_custom_object(
+            GROUP, VERSION, self.namespace, "httproutes", self.name
+        )
+        return True
+
+    def recovered(self, obj: dict[str, Any]) -> bool:
+        route = self.route()
+        return route is not None and route["metadata"]["uid"] != self.deleted_uid and settled_and_routed(obj)
+
+
+@dataclass
+class CanaryLostWhilePaused(Fault):
+    """Sequence 6: analysed at its load-matched weight, the rollout is paused; then the canary's
+    engine dies for good (SIGKILL, and every canary engine started after it exits at once), so its
+    pod goes NotReady; recovered once the route gives the canary nothing, accepted, still paused."""
+
+    crash_flag: Path = Path()
+    paused: bool = False
+
+    def cause(self, obj: dict[str, Any]) -> bool:
+        status = obj.get("status", {})
+        traffic = status.get("traffic") or {}
+        if not self.paused:
+            desired = traffic.get("desired") or {}
+            if (
+                status.get("phase") == "Analyzing"
+                and desired.get("canary")
+                and traffic.get("actual") == desired
+            ):
+                patch_rollout(self.api_client, self.namespace, self.name, {"rollout": {"paused": True}})
+                self.paused = True
+            return False
+        if status.get("phase") != "Paused":
+            return False
+        self.crash_flag.touch()
+        state = json.loads((CACHE / "cluster" / "bridge-state.json").read_text())
+        for key, engine in state.items():
+            if key.startswith(f"{self.namespace}/") and engine["labels"].get(LABEL_TRACK) == "canary":
+                os.kill(engine["pid"], signal.SIGKILL)
+        return True
+
+    def recovered(self, obj: dict[str, Any]) -> bool:
+        status = obj.get("status", {})
+        traffic = status.get("traffic") or {}
+        away = (traffic.get("desired") or {}).get("canary") == 0 and traffic.get("actual") == traffic[
+            "desired"
+        ]
+        return status.get("phase") == "Paused" and away
+
+
+def non2xx_window(watched: Watched) -> tuple[float, int]:
+    """Seconds from the fault to the last poll that saw requests fail (0 if none did), and how many."""
+    fault = watched.fault
+    assert fault is not None and fault.fault_at is not None and fault.recovered_at is not None
+    before = [s for s in watched.samples if s.at < fault.fault_at]
+    after = [s for s in watched.samples if s.at >= fault.fault_at]
+    failing = [s.at for prev, s in itertools.pairwise([before[-1], *after]) if s.errors > prev.errors]
+    return (failing[-1] - fault.fault_at) if failing else 0.0, after[-1].errors - before[-1].errors
 
 
 def gateway_5xx_lines(access_log: Path) -> list[str]:
@@ -108,12 +240,27 @@ def settled_and_routed(obj: dict[str, Any]) -> bool:
     return status.get("phase") in SETTLED and routed and alone
 
 
-def gateway_rollout(lab: dict[str, Any], name: str, alpha: str, **traffic: Any) -> Watched:
-    """A rollout of REPLICAS simulated engines at `alpha`, routed by Traefik, load through it."""
+def gateway_rollout(
+    lab: dict[str, Any],
+    name: str,
+    alpha: str,
+    fault: type[Fault] | None = None,
+    rollout: dict[str, Any] | None = None,
+    **traffic: Any,
+) -> Watched:
+    """A rollout of REPLICAS simulated engines at `alpha`, routed by Traefik, load through it; with
+    a `fault`, watched on through it once settled (`rollout`: fields of spec.rollout to set)."""
     api_client, namespace = lab["api_client"], lab["namespace"]
-    body = sim_rollout(name, {"SPECGATE_SIM_ALPHA": alpha}, traffic={**ROUTE, **traffic})
+    env = {"SPECGATE_SIM_ALPHA": alpha}
+    crash_flag = lab["log_dir"] / "canary-exits"
+    if fault is CanaryLostWhilePaused:  # canary engines started once the flag exists exit at once
+        env["SPECGATE_SIM_EXIT"] = f"speculative-if:{crash_flag}"
+    body = sim_rollout(name, env, traffic={**ROUTE, **traffic})
     body["spec"]["replicas"] = REPLICAS
-    body["spec"]["rollout"]["canaryReplicas"] = CANARY
+    body["spec"]["rollout"] |= {"canaryReplicas": CANARY, **(rollout or {})}
+    watching = fault(api_client, namespace, name) if fault is not None else None
+    if isinstance(watching, CanaryLostWhilePaused):
+        watching.crash_flag = crash_flag
     load = LoadResult()
     samples: list[Sample] = []
     node = f"gw-{namespace}"
@@ -122,20 +269,24 @@ def gateway_rollout(lab: dict[str, Any], name: str, alpha: str, **traffic: Any) 
         pin_to_node(body, node, namespace)
         run = run_rollout(
             body=body,
-            until=settled_and_routed,
+            until=watching or settled_and_routed,
             load_url=f"http://127.0.0.1:{port}",
             load_result=load,
             during=lambda _: samples.append(sample(api_client, namespace, name, load)),
             **lab,
         )
-    return Watched(run, samples, gateway_5xx_lines(log.with_name("traefik-access.log")))
+    return Watched(run, samples, gateway_5xx_lines(log.with_name("traefik-access.log")), watching)
 
 
 rollouts = side_by_side(
     {
-        "promote": lambda lab: gateway_rollout(lab, "viagw", "0.8"),
+        "promote": lambda lab: gateway_rollout(lab, "viagw", "0.8", RouteDeletion),
         "rollback": lambda lab: gateway_rollout(lab, "backgw", "0.3"),
         "initial": lambda lab: gateway_rollout(lab, "smallgw", "0.8", initialCanaryWeight=INITIAL),
+        # maxUnavailable 1: the canary's pod lost while paused leaves the baseline's 3 at the floor
+        "paused": lambda lab: gateway_rollout(
+            lab, "pausegw", "0.8", CanaryLostWhilePaused, {"maxUnavailable": 1}
+        ),
     }
 )
 
@@ -154,9 +305,11 @@ def requests_by_track(prometheus_url: str, namespace: str, start: float, end: fl
 
 def check_no_request_failed_once_routed(watched: Watched) -> None:
     """From the first poll where the route gave the canary weight (before, the gateway answers 404
-    or 503 while it has no route or no endpoint yet) to the end, no request failed at the gateway:
-    none was sent to a pod that had gone (502, 503, a refused connection), none was cut in flight."""
-    samples = watched.samples
+    or 503 while it has no route or no endpoint yet) to the end (or to the fault caused beside it), no
+    request failed at the gateway: none was sent to a pod that had gone (502, 503, a refused
+    connection), none was cut in flight."""
+    fault_at = watched.fault.fault_at if watched.fault else None
+    samples = [s for s in watched.samples if fault_at is None or s.at < fault_at]
     routed = next(s for s in samples if s.weights and s.weights[1] > 0)
     last = samples[-1]
     failed = {kind: n - routed.failures.get(kind, 0) for kind, n in last.failures.items()}
@@ -192,6 +345,45 @@ def test_a_rollout_through_the_gateway_splits_by_load_matched_weight_and_promote
     assert abs(share - CANARY / REPLICAS) <= 0.03, counted
     check_no_request_failed_once_routed(watched)
     assert watched.run.load is not None and watched.run.load.requests > 0
+
+
+def test_an_owned_route_deleted_while_promoted_is_written_again_within_two_reconciles(
+    rollouts: Rollouts,
+) -> None:
+    """Issue 57, sequence 2 (on 1be5013 the route stayed deleted while the weights stood still: the
+    gateway answered 404 for good): the promoted rollout's route, deleted by someone, is written
+    again by the next reconciles; requests fail through the gateway only meanwhile."""
+    _, watched = rollouts["promote"].result()
+    fault = watched.fault
+    assert isinstance(fault, RouteDeletion) and fault.fault_at and fault.recovered_at
+    window, failed = non2xx_window(watched)
+    report(
+        route_deleted_failed_requests=failed,
+        route_deleted_non2xx_window_s=f"{window:.1f}",
+        route_written_again_after_s=f"{fault.recovered_at - fault.fault_at:.1f}",
+    )
+    assert window <= 2 * OPERATOR_INTERVAL_SECONDS + PROPAGATION_S, (window, watched.samples[-15:])
+    assert watched.run.status["traffic"]["actual"] == {"baseline": 0, "canary": 100}
+
+
+def test_paused_the_weight_leaves_a_canary_whose_pod_goes_not_ready(rollouts: Rollouts) -> None:
+    """Issue 57, sequence 6 (on 1be5013 a paused route kept the canary's share on a Service without
+    endpoints: 503s for as long as the pause lasted): the canary's engine dies while paused, and
+    the route gives its weight to the baseline within two reconciles, still paused."""
+    _, watched = rollouts["paused"].result()
+    fault = watched.fault
+    assert isinstance(fault, CanaryLostWhilePaused) and fault.fault_at and fault.recovered_at
+    check_no_request_failed_once_routed(watched)
+    window, failed = non2xx_window(watched)
+    report(
+        paused_canary_lost_failed_requests=failed,
+        paused_canary_lost_non2xx_window_s=f"{window:.1f}",
+        paused_weight_moved_after_s=f"{fault.recovered_at - fault.fault_at:.1f}",
+    )
+    assert window <= 2 * OPERATOR_INTERVAL_SECONDS + PROPAGATION_S, (window, watched.samples[-15:])
+    status = watched.run.status
+    assert status["phase"] == "Paused" and status["traffic"]["actual"] == {"baseline": 100, "canary": 0}
+    assert watched.samples[-1].replicas == (REPLICAS - CANARY, CANARY)  # paused: replicas stand still
 
 
 def test_a_rollback_through_the_gateway_moves_the_weight_before_the_canary_goes(rollouts: Rollouts) -> None:
