@@ -15,8 +15,10 @@ FAKE_NODE_TAINT = "specgate.dev/test-node"
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 1.0) -> Any:
-    """Poll until predicate() is truthy (an object not found yet counts as not yet); fail with what
-    was awaited. AssertionError: the cluster tests catch it to add what they saw."""
+    """Poll until predicate() is truthy (an object not found yet counts as not yet, as does a poll
+    the API server answers 5xx: a loaded lab's watch cache answers a LIST 504 "Too large resource
+    version" while it catches up); fail with what was awaited. AssertionError: the cluster tests
+    catch it to add what they saw."""
     deadline = time.monotonic() + timeout
     last_error: Exception | None = None
     while time.monotonic() < deadline:
@@ -25,7 +27,7 @@ def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: 
             if value:
                 return value
         except ApiException as exc:
-            if exc.status != 404:
+            if exc.status != 404 and exc.status < 500:
                 raise
             last_error = exc
         time.sleep(interval)
