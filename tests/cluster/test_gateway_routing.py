@@ -131,8 +131,8 @@ class RouteDeletion(Fault):
             raise
 
     def cause(self, obj: dict[str, Any]) -> bool:
-        route = self.route()
-        if not settled_and_routed(obj) or route is None:
+        route = self.route() if settled_and_routed(obj) else None
+        if route is None:
             return False
         self.deleted_uid = route["metadata"]["uid"]
         client.CustomObjectsApi(self.api_client).delete_namespaced_custom_object(
@@ -185,14 +185,24 @@ class CanaryLostWhilePaused(Fault):
         return status.get("phase") == "Paused" and away
 
 
-def non2xx_window(watched: Watched) -> tuple[float, int]:
-    """Seconds from the fault to the last poll that saw requests fail (0 if none did), and how many."""
+def check_recovered_in_time(watched: Watched, figure: str) -> None:
+    """The requests that failed after the fault stopped within two reconciles and the gateway's
+    propagation: from the fault to the last poll that saw a request fail (0 if none did); the
+    figures reported under `figure`."""
     fault = watched.fault
     assert fault is not None and fault.fault_at is not None and fault.recovered_at is not None
     before = [s for s in watched.samples if s.at < fault.fault_at]
     after = [s for s in watched.samples if s.at >= fault.fault_at]
     failing = [s.at for prev, s in itertools.pairwise([before[-1], *after]) if s.errors > prev.errors]
-    return (failing[-1] - fault.fault_at) if failing else 0.0, after[-1].errors - before[-1].errors
+    window = (failing[-1] - fault.fault_at) if failing else 0.0
+    report(
+        **{
+            f"{figure}_failed_requests": after[-1].errors - before[-1].errors,
+            f"{figure}_non2xx_window_s": f"{window:.1f}",
+            f"{figure}_recovered_after_s": f"{fault.recovered_at - fault.fault_at:.1f}",
+        }
+    )
+    assert window <= 2 * OPERATOR_INTERVAL_SECONDS + PROPAGATION_S, (window, after[-15:])
 
 
 def gateway_5xx_lines(access_log: Path) -> list[str]:
@@ -357,14 +367,8 @@ def test_an_owned_route_deleted_while_promoted_is_written_again_within_two_recon
     again by the next reconciles; requests fail through the gateway only meanwhile."""
     _, watched = rollouts["promote"].result()
     fault = watched.fault
-    assert isinstance(fault, RouteDeletion) and fault.fault_at and fault.recovered_at
-    window, failed = non2xx_window(watched)
-    report(
-        route_deleted_failed_requests=failed,
-        route_deleted_non2xx_window_s=f"{window:.1f}",
-        route_written_again_after_s=f"{fault.recovered_at - fault.fault_at:.1f}",
-    )
-    assert window <= 2 * OPERATOR_INTERVAL_SECONDS + PROPAGATION_S, (window, watched.samples[-15:])
+    assert isinstance(fault, RouteDeletion)
+    check_recovered_in_time(watched, "route_deleted")
     assert watched.run.status["traffic"]["actual"] == {"baseline": 0, "canary": 100}
 
 
@@ -374,15 +378,9 @@ def test_paused_the_weight_leaves_a_canary_whose_pod_goes_not_ready(rollouts: Ro
     the route gives its weight to the baseline within two reconciles, still paused."""
     _, watched = rollouts["paused"].result()
     fault = watched.fault
-    assert isinstance(fault, CanaryLostWhilePaused) and fault.fault_at and fault.recovered_at
+    assert isinstance(fault, CanaryLostWhilePaused)
     check_no_request_failed_once_routed(watched)
-    window, failed = non2xx_window(watched)
-    report(
-        paused_canary_lost_failed_requests=failed,
-        paused_canary_lost_non2xx_window_s=f"{window:.1f}",
-        paused_weight_moved_after_s=f"{fault.recovered_at - fault.fault_at:.1f}",
-    )
-    assert window <= 2 * OPERATOR_INTERVAL_SECONDS + PROPAGATION_S, (window, watched.samples[-15:])
+    check_recovered_in_time(watched, "paused_canary_lost")
     status = watched.run.status
     assert status["phase"] == "Paused" and status["traffic"]["actual"] == {"baseline": 100, "canary": 0}
     assert watched.samples[-1].replicas == (REPLICAS - CANARY, CANARY)  # paused: replicas stand still
