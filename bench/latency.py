@@ -183,7 +183,8 @@ def histogram(bounds: tuple[float, ...], counts: FloatArray) -> Histogram:
 
 
 def operator_looks(bounds: tuple[float, ...], base: FloatArray, canary: FloatArray) -> Iterator[int]:
-    """gates.latency_gate as rollout._latency_results calls it (the CRD's defaults), look by look."""
+    """gates.latency_gate as rollout._latency_results calls it (the CRD's defaults), look by look; at
+    the last look (maxAnalysisDuration) as rollout._decided_at_deadline decides it."""
     for m in range(LOOKS):
         result = latency_gate(
             histogram(bounds, base[m]),
@@ -191,6 +192,7 @@ def operator_looks(bounds: tuple[float, ...], base: FloatArray, canary: FloatArr
             figure="P99 per-token latency",
             max_regression=TOLERANCE,
             min_count=GATES.min_latency_samples,
+            last_look=m == LOOKS - 1,
         )
         yield {Verdict.PASS: PASS, Verdict.FAIL: FAIL}.get(result.verdict, NONE)
 

@@ -1263,8 +1263,9 @@ def _decided_at_deadline(
     spec: SpeculativeDeploymentSpec, status: SpeculativeDeploymentStatus, results: GateResults
 ) -> GateResults:
     """At maxAnalysisDuration the acceptance test is decided by its estimate's side of the gate where
-    it has its data (gates.decide_at_deadline); the latency gates are not: a latency verdict still
-    missing then leaves the rollout Inconclusive."""
+    it has its data (gates.decide_at_deadline); the latency gates take their last look where they
+    are read (_latency_results), and a latency verdict still missing then leaves the rollout
+    Inconclusive."""
     limits = spec.rollout.gates
     gate = _judged(spec, status).rollout.gates.min_acceptance_rate
     return [
@@ -1290,7 +1291,8 @@ def _traffic_gates(step: _Step, latency: bool = True) -> tuple[_Step, GateResult
     deadline = step.now - step.elapsed() + _seconds(step.spec.rollout.max_analysis_duration)
     step = step.update(canary=canary.model_copy(update={"analysis_deadline": iso(deadline)}))
     step = _recommend(step, metrics)
-    latencies = _latency_results(step, metrics) if latency else []
+    past_deadline = step.elapsed() > _seconds(step.spec.rollout.max_analysis_duration)
+    latencies = _latency_results(step, metrics, last_look=past_deadline) if latency else []
     speedup = _speedup_result(step, metrics) if latency else None
     if speedup is not None:
         step = step.update(canary=_with_speedup(step.status.canary, speedup, metrics))
@@ -1871,9 +1873,10 @@ def _inconclusive_or_wait(step: _Step, message: str) -> _Step:
     return step.note(Reason.MEASURING_BASELINE, message)
 
 
-def _latency_results(step: _Step, metrics: TrackMetrics) -> list[gates.GateResult]:
+def _latency_results(step: _Step, metrics: TrackMetrics, last_look: bool = False) -> list[gates.GateResult]:
     """The per-token and step-stall gates: the canary against the baseline measured beside it now
-    (canary strategy) or stored (sequential, guard), only at comparable load."""
+    (canary strategy) or stored (sequential, guard), only at comparable load; at maxAnalysisDuration
+    (`last_look`) read as one last look (gates.latency_gate)."""
     g = step.spec.rollout.gates
     beside = step.obs.baseline_metrics if baseline_beside_canary(step.obs) else None
     stored = step.status.baseline
@@ -1906,13 +1909,23 @@ def _latency_results(step: _Step, metrics: TrackMetrics) -> list[gates.GateResul
             steps = measurements.baseline_steps(beside, stored), metrics.engine_steps
             results.append(
                 gates.step_stall_gate(
-                    base, canary, *steps, max_regression=tolerance, min_count=g.min_latency_samples
+                    base,
+                    canary,
+                    *steps,
+                    max_regression=tolerance,
+                    min_count=g.min_latency_samples,
+                    last_look=last_look,
                 )
             )
         else:
             results.append(
                 gates.latency_gate(
-                    base, canary, figure=figure, max_regression=tolerance, min_count=g.min_latency_samples
+                    base,
+                    canary,
+                    figure=figure,
+                    max_regression=tolerance,
+                    min_count=g.min_latency_samples,
+                    last_look=last_look,
                 )
             )
     return results

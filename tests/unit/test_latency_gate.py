@@ -1,354 +1,166 @@
-"""The latency gate's verdicts and messages on small hand-built histograms (issue 42).
+"""The latency gate's verdicts and messages (issue 58): a non-inferiority test on the log ratio of the
+tracks' P99s, each read on normal probability paper inside its bucket.
 
-Every expected figure below is derived by hand from the bucket counts (the arithmetic is in the
-comments), never by calling the code under test. Conventions used throughout:
-
-* bounds are 10/20/40/80 ms and +Inf unless a test says otherwise; counts are cumulative;
-* a quantile is interpolated inside its bucket: lo + (hi - lo) * (rank - count_lo) / (count_hi - count_lo),
-  and a rank in the +Inf bucket reads as the last finite edge;
-* the P99 bracket sits at the ranks (0.99 -/+ 1.96 * se) * n with se = sqrt(0.99 * 0.01 / n), the upper
-  rank clipped at n. With n = 396, se = sqrt(0.0099 / 396) = 0.005 exactly, so the ranks are
-  0.9802 * 396 = 388.1592, 0.99 * 396 = 392.04 and 0.9998 * 396 = 395.9208;
-* the heavier-tail check reads the canary at each edge E against the baseline at E / 1.1 (tolerance 10 %):
-  80 / 1.1 = 72.727 ms, 40 / 1.1 = 36.364 ms, 20 / 1.1 = 18.182 ms, each 9/11 of the way up its bucket.
+Expected figures are derived here from the inputs, never by calling the code under test: a
+histogram shaped as a lognormal has, at each edge e, the share Phi((ln e - mu) / sigma) at or below
+it, so on probability paper (probit of the share against ln e) its edges lie on one line and the
+P99 read on that line is exp(mu + 2.3263 sigma) exactly, wherever it falls inside its bucket. The
+bracket of a P99 over n samples reaches the ranks 0.99 -/+ z sqrt(0.99 * 0.01 / n); at the looks'
+z of 2.3 no rank bounds it from above below 2.3^2 * 99 = 523.7 samples, so 524.
 """
 
 from __future__ import annotations
 
 import math
-from itertools import pairwise
+from statistics import NormalDist
 
 import pytest
 
-from specgate.gates import Histogram, Verdict, cdf, latency_gate
-from specgate.gates.latency import _heavier_tail, _quantile_se
+from specgate.gates import (
+    Histogram,
+    Verdict,
+    histogram_quantile,
+    latency_gate,
+    probit_quantile,
+)
 
 INF = math.inf
-BOUNDS = (0.01, 0.02, 0.04, 0.08, INF)
-CANNOT_TELL_TAIL = "more traffic, or finer buckets (vLLM --custom-histogram-buckets)"
+Z99 = NormalDist().inv_cdf(0.99)
+FINE = (*(round(0.005 * 1.05**k, 9) for k in range(110)), INF)  # 5 % apart, 5 ms to about 1 s
+VLLM = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, INF)
 
 
-def hist(*counts: float, bounds: tuple[float, ...] = BOUNDS) -> Histogram:
-    """A histogram over `bounds` from its cumulative counts (the last is the total)."""
-    assert len(counts) == len(bounds)
-    assert all(a <= b for a, b in pairwise(counts)), "cumulative counts only"
-    return Histogram(bounds, tuple(float(c) for c in counts))
+def lognormal(p99: float, n: float, bounds: tuple[float, ...] = FINE, sigma: float = 0.3) -> Histogram:
+    """Cumulative counts of n samples shaped exactly as a lognormal whose P99 is `p99`."""
+    mu = math.log(p99) - Z99 * sigma
+    shares = [1.0 if math.isinf(b) else NormalDist(mu, sigma).cdf(math.log(b)) for b in bounds]
+    return Histogram(bounds, tuple(n * s for s in shares))
 
 
-# --- the figures in every message ---
+def half_width(n: float, z: float, sigma: float = 0.3) -> float:
+    """The asymptotic half-width of a log ratio of two P99s of n samples each, at z: each track's
+    log P99 has se sqrt(0.99 * 0.01 / n) / phi(2.3263) * sigma, and the two add in quadrature."""
+    per_track = math.sqrt(0.99 * 0.01 / n) / NormalDist().pdf(Z99) * sigma
+    return z * math.sqrt(2) * per_track
 
 
-def test_pass_message_reports_both_p99_brackets_in_ms_with_the_default_tolerance() -> None:
-    """The figures a user reads (each P99 and its bracket, in ms) and the default 10 % tolerance.
-    Figures of 50 ms and more, so that a figure off by 0.1 % shows in the first decimal."""
-    bounds = (0.01, 0.02, 0.04, 0.08, 0.16, INF)
-    canary = hist(50, 200, 380, 396, 396, 396, bounds=bounds)
-    baseline = hist(0, 100, 300, 380, 396, 396, bounds=bounds)
-    # canary, bucket 40-80 ms holding 380..396: P99 40 + 40 * 12.04 / 16 = 70.1,
-    #   low 40 + 40 * 8.1592 / 16 = 60.398, high 40 + 40 * 15.9208 / 16 = 79.802
-    # baseline, bucket 80-160 ms holding 380..396: P99 80 + 80 * 12.04 / 16 = 140.2,
-    #   low 80 + 80 * 8.1592 / 16 = 120.796, high 80 + 80 * 15.9208 / 16 = 159.604
-    # no heavier tail (at each edge a larger share of the canary is below than of the baseline), no overflow (both upper ranks
-    # end at or before 396 in a finite bucket), and 79.802 <= 1.1 * 120.796 = 132.9: Pass
-    result = latency_gate(baseline, canary)
-    assert result.verdict == Verdict.PASS
-    assert result.message == (
-        "P99 ITL canary 70.1 ms [60.4, 79.8] vs baseline 140.2 ms [120.8, 159.6]: within 10%"
-    )
-    assert (result.estimate, result.lower, result.upper) == pytest.approx((0.0701, 0.060398, 0.079802))
-    assert result.samples == 396
-
-
-def test_identical_tracks_with_many_samples_pass_with_a_narrow_bracket() -> None:
-    """Where the upper rank of the bracket stays below the +Inf bucket, a few samples above the last
-    edge do not make the quantile unknown: the gate can still pass."""
-    # n = 1584: se = sqrt(0.0099 / 1584) = 0.0025, 1.96 * se = 0.0049: ranks 0.9851 * 1584 = 1560.3984,
-    # 0.99 * 1584 = 1568.16 and 0.9949 * 1584 = 1575.9816, all at or below the 1580 samples up to 80 ms.
-    # In 40-80 ms (1400..1580, 180 samples): P99 40 + 40 * 168.16 / 180 = 77.369,
-    # low 40 + 40 * 160.3984 / 180 = 75.644, high 40 + 40 * 175.9816 / 180 = 79.107.
-    # 79.107 <= 1.1 * 75.644 = 83.2: Pass.
-    h = hist(160, 800, 1400, 1580, 1584)
-    result = latency_gate(h, h)
-    assert result.verdict == Verdict.PASS
-    assert (
-        result.message == "P99 ITL canary 77.4 ms [75.6, 79.1] vs baseline 77.4 ms [75.6, 79.1]: within 10%"
-    )
-
-
-# --- too few samples ---
-
-
-def test_too_few_samples_names_the_smaller_track_count_and_the_minimum() -> None:
-    """Below min_count the gate waits, and reports how many samples the smaller track has."""
-    result = latency_gate(hist(10, 40, 70, 80, 80), hist(50, 200, 350, 400, 400))
-    assert result.verdict == Verdict.INSUFFICIENT_DATA
-    assert result.samples == 80
-    assert (result.estimate, result.lower, result.upper) == (None, None, None)
-    assert result.message == "80 P99 ITL samples on the smaller track, need 100"
-
-
-def test_exactly_min_count_samples_are_judged_and_wide_buckets_cannot_tell() -> None:
-    """100 samples meet the default minimum of 100. With so few, the bracket spans most of the
-    40-80 ms bucket, so the gate names the buckets and asks for more traffic or finer buckets."""
-    h = hist(10, 50, 90, 100, 100)
-    # n = 100: se = sqrt(0.0099 / 100) = 0.0099499, 1.96 * se = 0.0195018: ranks 97.0498, 99, and
-    # 100.95 clipped to 100. In 40-80 ms (90..100): P99 40 + 40 * 9 / 10 = 76.0,
-    # low 40 + 40 * 7.0498 / 10 = 68.199, high 40 + 40 * 10 / 10 = 80.0.
-    # Heavier tail: at 40 ms the baseline at 36.364 reads (50 + 40 * 9/11) / 100 = 0.827 < 0.9; at 80 ms
-    # (90 + 10 * 9/11) / 100 = 0.982 < 1.0: none. Pass needs 80.0 <= 1.1 * 68.199 = 75.02: no.
-    result = latency_gate(h, h)
-    assert result.verdict == Verdict.INSUFFICIENT_DATA
-    assert result.samples == 100
-    assert result.message == (
-        "P99 ITL canary 76.0 ms [68.2, 80.0] vs baseline 76.0 ms [68.2, 80.0]: cannot tell 10% yet with "
-        "buckets 40-80 ms (canary) and 40-80 ms (baseline) over 100 samples: " + CANNOT_TELL_TAIL
-    )
-    assert (result.estimate, result.lower, result.upper) == pytest.approx((0.076, 0.0681993, 0.080), rel=1e-5)
-
-
-# --- quantiles beyond the last finite edge ---
-
-
-def test_canary_upper_estimate_in_the_inf_bucket_is_never_a_pass() -> None:
-    """Two canary samples above 80 ms put its upper P99 estimate beyond the last edge: the gate asks
-    for higher buckets even though the tracks are identical and the low estimates are finite."""
-    h = hist(40, 200, 352, 394, 396)
-    # n = 396, 40-80 ms holds 352..394 (42 samples): P99 40 + 40 * 40.04 / 42 = 78.133,
-    # low 40 + 40 * 36.1592 / 42 = 74.437; the upper rank 395.9208 > 394 lies in +Inf, read as 80.0.
-    # Overflow: the canary's upper rank is in +Inf, the baseline's lower rank 388.16 is not.
-    # (A canary judged at its lower rank would pass: 80.0 <= 1.1 * 74.437 = 81.9.)
-    result = latency_gate(h, h)
-    assert result.verdict == Verdict.INSUFFICIENT_DATA
-    assert result.message == (
-        "P99 ITL canary 78.1 ms [74.4, 80.0] vs baseline 78.1 ms [74.4, 80.0]: the canary quantile lies "
-        "beyond the last bucket edge (40-80 ms); add higher buckets"
-    )
-
-
-def test_the_overflow_message_names_the_overflowing_tracks_bucket() -> None:
-    """Only the canary's upper estimate lies beyond the last edge: the message names the canary's
-    P99 bucket (40-80 ms), not the baseline's (20-40 ms), as the bucket a user should split."""
-    canary = hist(200, 300, 388, 394, 396)
-    baseline = hist(0, 304, 396, 396, 396)
-    # n = 396, ranks 388.1592, 392.04, 395.9208.
-    # canary, 40-80 ms holds 388..394 (6): P99 40 + 40 * 4.04 / 6 = 66.933, low 40 + 40 * 0.1592 / 6
-    #   = 41.061; the upper rank 395.92 > 394 lies in +Inf: 80.0, so the canary overflows.
-    # baseline, 20-40 ms holds 304..396 (92): P99 20 + 20 * 88.04 / 92 = 39.139, low 20 + 20 * 84.1592
-    #   / 92 = 38.296, high 20 + 20 * 91.9208 / 92 = 39.983: finite.
-    # Heavier tail: at 20 ms the baseline at 18.18 reads 304 * 9/11 / 396 = 0.628 < 300 / 396 = 0.758;
-    # at 40 ms (304 + 92 * 9/11) / 396 = 0.958 < 388 / 396 = 0.980; at 80 ms 1.0 (skipped): none.
-    # Fail needs 41.061 > 1.1 * 39.983 = 43.98: no.
-    result = latency_gate(baseline, canary)
-    assert result.verdict == Verdict.INSUFFICIENT_DATA
-    assert result.message == (
-        "P99 ITL canary 66.9 ms [41.1, 80.0] vs baseline 39.1 ms [38.3, 40.0]: the canary quantile lies "
-        "beyond the last bucket edge (40-80 ms); add higher buckets"
-    )
-    assert result.samples == 396
-
-
-def test_a_canary_whose_low_estimate_is_above_the_baselines_high_one_by_the_tolerance_fails() -> None:
-    """No edge shows a heavier tail (most of the canary is fast), but even the canary's low P99
-    estimate is more than 10 % above the baseline's high one: Fail, with both figures."""
-    canary = hist(0, 376, 396, 396, 396)
-    baseline = hist(0, 396, 396, 396, 396)
-    # n = 396, ranks 388.1592, 392.04, 395.9208.
-    # baseline, 10-20 ms holds 0..396: P99 10 + 10 * 392.04 / 396 = 19.9, low 19.802, high 19.998.
-    # canary, 20-40 ms holds 376..396 (20): P99 20 + 20 * 16.04 / 20 = 36.04, low 20 + 12.1592 = 32.159,
-    #   high 20 + 19.9208 = 39.921.
-    # Heavier tail: at 20 ms the baseline at 18.18 reads 0.818, the canary 376 / 396 = 0.949; at 40 ms
-    # and above the baseline reads 1.0 (skipped): none. 32.159 > 1.1 * 19.998 = 21.998: Fail (and not
-    # above 2.1 * 19.998 = 42.0, so the tolerance is 10 %, not 110 %).
-    result = latency_gate(baseline, canary)
-    assert result.verdict == Verdict.FAIL
-    assert result.message == (
-        "P99 ITL canary 36.0 ms [32.2, 39.9] vs baseline 19.9 ms [19.8, 20.0]: more than 10% worse "
-        "(32.2 > 20.0 ms + 10%)"
-    )
-    assert (result.estimate, result.lower, result.upper) == pytest.approx((0.03604, 0.0321592, 0.0399208))
-    assert result.samples == 396
-
-
-def test_baseline_lower_estimate_in_the_inf_bucket_is_never_a_pass() -> None:
-    """A baseline with 16 of 396 samples above 80 ms has even its low P99 estimate beyond the last
-    edge: its P99 is unknown, so a faster-looking canary cannot pass."""
-    canary = hist(0, 150, 360, 396, 396)
-    baseline = hist(0, 100, 300, 380, 396)
-    # canary, 40-80 ms holding 360..396 (36): P99 40 + 40 * 32.04 / 36 = 75.6,
-    #   low 40 + 40 * 28.1592 / 36 = 71.288, high 40 + 40 * 35.9208 / 36 = 79.912
-    # baseline: ranks 388.16, 392.04, 395.92 all above its 380 samples up to 80 ms: 80.0 each.
-    # Heavier tail: at 40 ms the baseline reads (100 + 200 * 9/11) / 396 = 0.666 < 360 / 396; at 80 ms
-    # (300 + 80 * 9/11) / 396 = 0.923 < 1.0: none. Fail needs 71.288 > 88: no.
-    result = latency_gate(baseline, canary)
-    assert result.verdict == Verdict.INSUFFICIENT_DATA
-    assert result.message == (
-        "P99 ITL canary 75.6 ms [71.3, 79.9] vs baseline 80.0 ms [80.0, 80.0]: the baseline quantile lies "
-        "beyond the last bucket edge (above 80 ms); add higher buckets"
-    )
-
-
-def test_histograms_with_only_the_inf_bucket_report_zero_and_ask_for_buckets() -> None:
-    """A histogram without finite buckets tells nothing about its P99: it reads 0 ms (no finite edge
-    below it) and both tracks are reported beyond the last edge."""
-    h = hist(200, bounds=(INF,))
-    result = latency_gate(h, h)
-    assert result.verdict == Verdict.INSUFFICIENT_DATA
-    assert (result.estimate, result.lower, result.upper) == (0.0, 0.0, 0.0)
-    assert result.message == (
-        "P99 ITL canary 0.0 ms [0.0, 0.0] vs baseline 0.0 ms [0.0, 0.0]: the canary and baseline quantile "
-        "lies beyond the last bucket edge (above 0 ms); add higher buckets"
-    )
-
-
-# --- the heavier tail: messages and boundaries ---
-
-
-def test_heavier_tail_at_level_exactly_the_quantile_fails_at_the_last_finite_edge() -> None:
-    """The baseline has exactly 99 % of its samples at or below 72.7 ms (80 / 1.1): that level is
-    still inside [0.5, 0.99], so the canary's 2.5 % above 80 ms fails it."""
-    canary = hist(100, 300, 380, 390, 400)
-    baseline = hist(100, 300, 396, 396, 400)
-    # n = 400: se = sqrt(0.0099 / 400) = 0.0049749, 1.96 * se = 0.0097509: ranks 392.0996, 396, 399.9004.
-    # Baseline level at 72.727 ms: 40-80 ms is empty, so (396 + 0 * 9/11) / 400 = 0.99 exactly.
-    # Canary below 80 ms: 390 / 400 = 0.975; spread 1.96 * sqrt(0.99 * 0.01 * (1/400 + 1/400)) = 0.01379;
-    # 0.975 < 0.99 - 0.01379 = 0.97621: Fail. Lower edges pass: at 40 ms (300 + 96 * 9/11) / 400 = 0.946
-    # against 0.95; at 20 ms (100 + 200 * 9/11) / 400 = 0.659 against 0.75.
-    # Figures: the canary's ranks all exceed its 390 samples up to 80 ms: 80.0 each. The baseline's
-    # P99 rank 396 tops 20-40 ms (300..396): 40.0; low 20 + 20 * 92.0996 / 96 = 39.187; high in +Inf: 80.0.
-    result = latency_gate(baseline, canary)
-    assert result.verdict == Verdict.FAIL
-    assert result.message == (
-        "P99 ITL canary 80.0 ms [80.0, 80.0] vs baseline 40.0 ms [39.2, 80.0]: 2.5% of the canary's "
-        "samples exceed 80 ms, against 1.0% of the baseline's above 72.7 ms (tolerance 10%)"
-    )
-    assert (result.estimate, result.lower, result.upper, result.samples) == (0.08, 0.08, 0.08, 400)
-
-
-def test_heavier_tail_at_level_exactly_one_half_fails_a_canary_beyond_sampling_error() -> None:
-    """The baseline's median sits exactly at 36.4 ms (no samples between 20 and 40 ms), and the check
-    starts at the median. The two P99s look alike (79.3 vs 79.2 ms), yet 57.6 % of the canary's
-    samples are above 40 ms where only half the baseline's are above 36.4 ms: a real regression."""
-    canary = hist(0, 100, 168, 396, 396)
-    baseline = hist(0, 198, 198, 396, 396)
-    # Level at 36.364 ms: (198 + 0 * 9/11) / 396 = 0.5 exactly; canary below 40 ms: 168 / 396 = 0.42424.
-    # spread = 1.96 * sqrt(0.25 * 2 / 396) = 1.96 * 0.035533 = 0.069646; 0.42424 < 0.43035: Fail.
-    # With 1.5 times that variance (sqrt 1.2247: 0.0853) or more the canary would be within error.
-    # At 20 ms the level is 198 * 9/11 / 396 = 0.409, below the median: not compared.
-    # Canary figures, 40-80 ms holding 168..396 (228): P99 40 + 40 * 224.04 / 228 = 79.305,
-    #   low 40 + 40 * 220.1592 / 228 = 78.624, high 40 + 40 * 227.9208 / 228 = 79.986
-    # baseline, 198..396 (198): P99 40 + 40 * 194.04 / 198 = 79.2, low 40 + 40 * 190.1592 / 198 = 78.416,
-    #   high 40 + 40 * 197.9208 / 198 = 79.984
-    result = latency_gate(baseline, canary)
-    assert result.verdict == Verdict.FAIL
-    assert result.message == (
-        "P99 ITL canary 79.3 ms [78.6, 80.0] vs baseline 79.2 ms [78.4, 80.0]: 57.6% of the canary's "
-        "samples exceed 40 ms, against 50.0% of the baseline's above 36.4 ms (tolerance 10%)"
-    )
-
-
-def test_canary_within_sampling_error_at_the_median_passes() -> None:
-    """Four more canary samples below 40 ms than in the failing case put it inside sampling error
-    (the spread is of both tracks' counts, so equal tracks do not cancel it): not a heavier tail."""
-    canary = hist(0, 100, 172, 396, 396)
-    baseline = hist(0, 198, 198, 396, 396)
-    # Canary below 40 ms: 172 / 396 = 0.43434 >= 0.5 - 0.069646 = 0.43035 (and < 0.5 + 0.0696).
-    # At 80 ms: level (198 + 198 * 9/11) / 396 = 0.909 against 1.0.
-    # Canary figures, 172..396 (224): P99 40 + 40 * 220.04 / 224 = 79.293,
-    #   low 40 + 40 * 216.1592 / 224 = 78.600, high 40 + 40 * 223.9208 / 224 = 79.986
-    # Pass: 79.986 <= 1.1 * 78.416 = 86.3.
-    result = latency_gate(baseline, canary)
-    assert result.verdict == Verdict.PASS
-    assert (
-        result.message == "P99 ITL canary 79.3 ms [78.6, 80.0] vs baseline 79.2 ms [78.4, 80.0]: within 10%"
-    )
-
-
-def test_canary_exactly_at_the_edge_of_sampling_error_is_not_a_heavier_tail() -> None:
-    """The rule is strict: a canary exactly z standard errors below the baseline's level is still
-    within error (z = 2 makes the boundary exact: 0.5 - 2 * sqrt(0.25 * 2 / 200) = 0.4)."""
-    baseline = hist(0, 100, 100, 200, 200)
-    at_boundary = hist(0, 50, 80, 200, 200)  # 80 / 200 = 0.4 below 40 ms
-    just_beyond = hist(0, 50, 79, 200, 200)  # 79 / 200 = 0.395
-    assert _heavier_tail(baseline, at_boundary, 0.99, 0.10, 2.0) is None
-    assert _heavier_tail(baseline, just_beyond, 0.99, 0.10, 2.0) == (
-        "60.5% of the canary's samples exceed 40 ms, against 50.0% of the baseline's above 36.4 ms"
-    )
-
-
-def test_no_tolerance_compares_the_last_finite_edge_count_for_count() -> None:
-    """With max_regression 0 the canary's 80 ms edge is read against the baseline's own 80 ms edge,
-    an exact count (not one beyond the last edge): 5 % of the canary's samples above 80 ms against
-    2 % fails, although both P99s lie beyond 80 ms."""
-    canary = hist(100, 200, 360, 380, 400)
-    baseline = hist(100, 200, 360, 392, 400)
-    # Levels are the baseline's counts at the same edges: 0.25 (below the median), 0.5 and 0.9 (the
-    # canary equal there), 392 / 400 = 0.98 at 80 ms. Canary 380 / 400 = 0.95;
-    # spread 1.96 * sqrt(0.98 * 0.02 * 2 / 400) = 0.019403; 0.95 < 0.9606: Fail.
-    # Figures (n = 400, ranks 392.0996 / 396 / 399.9004): all above 380 and 392 samples up to 80 ms.
-    result = latency_gate(baseline, canary, max_regression=0.0)
-    assert result.verdict == Verdict.FAIL
-    assert result.message == (
-        "P99 ITL canary 80.0 ms [80.0, 80.0] vs baseline 80.0 ms [80.0, 80.0]: 5.0% of the canary's "
-        "samples exceed 80 ms, against 2.0% of the baseline's above 80 ms (tolerance 0%)"
-    )
-
-
-@pytest.mark.parametrize("quantile", [0.99, 1.0])
-@pytest.mark.parametrize(
-    "baseline",
-    [
-        pytest.param(hist(400, bounds=(INF,)), id="only-inf-bucket"),
-        pytest.param(hist(0, 0, 400, bounds=(0.01, 0.02, INF)), id="finite-edges-below-all-samples"),
-    ],
-)
-def test_no_canary_edge_is_read_beyond_the_baselines_last_finite_edge(
-    baseline: Histogram, quantile: float
+@pytest.mark.parametrize("p99", [0.040, 0.0425, 0.048, 0.120, 0.241])
+@pytest.mark.parametrize("bounds", [FINE, VLLM], ids=["5% buckets", "vLLM default buckets"])
+def test_a_lognormal_p99_is_read_exactly_wherever_it_falls_in_its_bucket(
+    p99: float, bounds: tuple[float, ...]
 ) -> None:
-    """Beyond its last finite edge the baseline's samples could lie anywhere (cdf counts all of them
-    there), so no canary edge above that edge times 1.1 is compared, even for the maximum (q = 1),
-    where a level of 1.0 would pass the [0.5, q] window and blame the canary."""
-    canary = hist(0, 100, 300, 390, 400)
-    assert _heavier_tail(baseline, canary, quantile, 0.10, 1.96) is None
+    """On probability paper a lognormal's edges lie on a line, so the P99 read on it is exact even
+    inside vLLM's 25-50 ms bucket, where Prometheus's flat bucket reads 40 ms and 48 ms far apart
+    from the truth."""
+    h = lognormal(p99, 1e6, bounds)
+    assert probit_quantile(h, 0.99) == pytest.approx(p99, rel=1e-6)
 
 
-# --- cdf ---
+def test_the_flat_bucket_of_prometheus_misreads_the_same_p99() -> None:
+    """The reason for probability paper: histogram_quantile puts a 40 ms P99 (sigma 0.3, mu =
+    ln 0.040 - 2.3263 * 0.3 = -3.9168; shares at 25 and 50 ms Phi(0.760) = 0.7764 and Phi(3.070) =
+    0.99893) at 25 + 25 (0.99 - 0.7764) / (0.99893 - 0.7764) = 49.0 ms."""
+    h = lognormal(0.040, 1e6, VLLM)
+    mu = math.log(0.040) - Z99 * 0.3
+    low, high = (NormalDist(mu, 0.3).cdf(math.log(x)) for x in (0.025, 0.050))
+    assert histogram_quantile(h, 0.99) == pytest.approx(0.025 + 0.025 * (0.99 - low) / (high - low), rel=1e-6)
+    assert histogram_quantile(h, 0.99) == pytest.approx(0.0490, abs=5e-4)
 
 
-@pytest.mark.parametrize(
-    ("x", "expected"),
-    [
-        pytest.param(0.005, 50 / 400, id="below-first-edge"),  # 100 * (5 / 10) from 0
-        pytest.param(0.02, 200 / 400, id="at-an-edge"),
-        pytest.param(0.03, 250 / 400, id="between-edges"),  # 200 + 100 * (10 / 20)
-        pytest.param(0.08, 380 / 400, id="at-the-last-finite-edge"),
-        pytest.param(0.1, 1.0, id="beyond-the-last-finite-edge"),  # the +Inf bucket's count: all
-    ],
-)
-def test_cdf_reads_counts_at_edges_and_interpolates_between(x: float, expected: float) -> None:
-    """The share of samples at or below x, exact at edges, linear inside a bucket."""
-    assert cdf(hist(100, 200, 300, 380, 400), x) == pytest.approx(expected)
+def test_the_estimate_never_leaves_its_bucket() -> None:
+    """Whatever the shares at the edges say, the counts there are exact: a P99 between 20 and 40 ms
+    (99 % reached in that bucket) reads between them."""
+    h = Histogram((0.01, 0.02, 0.04, INF), (10.0, 500.0, 1000.0, 1000.0))
+    assert 0.02 <= (probit_quantile(h, 0.99) or 0) <= 0.04
 
 
-def test_cdf_of_a_zero_width_bucket_at_le_zero_reads_its_count() -> None:
-    """A bucket at le=0 (samples of exactly 0 s) has no width to interpolate over: at 0 it holds all
-    its count, and above it the next bucket interpolates from 0."""
-    h = hist(40, 100, 200, bounds=(0.0, 0.01, INF))
-    assert cdf(h, 0.0) == pytest.approx(40 / 200)
-    assert cdf(h, 0.005) == pytest.approx((40 + 60 * 0.5) / 200)
+def test_a_canary_ten_percent_faster_passes_with_the_ratio_and_its_bounds() -> None:
+    """P99 36 ms against 40 ms: ratio 0.9. 20,000 samples a track, half-width at 2.3 about
+    2.3 * sqrt(2) * sqrt(0.0099 / 20000) / 0.026652 * 0.3 = 0.0273 in log: upper 0.9 e^0.0273 = 0.925,
+    within 1.1."""
+    result = latency_gate(lognormal(0.040, 20_000), lognormal(0.036, 20_000), max_regression=0.10)
+    assert result.verdict == Verdict.PASS
+    assert result.estimate == pytest.approx(0.9, rel=1e-3)
+    assert result.upper == pytest.approx(0.9 * math.exp(half_width(20_000, 2.3)), rel=0.05)
+    assert result.message.startswith("P99 ITL canary 36.0 ms vs baseline 40.0 ms: ratio 0.900 [")
+    assert result.message.endswith("over 20000 samples: within 10%")
 
 
-# --- the quantile's standard error ---
+def test_a_canary_twenty_percent_slower_fails() -> None:
+    """Ratio 1.2; its lower bound 1.2 e^-0.0273 = 1.168 > 1.1."""
+    result = latency_gate(lognormal(0.040, 20_000), lognormal(0.048, 20_000), max_regression=0.10)
+    assert result.verdict == Verdict.FAIL
+    assert result.estimate == pytest.approx(1.2, rel=1e-3)
+    assert result.message.endswith("over 20000 samples: more than 10% worse")
 
 
-@pytest.mark.parametrize(
-    ("q", "n", "expected"),
-    [
-        (0.99, 396.0, 0.005),  # sqrt(0.0099 / 396) = sqrt(0.000025)
-        (0.5, 100.0, 0.05),  # sqrt(0.25 / 100)
-        (0.99, 1.0, math.sqrt(0.0099)),  # a single sample still has a spread
-        (0.99, 0.0, 0.0),  # no samples: no spread (and no division by zero)
-    ],
-)
-def test_quantile_se_is_sqrt_q_one_minus_q_over_n(q: float, n: float, expected: float) -> None:
-    """The standard error of a quantile's rank share: sqrt(q (1 - q) / n), 0 without samples."""
-    assert _quantile_se(q, n) == pytest.approx(expected)
+def test_an_equal_canary_undecided_says_how_many_samples_tell_it_at_most() -> None:
+    """Ratio 1 over 600 samples a track: half-width about 2.3 * sqrt(2) * sqrt(0.0099 / 600) /
+    0.026652 * 0.3 = 0.158 > ln 1.1 = 0.0953, so undecided. The bracket, near its first rank bound,
+    narrows faster than 1/sqrt(n): the count it reports, from the bracket now, is at least the
+    asymptotic one, and tracks of that many samples (the same shape) are decided."""
+    result = latency_gate(lognormal(0.040, 600), lognormal(0.040, 600), max_regression=0.10)
+    assert result.verdict == Verdict.INSUFFICIENT_DATA
+    assert "cannot tell 10% yet" in result.message
+    reported = float(result.message.split("at most about ")[1].split(" samples")[0])
+    assert reported >= 600 * (half_width(600, 2.3) / math.log(1.1)) ** 2
+    bigger = lognormal(0.040, reported)
+    assert latency_gate(bigger, bigger, max_regression=0.10).verdict == Verdict.PASS
+
+
+def test_below_524_samples_no_rank_bounds_a_p99_on_coarse_buckets() -> None:
+    """300 samples on vLLM's buckets: no rank reaches 0.99 + 2.3 se, and a line extended across the
+    25-50 ms bucket would be a guess: undecided, saying how many samples bound it."""
+    result = latency_gate(lognormal(0.040, 300, VLLM), lognormal(0.020, 300, VLLM), max_regression=0.10)
+    assert result.verdict == Verdict.INSUFFICIENT_DATA
+    assert result.upper == INF
+    assert result.message.endswith("no rank of 300 samples bounds a P99 from above, need 524")
+
+
+def test_on_fine_buckets_a_much_faster_canary_passes_on_the_extended_line() -> None:
+    """Also 300 samples, on 5 % buckets: the top bucket's line, extended to the probit of the
+    bracket's top, bounds the canary's P99; half the baseline's passes."""
+    result = latency_gate(lognormal(0.040, 300), lognormal(0.020, 300), max_regression=0.10)
+    assert result.verdict == Verdict.PASS, result.message
+
+
+def test_a_fail_never_rests_on_an_extended_line() -> None:
+    """A canary three times slower over 300 samples: its lower bound needs the baseline's upper
+    one, which no rank gives: undecided, not failed."""
+    result = latency_gate(lognormal(0.040, 300), lognormal(0.120, 300), max_regression=0.10)
+    assert result.verdict == Verdict.INSUFFICIENT_DATA
+    assert result.lower == 0.0
+
+
+def test_the_last_look_decides_what_the_looks_could_not() -> None:
+    """Equal tracks: undecided at 2.3 while half_width(n, 2.3) > ln 1.1, that is n < 1455; decided
+    at 1.645 once half_width(n, 1.645) <= ln 1.1, n >= 745. At 1100 samples a track only the last
+    look passes."""
+    assert half_width(1100, 2.3) > math.log(1.1) >= half_width(1100, 1.645)
+    h = lognormal(0.040, 1100)
+    assert latency_gate(h, h, max_regression=0.10).verdict == Verdict.INSUFFICIENT_DATA
+    last = latency_gate(h, h, max_regression=0.10, last_look=True)
+    assert last.verdict == Verdict.PASS
+    assert last.message.endswith("within 10% (at maxAnalysisDuration, a last look at 1.64 sd)")
+
+
+def test_the_last_look_on_buckets_wider_than_the_tolerance_is_at_1_96() -> None:
+    h = lognormal(0.040, 1100, VLLM)
+    last = latency_gate(h, h, max_regression=0.10, last_look=True)
+    assert "(at maxAnalysisDuration, a last look at 1.96 sd)" in last.message
+
+
+def test_a_p99_beyond_the_last_edge_asks_for_higher_buckets() -> None:
+    bounds = (0.01, 0.025, INF)
+    h = Histogram(bounds, (0.0, 980.0, 100_000.0))
+    result = latency_gate(h, h, max_regression=0.10, min_count=1)
+    assert result.verdict == Verdict.INSUFFICIENT_DATA
+    assert result.message == (
+        "P99 ITL: the canary and baseline quantile lies beyond the last bucket edge (25 ms); add higher buckets"
+    )
+
+
+def test_too_few_samples_name_the_smaller_track_and_the_minimum() -> None:
+    result = latency_gate(lognormal(0.040, 50), lognormal(0.040, 5000), min_count=100)
+    assert result.verdict == Verdict.INSUFFICIENT_DATA
+    assert result.message == "50 P99 ITL samples on the smaller track, need 100"

@@ -85,12 +85,15 @@ from specgate.gates.guard import (
     prewhitened_long_run_variance,
 )
 from specgate.gates.latency import (
+    COARSE_FINAL_Z,
+    FINAL_Z,
+    LOOK_Z,
     STALL_FIGURE,
     Histogram,
-    cdf,
     histogram_quantile,
     latency_gate,
     per_step,
+    probit_quantile,
     stall_samples,
     step_stall_gate,
 )
@@ -106,13 +109,16 @@ from specgate.gates.speedup import (
 )
 
 __all__ = [
+    "COARSE_FINAL_Z",
     "DRIFT_BLOCK_SECONDS",
     "DRIFT_MAX_LAG_SECONDS",
     "DRIFT_MIN_LAG_BLOCKS",
     "DRIFT_SIGNIFICANCE",
     "DRIFT_TIMESCALES",
+    "FINAL_Z",
     "GUARD_MARGIN",
     "HAC_LAGS",
+    "LOOK_Z",
     "MAX_AUTOCORRELATION",
     "MAX_GUARD_LAGS",
     "MAX_PREWHITENING",
@@ -145,7 +151,6 @@ __all__ = [
     "autocovariances",
     "binomial_variance",
     "break_even_gate",
-    "cdf",
     "centred",
     "comparable_load",
     "confidence_radius",
@@ -168,6 +173,7 @@ __all__ = [
     "per_step",
     "plug_in_spread",
     "prewhitened_long_run_variance",
+    "probit_quantile",
     "residual_variance",
     "span_seconds",
     "spec_acceptance_gate",
