@@ -9,7 +9,7 @@ track (both tracks at the same load, as the gate compares them only then). A can
 either as a shift (every request x r) or tail-only (the median kept, the log-sd raised so that the
 P99 is x r). Both tracks' histograms are vLLM's default `inter_token_latency` buckets (read from
 vLLM 0.32's source: vllm/v1/metrics/buckets.py, which the per-token histogram shares) or a fine
-geometric ladder FINE_RATIO apart.
+ladder specgate renders where spec.latencyBuckets is unset (render.latency_ladder: 8 % apart).
 
 As rollout feeds the gate (measurement_window in Analyzing, the canary strategy): both tracks'
 histograms over the analysis so far, looked at every 15 s for maxAnalysisDuration; a Fail rolls back
@@ -40,8 +40,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "operator"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from decisions import wilson
-from specgate import api
-from specgate.gates import Histogram, Verdict, latency_gate
+from specgate import api, render
+from specgate.gates import Histogram, Verdict, latency_gate, step_stall_gate
 
 GATES = api.Gates()
 ROLLOUT = api.RolloutSpec()
@@ -73,7 +73,7 @@ VLLM_BUCKETS = (
     40.0,
     80.0,
 )
-FINE_RATIO, FINE_FROM, FINE_TO = 1.05, 0.005, 1.0  # the fine ladder: 5 % apart, 5 ms to 1 s
+LADDER = api.LatencyBuckets()  # the ladder specgate renders where spec.latencyBuckets is unset
 REQUESTS_PER_WINDOW = (3, 20, 200)
 SIGMAS = (0.15, 0.3)
 LOW_TRAFFIC = 3
@@ -84,12 +84,7 @@ PASS, FAIL, NONE = 1, -1, 0
 FloatArray = npt.NDArray[np.float64]
 
 
-def fine_ladder() -> tuple[float, ...]:
-    steps = math.ceil(math.log(FINE_TO / FINE_FROM) / math.log(FINE_RATIO))
-    return tuple(round(FINE_FROM * FINE_RATIO**k, 9) for k in range(steps + 1))
-
-
-BUCKETS = {"fine": fine_ladder(), "default": VLLM_BUCKETS}
+BUCKETS = {"fine": render.latency_ladder(LADDER), "default": VLLM_BUCKETS}
 
 
 @dataclass(frozen=True)
@@ -295,6 +290,84 @@ def figures(cells: list[Cell]) -> dict[str, str]:
     return out
 
 
+# --- the step stall (vLLM's inter_token_latency_seconds, counted in engine steps) ---
+
+# The model of tests/unit/test_step_stall.py: a step is a decode step or, 3 % of them, one that
+# carries a prefill chunk (a flat stretch of the distribution below its P99); every step of the
+# canary is `slower` times the baseline's. Each step is recorded once per running request.
+DECODE, PREFILL, PREFILL_SHARE = (0.030, 0.15), (0.090, 0.20), 0.03
+STALL_TOLERANCE = GATES.max_p99_itl_regression
+STALL_LOADS = {"busy": (470, 8), "light": (50, 1)}  # (steps a 15-s window, requests running)
+STALL_SLOWER = (1.0, 1.2, 2.0)
+
+
+def step_shares(bounds: tuple[float, ...], slower: float) -> FloatArray:
+    """Each bucket's share of steps (the last is +Inf's)."""
+
+    def below(x: float) -> float:
+        modes = ((1 - PREFILL_SHARE, DECODE), (PREFILL_SHARE, PREFILL))
+        return sum(w * NormalDist(math.log(slower * m), sd).cdf(math.log(x)) for w, (m, sd) in modes)
+
+    return np.diff(np.array([0.0, *(below(b) for b in bounds), 1.0]))
+
+
+def stall_outcome(
+    bounds: tuple[float, ...], base: FloatArray, canary: FloatArray, steps: FloatArray, running: int
+) -> Outcome:
+    """step_stall_gate as rollout._latency_results calls it, look by look, stopped as stop() does."""
+
+    def looks() -> Iterator[int]:
+        for m in range(LOOKS):
+            result = step_stall_gate(
+                histogram(bounds, base[m] * running),
+                histogram(bounds, canary[m] * running),
+                float(steps[m, 0]),
+                float(steps[m, 1]),
+                max_regression=STALL_TOLERANCE,
+                min_count=GATES.min_latency_samples,
+                last_look=m == LOOKS - 1,
+            )
+            yield {Verdict.PASS: PASS, Verdict.FAIL: FAIL}.get(result.verdict, NONE)
+
+    return stop(looks())
+
+
+def stall_figures(trials: int, rng: np.random.Generator) -> dict[str, str]:
+    """stall_false_fail_r120_worst (steps 1.0x and 1.2x, under the 1.5x tolerance, failed) and
+    stall_missed_r200_worst (steps 2x, not failed), each the worst over buckets and loads."""
+    rows: list[tuple[float, Cell]] = []
+    for buckets, bounds in BUCKETS.items():
+        for load, (steps_per_window, running) in STALL_LOADS.items():
+            base_shares = step_shares(bounds, 1.0)
+            for slower in STALL_SLOWER:
+                cell = Cell(
+                    "step", slower, steps_per_window, buckets, Scenario(f"stall x{slower:g} {load}", slower)
+                )
+                canary_shares = step_shares(bounds, slower)
+                for _ in range(trials):
+                    counts = [
+                        np.cumsum(
+                            np.cumsum(rng.multinomial(steps_per_window, shares, size=LOOKS), axis=0), axis=1
+                        )
+                        for shares in (base_shares, canary_shares)
+                    ]
+                    base, canary = (c.astype(np.float64) for c in counts)
+                    steps = np.stack([base[:, -1], canary[:, -1]], axis=1)
+                    cell.outcomes.append(stall_outcome(bounds, base, canary, steps, running))
+                print(describe(cell), flush=True)
+                rows.append((slower, cell))
+    fails = [c for r, c in rows if r <= 1.2]
+    missed = [c for r, c in rows if r >= 2.0]
+    return {
+        "stall_false_fail_r120_worst": worst(
+            fails, lambda c: c.rate({FAIL}), lambda c: round(c.rate({FAIL}) * c.trials)
+        ),
+        "stall_missed_r200_worst": worst(
+            missed, lambda c: 1 - c.rate({FAIL}), lambda c: round((1 - c.rate({FAIL})) * c.trials)
+        ),
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trials", type=int, default=40, help="trials per cell")
@@ -305,8 +378,8 @@ def main() -> None:
     print(
         f"per-token gate: tolerance {TOLERANCE:.0%}, minLatencySamples {GATES.min_latency_samples}; a look "
         f"every {WINDOW_SECONDS:g}s for {LOOKS * WINDOW_SECONDS / 60:g} min, Pass from "
-        f"{ANALYSIS_LOOKS * WINDOW_SECONDS / 60:g} min; fine buckets {FINE_RATIO - 1:.0%} apart "
-        f"({len(BUCKETS['fine'])} edges {FINE_FROM * 1000:g} ms-{FINE_TO:g} s), default: vLLM's "
+        f"{ANALYSIS_LOOKS * WINDOW_SECONDS / 60:g} min; fine: the ladder specgate renders, "
+        f"{LADDER.ratio - 1:.0%} apart ({len(BUCKETS['fine'])} edges {LADDER.lowest}-{LADDER.highest}), default: vLLM's "
         f"{len(VLLM_BUCKETS)} inter_token_latency edges"
     )
     print(header())
@@ -320,8 +393,14 @@ def main() -> None:
                         run_cell(cell, args.trials, rng)
                         print(describe(cell), flush=True)
                         cells.append(cell)
+    print(
+        f"step-stall gate: tolerance {STALL_TOLERANCE:.0%}, counted in engine steps; steps of a decode and a "
+        f"prefill-chunk mode ({PREFILL_SHARE:.0%}), every canary step x 1.0 / 1.2 / 2.0; busy: "
+        f"{STALL_LOADS['busy'][0]} steps a window of 8 running, light: {STALL_LOADS['light'][0]} of 1"
+    )
+    stall = stall_figures(args.trials, rng)
     print(f"run time {time.monotonic() - started:.0f} s")
-    print(" ".join(f"{name}={value}" for name, value in figures(cells).items()))
+    print(" ".join(f"{name}={value}" for name, value in {**figures(cells), **stall}.items()))
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ import json
 from typing import Any
 
 from specgate import api, render
+from specgate.observation import TrackState
 from specgate.render import Manifest, Owner, Track
 
 SHELLS = frozenset({"sh", "bash", "dash", "ash", "zsh", "busybox"})
@@ -121,10 +122,12 @@ def track(
     track: Track,
     replicas: int,
     source: dict[str, Any] | None,
+    running: TrackState | None = None,
 ) -> Manifest:
-    """The track's Deployment: rendered from the spec, or from the adopted `source` template."""
+    """The track's Deployment: rendered from the spec (`running`: its Deployment as observed), or
+    from the adopted `source` template."""
     if source is None:
-        return render.deployment(spec, owner, track, replicas)
+        return render.deployment(spec, owner, track, replicas, running)
     return deployment(spec, owner, track, replicas, source)
 
 

@@ -376,6 +376,37 @@ class Gates(Model):
     )
 
 
+class BucketsPolicy(StrEnum):
+    AUTO = "Auto"
+    RENDER = "Render"
+    ENGINE = "Engine"
+
+
+class LatencyBuckets(Model):
+    """The buckets of vLLM's inter_token_latency histograms (the step stall's and the per-token
+    latency's, which share them), rendered as --custom-histogram-buckets on both tracks: a geometric
+    ladder fine enough for the latency gates' tolerance (docs/concepts/gates.md). Part of what the
+    pods run: changing it is a new config, rolled out through a canary."""
+
+    policy: BucketsPolicy = Field(
+        BucketsPolicy.AUTO,
+        description="Auto: render the ladder where the image's tag names vLLM 0.32 or later (the flag "
+        "does not exist before) and vllmArgs sets no --custom-histogram-buckets of its own. Render: "
+        "always (an image whose tag names no version). Engine: never, the engine keeps its buckets "
+        "(the gates then judge by their resolution).",
+    )
+    lowest: Duration = duration("5ms", "The lowest finite bucket edge.")
+    highest: Duration = duration("5s", "The highest finite bucket edge at most (the ladder stops below it).")
+    ratio: float = Field(
+        1.08,
+        ge=1.02,
+        le=2.0,
+        description="Each edge over the one below it. At most 1 + maxP99PerTokenRegression for the "
+        "gate to read its tolerance inside a bucket; 1.08 from 5ms to 5s is 90 edges, so 91 series "
+        "a histogram and pod (vLLM's default: 20).",
+    )
+
+
 class MetricsSource(Model):
     prometheus_url: str | None = Field(
         None,
@@ -849,6 +880,12 @@ class SpeculativeDeploymentSpec(Model):
         description="Pod fields for GPU clusters (runtimeClassName, priorityClassName, imagePullSecrets, "
         "serviceAccountName, affinity, topology spread, securityContext, /dev/shm size, volumes).",
     )
+    latency_buckets: LatencyBuckets | None = Field(
+        None,
+        description="The latency histograms' buckets specgate renders (--custom-histogram-buckets): "
+        "unset, a ladder 8 % apart from 5 ms to 5 s, on pods made from now on (pods already running "
+        "keep theirs until their config changes).",
+    )
     speculative: SpeculativeSpec = Field(description="The speculative decoding config under test.")
     rollout: RolloutSpec = Field(
         default_factory=RolloutSpec, description="How the rollout is staged and gated."
@@ -1275,6 +1312,21 @@ RULES: tuple[Rule, ...] = (
         "rollout.measurement: traffic",
         "rollout.measurement",
         lambda s: s.workload_ref is None or s.rollout.measurement == MeasurementMode.TRAFFIC,
+    ),
+    # spec.latencyBuckets (issue 58)
+    Rule(
+        LatencyBuckets,
+        "!has(self.lowest) || !has(self.highest) || duration(self.highest) > duration(self.lowest)",
+        "highest must be above lowest, e.g. lowest 5ms and highest 5s",
+        "highest",
+        lambda b: parse_duration(b.highest) > parse_duration(b.lowest),
+    ),
+    Rule(
+        LatencyBuckets,
+        "!has(self.lowest) || duration(self.lowest) >= duration('1ms')",
+        "lowest must be at least 1ms, e.g. 5ms (below it vLLM's steps do not fall)",
+        "lowest",
+        lambda b: parse_duration(b.lowest) >= 0.001,
     ),
 )
 

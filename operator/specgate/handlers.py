@@ -938,12 +938,14 @@ def plan_tracks(
     """`source`: the adopted Deployment's pod template (spec.workloadRef)."""
     counts = {Track.BASELINE: decision.baseline_replicas, Track.CANARY: decision.canary_replicas}
     wanted = {track: n for track, n in counts.items() if n is not None}
-    manifests = {track: adopt.track(spec, owner, track, n, source) for track, n in wanted.items()}
+    states = _tracks(observation)
+    manifests = {
+        track: adopt.track(spec, owner, track, n, source, states[track]) for track, n in wanted.items()
+    }
     rendered = {
         track: m["metadata"]["annotations"][render.ANNOTATION_RENDERED] for track, m in manifests.items()
     }
     routed = _routed(decision, observation)
-    states = _tracks(observation)
     waiting = rollout.templates_to_wait(spec, rendered, states, wanted, routed)
     unavailable = rollout.rendered_unavailable(spec, states, wanted, rendered, routed)
     manifests = {track: render.with_max_unavailable(m, unavailable[track]) for track, m in manifests.items()}

@@ -10,6 +10,8 @@ from __future__ import annotations
 import copy
 import hashlib
 import json
+import math
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
@@ -17,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from specgate import api, benchmark
-from specgate.observation import RouteState
+from specgate.observation import RouteState, TrackState
 from specgate.traffic import Parent, Weights, pools_hold, route_hold, shares
 
 Manifest = dict[str, Any]
@@ -37,6 +39,10 @@ ANNOTATION_RENDERED = "specgate.dev/rendered-pod-template"
 VLLM_CONTAINER = "vllm"
 DRIVER_SOURCE = (Path(__file__).parent / "bench_driver.py").read_text()
 MAX_NAME = 63  # a Job's name becomes its pods' job-name label value
+BUCKETS_FLAG = "--custom-histogram-buckets"
+# vLLM 0.32's family for the ITL and the per-token latency histograms: one flag sets both.
+BUCKETS_FAMILY = "inter_token_latency"
+BUCKETS_SINCE = (0, 32)  # the first vLLM with BUCKETS_FLAG
 
 
 class Track(StrEnum):
@@ -72,6 +78,8 @@ def template_hash(spec: api.SpeculativeDeploymentSpec, track: Track = Track.CANA
         unused.add("pod_template")
     if spec.workload_ref is None:  # the same
         unused.add("workload_ref")
+    if spec.latency_buckets is None:  # the same
+        unused.add("latency_buckets")
     pods = spec.model_dump(mode="json", by_alias=True, exclude=unused)
     if spec.workload_ref is not None:  # what the pods run: the template, not the hand-over's policy
         ref = spec.workload_ref
@@ -113,7 +121,55 @@ def speculative_config(spec: api.SpeculativeSpec) -> dict[str, Any]:
     return {**spec.extra_config, **config}
 
 
-def vllm_args(spec: api.SpeculativeDeploymentSpec, track: Track) -> list[str]:
+def latency_ladder(buckets: api.LatencyBuckets) -> tuple[float, ...]:
+    """The geometric ladder of edges (seconds, 4 significant digits) from `lowest` up to `highest`."""
+    lowest, highest = api.parse_duration(buckets.lowest), api.parse_duration(buckets.highest)
+    count = math.floor(math.log(highest / lowest) / math.log(buckets.ratio) + 1e-9)
+    return tuple(float(f"{lowest * buckets.ratio**k:.4g}") for k in range(count + 1))
+
+
+def vllm_version(image: str) -> tuple[int, int] | None:
+    """(major, minor) of the vLLM an image's tag names (vllm/vllm-openai:v0.32.0), None if none."""
+    tag = image.split("@")[0].rsplit("/", 1)[-1]
+    found = re.search(r":v?(\d+)\.(\d+)", tag)
+    return (int(found[1]), int(found[2])) if found else None
+
+
+def wanted_buckets(spec: api.SpeculativeDeploymentSpec) -> tuple[float, ...] | None:
+    """The ladder spec.latencyBuckets asks specgate to render on new pods, None where it renders none:
+    its policy Engine, an adopted Deployment's engine (it keeps its buckets), vllmArgs setting the
+    flag itself, or (policy Auto) an image whose tag names no vLLM 0.32 or later."""
+    buckets = spec.latency_buckets or api.LatencyBuckets()
+    if spec.workload_ref is not None or buckets.policy == api.BucketsPolicy.ENGINE:
+        return None
+    if any(arg.split("=")[0] == BUCKETS_FLAG for arg in spec.vllm_args):
+        return None
+    if buckets.policy == api.BucketsPolicy.AUTO:
+        version = vllm_version(spec.vllm_image)
+        if version is None or version < BUCKETS_SINCE:
+            return None
+    return latency_ladder(buckets)
+
+
+def rendered_buckets(
+    spec: api.SpeculativeDeploymentSpec, owner: Owner, track: Track, running: TrackState | None
+) -> tuple[float, ...] | None:
+    """The ladder the track's pods get: wanted_buckets, except that a Deployment already running
+    this config without one keeps running without (`running`: the track's Deployment as observed),
+    so that no operator upgrade restarts serving engines for their buckets; its next config gets it."""
+    wanted = wanted_buckets(spec)
+    if wanted is None or running is None or not running.exists:
+        return wanted
+    if running.template_hash == template_hash(spec, track):
+        plain = _template(spec, owner, track, None)
+        if running.rendered == digest(plain):
+            return None
+    return wanted
+
+
+def vllm_args(
+    spec: api.SpeculativeDeploymentSpec, track: Track, buckets: tuple[float, ...] | None = None
+) -> list[str]:
     args = [
         spec.target.name,
         "--host",
@@ -126,6 +182,8 @@ def vllm_args(spec: api.SpeculativeDeploymentSpec, track: Track) -> list[str]:
         str(spec.tensor_parallel_size),
         *spec.vllm_args,
     ]
+    if buckets is not None:
+        args += [BUCKETS_FLAG, json.dumps({BUCKETS_FAMILY: list(buckets)})]
     if track is Track.CANARY:
         # Serialised, never concatenated: user strings cannot break out of the JSON argument.
         args += ["--speculative-config", json.dumps(speculative_config(spec.speculative), sort_keys=True)]
@@ -220,13 +278,15 @@ def _pod_template_fields(extra: api.PodTemplate | None) -> dict[str, Any]:
 PRE_STOP_SECONDS = 15
 
 
-def _container(spec: api.SpeculativeDeploymentSpec, track: Track) -> dict[str, Any]:
+def _container(
+    spec: api.SpeculativeDeploymentSpec, track: Track, buckets: tuple[float, ...] | None
+) -> dict[str, Any]:
     _, mounts = _volumes(spec)
     return {
         "name": VLLM_CONTAINER,
         "image": spec.vllm_image,
         "command": ["vllm", "serve"],
-        "args": vllm_args(spec, track),
+        "args": vllm_args(spec, track, buckets),
         "env": _env(spec),
         "ports": [{"name": "http", "containerPort": HTTP_PORT, "protocol": "TCP"}],
         "resources": _resources(spec),
@@ -252,23 +312,39 @@ def _metadata(owner: Owner, name: str, labels: dict[str, str]) -> dict[str, Any]
     }
 
 
-def deployment(spec: api.SpeculativeDeploymentSpec, owner: Owner, track: Track, replicas: int) -> Manifest:
+def deployment(
+    spec: api.SpeculativeDeploymentSpec,
+    owner: Owner,
+    track: Track,
+    replicas: int,
+    running: TrackState | None = None,
+) -> Manifest:
+    """The track's Deployment; `running`: its Deployment as observed (rendered_buckets)."""
+    buckets = rendered_buckets(spec, owner, track, running)
+    labels = pod_labels(spec, owner, track)
+    annotations = {ANNOTATION_TEMPLATE: template_hash(spec, track)}
+    template = _template(spec, owner, track, buckets)
+    return track_deployment(spec, owner, track, replicas, template, dict(labels), annotations)
+
+
+def _template(
+    spec: api.SpeculativeDeploymentSpec, owner: Owner, track: Track, buckets: tuple[float, ...] | None
+) -> dict[str, Any]:
     labels = pod_labels(spec, owner, track)
     annotations = {ANNOTATION_TEMPLATE: template_hash(spec, track)}
     volumes, _ = _volumes(spec)
     pod_spec: dict[str, Any] = {
-        "containers": [_container(spec, track)],
+        "containers": [_container(spec, track, buckets)],
         "volumes": volumes,
         "nodeSelector": dict(spec.node_selector),
         "tolerations": [t.model_dump(by_alias=True, exclude_none=True) for t in spec.tolerations],
         "terminationGracePeriodSeconds": 60,
         **_pod_template_fields(spec.pod_template),
     }
-    template = {
+    return {
         "metadata": {"labels": labels, "annotations": {**spec.pod_annotations, **annotations}},
         "spec": pod_spec,
     }
-    return track_deployment(spec, owner, track, replicas, template, dict(labels), annotations)
 
 
 def track_deployment(

@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import json
+import math
 import re
 import threading
 import time
+import urllib.parse
+import urllib.request
 from collections.abc import Callable, Sequence
 from contextlib import nullcontext, suppress
 from dataclasses import dataclass
@@ -284,3 +288,18 @@ def settled_as(status: dict[str, Any]) -> tuple[str, str]:
     """(phase, the reason it was entered with): once Promoted, status.reason follows the guard
     (Guarding), while the history keeps why the phase began."""
     return status["phase"], status["history"][-1]["reason"]
+
+
+def bucket_edges(prometheus_url: str, namespace: str, name: str, histogram: str) -> dict[str, list[float]]:
+    """Each track's finite `le` edges of `histogram` (e.g. vllm:inter_token_latency_seconds) as
+    Prometheus scraped them from the object's engines over the last hour, by track."""
+    query = f'count by (specgate_dev_track, le) (last_over_time({histogram}_bucket{{namespace="{namespace}",specgate_dev_deployment="{name}"}}[1h]))'
+    params = urllib.parse.urlencode({"query": query})
+    with urllib.request.urlopen(f"{prometheus_url}/api/v1/query?{params}", timeout=10) as resp:
+        result = json.loads(resp.read())["data"]["result"]
+    edges: dict[str, list[float]] = {}
+    for series in result:
+        le = float(series["metric"]["le"])
+        if math.isfinite(le):
+            edges.setdefault(series["metric"]["specgate_dev_track"], []).append(le)
+    return {track: sorted(values) for track, values in edges.items()}

@@ -68,7 +68,7 @@ def crash_loop_after_promotion(lab: dict[str, Any]) -> None:
         **lab,
     )
     status = run.status
-    assert killed and "Promoted" in run.phases, run.phases
+    assert killed and "Promoted" in run.phases, (run.phases, status.get("message"))
     assert (status["phase"], status["reason"]) == ("RolledBack", "CanaryUnhealthy"), status.get("message")
     assert "promoted canary is unhealthy" in status["message"] and "CrashLoopBackOff" in status["message"]
     tracks = [p.metadata.labels[LABEL_TRACK] for p in live_pods(api_client, namespace, "crashlate")]

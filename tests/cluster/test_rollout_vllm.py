@@ -19,10 +19,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 from tests.cluster.conftest import CACHE
 from tests.cluster.figures import report
-from tests.cluster.rollouts import fast_rollout, run_rollout, settled_as
+from tests.cluster.rollouts import bucket_edges, fast_rollout, run_rollout, settled_as
 from tests.conftest import tiny
 
-from specgate import vllm_metrics
+from specgate import api, render, vllm_metrics
 from specgate.vllm_metrics import total
 
 pytestmark = [pytest.mark.cluster, pytest.mark.engine]
@@ -235,6 +235,13 @@ def test_a_15_s_scrape_on_prometheus_3_promotes_within_the_window_with_the_engin
     assert status["canary"]["scrapeIntervalSeconds"] == pytest.approx(15, abs=1)
     assert status["canary"]["acceptanceWindowSeconds"] == pytest.approx(15, abs=1)
     check_measured_like_the_engine(status, engine, lab)
+    # The latency buckets specgate renders (issue 58) reach both tracks' real vLLM engines.
+    ladder = list(render.wanted_buckets(api.parse_spec(body["spec"])) or ())
+    assert len(ladder) == 90
+    edges = bucket_edges(
+        lab["prometheus_url"], lab["namespace"], "noisy15", "vllm:request_time_per_output_token_seconds"
+    )
+    assert edges == {"baseline": ladder, "canary": ladder}
 
 
 def test_a_30_s_scrape_rolls_back_a_perfect_draft_that_slows_streaming(lab: dict[str, Any]) -> None:

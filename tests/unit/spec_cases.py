@@ -211,4 +211,11 @@ RULE_CASES: list[tuple[int, dict[str, Any], dict[str, Any]]] = [
     (46, adopting(tolerations=[{"key": "gpu"}]), adopting(tolerations=[])),
     (46, adopting(podTemplate={}), adopting()),
     (47, adopting(rollout={"measurement": "both"}), adopting(rollout={"measurement": "traffic"})),
+    (
+        48,
+        with_("latencyBuckets", {"lowest": "5s", "highest": "5ms"}),
+        with_("latencyBuckets", {"lowest": "5ms", "highest": "5s"}),
+    ),
+    (48, with_("latencyBuckets", {"lowest": "6s"}), with_("latencyBuckets", {"lowest": "4s"})),
+    (49, with_("latencyBuckets", {"lowest": "0ms"}), with_("latencyBuckets", {"lowest": "1ms"})),
 ]

@@ -61,6 +61,7 @@ def test_every_other_default_is_written_out() -> None:
         "podAnnotations": {},
         "podLabels": {},
         "podTemplate": None,
+        "latencyBuckets": None,
         "speculative": {
             "method": "eagle3",
             "draftModel": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B",

@@ -85,6 +85,8 @@ WHOLE = "must be a whole number without a decimal point: write 2, not 2.0"
 # written out here, not read from api.RULES, so that a rule dropped from RULES (or left without
 # CEL) fails here rather than vanishing from both the CRD and the tests that walk RULES.
 API_SERVER_RULES = {
+    (".spec.latencyBuckets", ".highest", "highest must be above lowest, e.g. lowest 5ms and highest 5s"),
+    (".spec.latencyBuckets", ".lowest", "lowest must be at least 1ms, e.g. 5ms (below it vLLM's steps do not fall)"),
     (".spec", ".tensorParallelSize", "tensorParallelSize must not exceed resources.gpus: request at "
      "least as many GPUs as TP ranks"),
     (".spec", ".tensorParallelSize", f"tensorParallelSize {WHOLE}"),

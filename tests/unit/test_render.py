@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import os
+from itertools import pairwise
 from typing import Any
 
 import pytest
@@ -11,6 +13,7 @@ import yaml
 from tests.conftest import ROOT, load_sample
 
 from specgate import api, render
+from specgate.observation import TrackState
 from specgate.render import Owner, Track
 
 SNAPSHOTS = ROOT / "tests" / "unit" / "snapshots"
@@ -223,3 +226,98 @@ def test_a_toleration_reaches_the_pods_in_kubernetes_spelling() -> None:
     for track in Track:
         pod = render.deployment(spec, OWNER, track, 1)["spec"]["template"]["spec"]
         assert pod["tolerations"] == [toleration]
+
+
+# --- the latency histograms' buckets (issue 58) ---
+
+LADDER_SPEC: dict[str, Any] = {
+    "model": {"name": "meta-llama/Llama-3.1-8B-Instruct"},
+    "image": "vllm/vllm-openai:v0.32.0",
+    "speculative": {"method": "eagle3", "draftModel": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"},
+}
+
+
+def rendered_ladder(args: list[str]) -> list[float] | None:
+    """The inter_token_latency edges in a container's args, None without the flag."""
+    if "--custom-histogram-buckets" not in args:
+        return None
+    edges: list[float] = json.loads(args[args.index("--custom-histogram-buckets") + 1])["inter_token_latency"]
+    return edges
+
+
+def spec_with(**fields: Any) -> api.SpeculativeDeploymentSpec:
+    return api.parse_spec({**LADDER_SPEC, **fields})
+
+
+def test_both_tracks_of_a_vllm_032_image_get_the_default_ladder() -> None:
+    """5 ms x 1.08^k below 5 s: k up to floor(ln 1000 / ln 1.08) = floor(89.76) = 89, so 90 edges,
+    the same on both tracks, each at 4 significant digits."""
+    spec = spec_with()
+    ladders = [rendered_ladder(container(render.deployment(spec, OWNER, t, 1))["args"]) for t in Track]
+    assert ladders[0] == ladders[1]
+    edges = ladders[0]
+    assert edges is not None and len(edges) == 90
+    assert edges[:3] == [0.005, 0.0054, 0.005832]
+    assert edges[-1] == pytest.approx(0.005 * 1.08**89, rel=1e-3) and edges[-1] < 5
+    assert all(b / a == pytest.approx(1.08, rel=2e-3) for a, b in pairwise(edges))
+
+
+@pytest.mark.parametrize(
+    ("fields", "rendered"),
+    [
+        ({"image": "vllm/vllm-openai:v0.11.0"}, False),  # Auto: the flag does not exist before 0.32
+        ({"image": "registry.local/vllm:prod"}, False),  # Auto: the tag names no version
+        ({"image": "vllm/vllm-openai:v0.32.0@sha256:" + "a" * 64}, True),
+        ({"image": "vllm/vllm-openai:1.0.2"}, True),
+        ({"image": "registry.local/vllm:prod", "latencyBuckets": {"policy": "Render"}}, True),
+        ({"latencyBuckets": {"policy": "Engine"}}, False),
+    ],
+)
+def test_the_policy_and_the_images_vllm_version_decide_whether_the_ladder_is_rendered(
+    fields: dict[str, Any], rendered: bool
+) -> None:
+    args = container(render.deployment(spec_with(**fields), OWNER, Track.CANARY, 1))["args"]
+    assert (rendered_ladder(args) is not None) == rendered
+
+
+def test_the_users_own_buckets_are_kept_and_not_doubled() -> None:
+    own = ["--custom-histogram-buckets", '{"inter_token_latency": [0.01, 0.02]}']
+    args = container(render.deployment(spec_with(vllmArgs=own), OWNER, Track.BASELINE, 1))["args"]
+    assert args.count("--custom-histogram-buckets") == 1
+    assert rendered_ladder(args) == [0.01, 0.02]
+
+
+def test_a_set_ladder_is_a_new_config() -> None:
+    """Setting latencyBuckets changes what the pods run (a new rollout); unset, it keeps the hashes
+    of objects made before the field (test_an_old_objects_template_hash_survives_the_pod_template_field)."""
+    unset = spec_with()
+    changed = render.template_hash(spec_with(latencyBuckets={"ratio": 1.05}), Track.BASELINE)
+    assert changed != render.template_hash(unset, Track.BASELINE)
+
+
+def test_pods_already_running_the_config_without_a_ladder_keep_running_without() -> None:
+    """An operator upgrade must not restart serving engines for their buckets: a Deployment made by
+    an earlier version (the same template hash, rendered without the flag) is rendered as it runs,
+    so its digest does not change; a Deployment of another config, or none yet, gets the ladder."""
+    spec = spec_with()
+    for track in Track:
+        template = copy.deepcopy(render.deployment(spec, OWNER, track, 1)["spec"]["template"])
+        args = template["spec"]["containers"][0]["args"]
+        flag = args.index("--custom-histogram-buckets")
+        del args[flag : flag + 2]  # as a version before the ladder rendered it
+        old = TrackState(
+            exists=True, template_hash=render.template_hash(spec, track), rendered=render.digest(template)
+        )
+        kept = render.deployment(spec, OWNER, track, 1, old)
+        assert rendered_ladder(container(kept)["args"]) is None
+        assert kept["metadata"]["annotations"][render.ANNOTATION_RENDERED] == old.rendered
+        other_config = TrackState(exists=True, template_hash="0" * 12, rendered=old.rendered)
+        assert rendered_ladder(container(render.deployment(spec, OWNER, track, 1, other_config))["args"])
+        assert rendered_ladder(container(render.deployment(spec, OWNER, track, 1, TrackState()))["args"])
+
+
+def test_an_adopted_deployment_keeps_its_engines_buckets() -> None:
+    spec = api.parse_spec(
+        {"workloadRef": {"name": "llama"}, "speculative": LADDER_SPEC["speculative"], "latencyBuckets": {}}
+    )
+    assert render.wanted_buckets(spec) is None
