@@ -340,9 +340,9 @@ def stall_figures(trials: int, rng: np.random.Generator) -> dict[str, str]:
         for load, (steps_per_window, running) in STALL_LOADS.items():
             base_shares = step_shares(bounds, 1.0)
             for slower in STALL_SLOWER:
-                cell = Cell(
-                    "step", slower, steps_per_window, buckets, Scenario(f"stall x{slower:g} {load}", slower)
-                )
+                within = slower <= 1 + STALL_TOLERANCE  # a good canary (its "bad" is a roll-back)
+                scenario = Scenario(f"stall x{slower:g} {load}", 1.0 if within else slower)
+                cell = Cell("step", slower, steps_per_window, buckets, scenario)
                 canary_shares = step_shares(bounds, slower)
                 for _ in range(trials):
                     counts = [
