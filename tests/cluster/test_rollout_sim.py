@@ -329,6 +329,7 @@ def roll_back_a_canary_slower_per_token(lab: dict[str, Any]) -> Rollout:
     # A Fail needs the baseline's P99 bounded from above by a rank (524 per-token samples): on a quiet
     # lab it came after 315 s of analysis; the deadline leaves a loaded one room.
     body = sim_rollout("tokenslow", env, gates=gates_, maxAnalysisDuration="15m", progressDeadline="15m")
+    del body["spec"]["latencyBuckets"]  # unset: the ladder specgate renders by default
     return run_rollout(body=body, timeout=1260, **lab)
 
 
