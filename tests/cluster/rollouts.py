@@ -19,6 +19,7 @@ from itertools import pairwise
 from pathlib import Path
 from typing import Any
 
+import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 from tests.cluster.capacity import CapacityMonitor
@@ -216,6 +217,9 @@ def run_rollout(
                 except ApiException as busy:  # a loaded lab's API server: the next poll reads it
                     if busy.status < 500:
                         raise
+                    time.sleep(2)
+                    continue
+                except urllib3.exceptions.ProtocolError:  # its answer cut off mid-body: the same
                     time.sleep(2)
                     continue
                 if during is not None:
