@@ -53,9 +53,6 @@ def sim_rollout(name: str, env: dict[str, str], **rollout: Any) -> dict[str, Any
         "numSpeculativeTokens": 3,
     }
     spec["rollout"] = fast_rollout(**rollout)
-    # The simulators keep vLLM's buckets (the lab scrapes every engine every 2 s): the ladder specgate
-    # renders is checked on the real vLLM engines of test_rollout_vllm.py (issue 58).
-    spec["latencyBuckets"] = {"policy": "Engine"}
     return body
 
 
