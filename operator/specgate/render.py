@@ -320,11 +320,10 @@ def deployment(
     running: TrackState | None = None,
 ) -> Manifest:
     """The track's Deployment; `running`: its Deployment as observed (rendered_buckets)."""
-    buckets = rendered_buckets(spec, owner, track, running)
-    labels = pod_labels(spec, owner, track)
-    annotations = {ANNOTATION_TEMPLATE: template_hash(spec, track)}
-    template = _template(spec, owner, track, buckets)
-    return track_deployment(spec, owner, track, replicas, template, dict(labels), annotations)
+    template = _template(spec, owner, track, rendered_buckets(spec, owner, track, running))
+    meta = template["metadata"]
+    annotations = {ANNOTATION_TEMPLATE: meta["annotations"][ANNOTATION_TEMPLATE]}
+    return track_deployment(spec, owner, track, replicas, template, dict(meta["labels"]), annotations)
 
 
 def _template(

@@ -13,9 +13,11 @@ InsufficientData otherwise, saying about how many samples a track would need.
   a line on probability paper follows the counts at both edges. A share of 0 or 1 at an edge (no
   sample beyond it) reads as half a sample.
 - **Its sampling error** is Woodruff's: the quantiles read at the ranks q -/+ z * se (se of a rank
-  over n samples) bracket it; a wide bucket or few samples widen that bracket. Below about 380
-  samples no rank bounds a P99 from above; the bracket then ends at the edge above the slowest
-  sample, and a quantile beyond the last finite edge is never a Pass ("add higher buckets").
+  over n samples) bracket it; a wide bucket or few samples widen that bracket. Below
+  bounding_samples (524 for a P99 at LOOK_Z) no rank bounds it from above: on buckets no wider than
+  the tolerance the top bucket's line is extended to the probit of that level (a Pass may rest on
+  it, a Fail never does), on coarser ones the bound stays open. A quantile beyond the last finite
+  edge is never a Pass ("add higher buckets").
 - **Both tracks' errors combine** on the log ratio: its upper bound adds the canary's upper and the
   baseline's lower half-widths in quadrature (and the reverse for its lower bound).
 - **Repeated looks**: the gate is read at every reconcile over the analysis, so its bounds are at
@@ -129,7 +131,7 @@ def _track_quantile(h: Histogram, q: float, z: float, max_width: float) -> Track
         high = max(probit_quantile(h, q + z * se) or math.inf, estimate)
         return TrackQuantile(estimate, low, high, high)
     top = _probit_level(q, z, h.total)
-    extended = None if _log_width(h, top) > max_width else probit_quantile(h, top)
+    extended = None if _any_wider(max_width, top, h) else probit_quantile(h, top)
     return TrackQuantile(estimate, low, math.inf, math.inf if extended is None else max(extended, estimate))
 
 
@@ -182,17 +184,16 @@ def latency_gate(
     maxAnalysisDuration, where the bounds are read at FINAL_Z (a single last look, not one of
     many), or at COARSE_FINAL_Z where a bucket holding either quantile is wider than the tolerance
     (its interpolation, not the samples, would otherwise decide a verdict too often)."""
+    width = math.log1p(max_regression)
     z = LOOK_Z
     if last_look:
-        coarse = any(_log_width(h, quantile) > math.log1p(max_regression) for h in (baseline, canary))
-        z = COARSE_FINAL_Z if coarse else FINAL_Z
+        z = COARSE_FINAL_Z if _any_wider(width, quantile, baseline, canary) else FINAL_Z
     samples = min(baseline.total, canary.total)
     if samples < min_count:
         return GateResult(
             Verdict.INSUFFICIENT_DATA, None, None, None, samples,
             f"{samples:.0f} {figure} {unit} on the smaller track, need {min_count}",
         )  # fmt: skip
-    width = math.log1p(max_regression)
     tracks = {
         name: _track_quantile(h, quantile, z, width)
         for name, h in (("canary", canary), ("baseline", baseline))
@@ -226,11 +227,16 @@ def latency_gate(
     return GateResult(verdict, ratio.estimate, ratio.lower, ratio.upper, samples, f"{figures}: {why}{at}")
 
 
+def _any_wider(width: float, quantile: float, *tracks: Histogram) -> bool:
+    """Whether a bucket holding the quantile of any of `tracks` is wider than `width` (a log ratio)."""
+    return any(_log_width(h, quantile) > width for h in tracks)
+
+
 def _coarse(baseline: Histogram, canary: Histogram, quantile: float, width: float) -> str:
-    """Which track's quantile lies in a bucket wider than the tolerance ("" where neither does)."""
-    coarse = [f"{name} {_edges_ms(h, quantile)}" for name, h in (("canary", canary), ("baseline", baseline))]
-    if not any(_log_width(h, quantile) > width for h in (canary, baseline)):
+    """The buckets, where wider than the tolerance, named for the message ("" where neither is)."""
+    if not _any_wider(width, quantile, baseline, canary):
         return ""
+    coarse = [f"{name} {_edges_ms(h, quantile)}" for name, h in (("canary", canary), ("baseline", baseline))]
     return f"; buckets wider than the tolerance ({', '.join(coarse)}): finer ones (vLLM --custom-histogram-buckets) tell it sooner"
 
 
