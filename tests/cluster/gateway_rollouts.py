@@ -20,11 +20,24 @@ from tests.cluster.gateway import GATEWAY, GROUP, LISTENER, VERSION, gateway_lab
 from tests.cluster.rollouts import SETTLED, Rollout, pin_to_node, report, run_rollout, sim_rollout
 
 from specgate.traffic import shares
+from specgate_lab.adopt_lab import NAME as USER_NAME
 from specgate_lab.loadgen import LoadResult
 
 REPLICAS, CANARY = 4, 1  # load-matched: the canary's weight is 25 while 3 baseline pods serve beside it
 GATEWAY_PARENT = {"name": GATEWAY, "sectionName": LISTENER}  # the lab Gateway's listener
 ROUTE = {"router": "GatewayAPI", "httpRoute": {"parentRefs": [GATEWAY_PARENT]}}
+RULE = "completions"  # the rule of the user's own route
+
+
+def user_route(rule: str) -> dict[str, Any]:
+    """The user's HTTPRoute before specgate: `rule` sends the lab Gateway's traffic to their Service."""
+    backends = [{"name": USER_NAME, "port": 8000}]
+    return {
+        "apiVersion": f"{GROUP}/{VERSION}",
+        "kind": "HTTPRoute",
+        "metadata": {"name": USER_NAME},
+        "spec": {"parentRefs": [GATEWAY_PARENT], "rules": [{"name": rule, "backendRefs": backends}]},
+    }
 
 
 @dataclass

@@ -27,10 +27,12 @@ from tests.cluster.gateway import GROUP, VERSION, gateway_lab, get, route_parent
 from tests.cluster.gateway_rollouts import (
     CANARY,
     GATEWAY_PARENT,
+    RULE,
     Fault,
     Watched,
     gateway_rollout,
     settled_and_routed,
+    user_route,
 )
 from tests.cluster.operator_process import create_sd, get_sd, sd_gone, wait_for
 from tests.cluster.rollouts import Load, lab_operator, patch_rollout, pin_to_node, report, sim_rollout
@@ -44,7 +46,6 @@ from specgate_lab.loadgen import LoadResult
 pytestmark = [pytest.mark.cluster, pytest.mark.gateway]
 
 USER_REPLICAS = 2  # the user's own engines behind their rule, before specgate
-RULE = "completions"
 EXISTING = {"router": "GatewayAPI", "existingRoute": {"name": USER_NAME, "ruleName": RULE}}
 NOWHERE = "nowhere"  # a Gateway no controller serves: it never accepts the route
 SEQUENCE_TIMEOUT_S = 600.0
@@ -168,16 +169,6 @@ class ExistingRouteRun:
     statuses: dict[str, dict[str, Any]] = field(default_factory=dict)
 
 
-def user_route() -> dict[str, Any]:
-    rule = {"name": RULE, "backendRefs": [{"name": USER_NAME, "port": 8000}]}
-    return {
-        "apiVersion": f"{GROUP}/{VERSION}",
-        "kind": "HTTPRoute",
-        "metadata": {"name": USER_NAME},
-        "spec": {"parentRefs": [GATEWAY_PARENT], "rules": [rule]},
-    }
-
-
 def existing_route_sequence(lab: dict[str, Any]) -> ExistingRouteRun:
     """A user's engines serve their route through Traefik under load; a SpeculativeDeployment takes
     the rule over, promotes, is switched to router Service (the rule given back), back to the rule,
@@ -208,7 +199,7 @@ def existing_route_sequence(lab: dict[str, Any]) -> ExistingRouteRun:
         pin_to_node(body, node, namespace)
         client.AppsV1Api(api_client).create_namespaced_deployment(namespace, deployment)
         client.CoreV1Api(api_client).create_namespaced_service(namespace, user_service())
-        objects.create_namespaced_custom_object(GROUP, VERSION, namespace, "httproutes", user_route())
+        objects.create_namespaced_custom_object(GROUP, VERSION, namespace, "httproutes", user_route(RULE))
         url = f"http://127.0.0.1:{port}"
         wait_for(lambda: get(f"{url}/v1/models")[0] == 200, 180, "the user's engines served through Traefik")
         operator = lab_operator(lab["kubeconfig"], namespace, lab["prometheus_url"], lab["log_dir"])
