@@ -2,8 +2,8 @@
 one through the Service and one through the lab's Traefik on the user's own HTTPRoute (its rule
 sends to the Service, which selects specgate's pods too: specgate leaves the route alone). A
 SpeculativeDeployment adopts the Deployment (the hand-over), rolls out a canary and promotes; the
-draft then goes bad and the guard rolls back to the Deployment's template; deleting the object hands
-serving back. 0 failed requests in either loop, the Deployment's template unchanged, the Ready
+drafts then go bad and an edit of the draft length rolls out a canary that rolls back; deleting the
+object hands serving back. 0 failed requests in either loop, the Deployment's template unchanged, the Ready
 pods behind its Service never below the floor (CapacityMonitor, with the Service's fixed floor).
 Issue 59."""
 
@@ -18,7 +18,15 @@ from tests.cluster.capacity import CapacityMonitor
 from tests.cluster.gateway import GROUP, VERSION, gateway_lab, get
 from tests.cluster.gateway_rollouts import RULE, user_route
 from tests.cluster.operator_process import create_sd, get_sd, wait_for
-from tests.cluster.rollouts import Load, fast_rollout, lab_operator, pin_to_node, report, service_urls
+from tests.cluster.rollouts import (
+    Load,
+    fast_rollout,
+    lab_operator,
+    patch_rollout,
+    pin_to_node,
+    report,
+    service_urls,
+)
 from tests.conftest import ROOT
 
 from specgate import api
@@ -78,7 +86,10 @@ def test_adopt_roll_out_promote_roll_back_and_hand_back_with_no_request_lost(lab
             assert obj["status"]["workload"]["handedOver"] is True
             assert apps.read_namespaced_deployment(NAME, namespace).spec.replicas == 0
             bad_draft.touch()
-            wait_for(lambda: phase_of(api_client, namespace)[0] == "RolledBack", 600, "the guard's rollback")
+            patch_rollout(api_client, namespace, "adopt", {"speculative": {"numSpeculativeTokens": 2}})
+            wait_for(
+                lambda: phase_of(api_client, namespace)[0] == "RolledBack", 600, "the K=2 canary's rollback"
+            )
             rolled_back = phase_of(api_client, namespace)
             client.CustomObjectsApi(api_client).delete_namespaced_custom_object(
                 api.GROUP, api.VERSION, namespace, api.PLURAL, "adopt"
@@ -106,7 +117,7 @@ def test_adopt_roll_out_promote_roll_back_and_hand_back_with_no_request_lost(lab
             adopt_gateway_errors=through_gateway.errors,
             adopt_gateway_failures=dict(through_gateway.failures),
         )
-        assert rolled_back == ("RolledBack", "GuardTripped"), rolled_back
+        assert rolled_back == ("RolledBack", "AcceptanceBelowGate"), rolled_back
         for result in load.results:
             assert result.requests > 0 and result.errors == 0, dict(result.failures)
         assert apps.read_namespaced_deployment(NAME, namespace).to_dict()["spec"]["template"] == template
