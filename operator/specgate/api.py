@@ -1519,7 +1519,7 @@ class LatencyGateStatus(StatusModel):
         if self.ratio is not None:
             upper = "inf" if self.ratio_upper is None else self.ratio_upper
             ratio = f"{self.ratio:.3f} [{self.ratio_lower}, {upper}]"
-        needed = "" if self.samples_needed is None else f": needs about {self.samples_needed:.0f} samples a track"
+        needed = "" if self.samples_needed is None else f", needs {self.samples_needed:.0f} samples a track"
         return f"ratio={ratio} tolerance={self.tolerance:g} samples={self.samples:.0f} {self.verdict}{needed}"
 
 

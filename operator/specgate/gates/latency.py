@@ -213,7 +213,7 @@ def latency_gate(
         f"{ratio.estimate:.3f} [{ratio.lower:.3f}, {_bound(ratio.upper)}] over {samples:.0f} {unit}"
     )
     tolerance = f"{max_regression:.0%}"
-    needed = None
+    needed: float | None = None
     if ratio.lower > limit:
         verdict, why = Verdict.FAIL, f"more than {tolerance} worse"
     elif ratio.upper <= limit:
@@ -228,7 +228,9 @@ def latency_gate(
         why = f"cannot tell {tolerance} yet{told}{_coarse(baseline, canary, quantile, width)}"
     at = f" (at maxAnalysisDuration, a last look at {z:.2f} sd)" if last_look else ""
     message = f"{figures}: {why}{at}"
-    return GateResult(verdict, ratio.estimate, ratio.lower, ratio.upper, samples, message, samples_needed=needed)
+    return GateResult(
+        verdict, ratio.estimate, ratio.lower, ratio.upper, samples, message, samples_needed=needed
+    )
 
 
 def _any_wider(width: float, quantile: float, *tracks: Histogram) -> bool:
