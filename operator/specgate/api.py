@@ -1504,7 +1504,8 @@ class LatencyGateStatus(StatusModel):
     )
     tolerance: float = Field(description="The ratio the gate allows: 1 + its maxP99...Regression.")
     samples: float = Field(
-        description="Samples on the smaller track (for the step stall, counted in engine steps)."
+        description="Samples on the smaller track; for the step stall counted in engine steps, where both "
+        "tracks' step counts are known."
     )
     samples_needed: float | None = Field(
         None,
