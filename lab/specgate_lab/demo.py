@@ -8,6 +8,8 @@ sample, where speculation does not pay; the default heavy sample keeps them):
 
     RESULT: <name> phase=<Promoted|RolledBack> alpha=<x.xx> p99_itl_ms=<baseline>/<canary>
             p99_per_token_ms=<baseline>/<canary> tok_s=<baseline>/<canary>
+            p99_per_token_ratio=<x.xx[lower,upper]: the per-token latency gate's canary/baseline P99>
+            p99_stall_ratio=<x.xx[lower,upper]: the step-stall gate's>
             speedup=<x.xx[lower,upper] per output token; x.xx(sequential,not_judged) where the tracks
             were measured one after the other: the ratio of their mean times per output token> reason=<Reason>
     CAVEAT: ...
@@ -110,8 +112,19 @@ def result_line(name: str, status: dict[str, Any]) -> str:
         f"p99_itl_ms={baseline.get('p99ItlMs', '-')}/{canary.get('p99ItlMs', '-')} "
         f"p99_per_token_ms={baseline.get('p99PerTokenLatencyMs', '-')}/{canary.get('p99PerTokenLatencyMs', '-')} "
         f"tok_s={baseline.get('outputTokensPerSecond', '-')}/{canary.get('outputTokensPerSecond', '-')} "
-        f"speedup={_speedup(baseline, canary)} reason={reason}"
+        f"p99_per_token_ratio={_latency_ratio(canary, 'perTokenLatencyGate')} "
+        f"p99_stall_ratio={_latency_ratio(canary, 'stepStallGate')} speedup={_speedup(baseline, canary)} reason={reason}"
     )
+
+
+def _latency_ratio(canary: dict[str, Any], gate: str) -> str:
+    """A latency gate's canary/baseline P99 ratio and interval, written as the speedup is (an upper
+    bound no rank gives reads inf); '-' where status has no ratio of it."""
+    figures = canary.get(gate) or {}
+    if figures.get("ratio") is None:
+        return "-"
+    upper = figures.get("ratioUpper")
+    return f"{figures['ratio']:.2f}[{figures.get('ratioLower')},{'inf' if upper is None else upper}]"
 
 
 def _speedup(baseline: dict[str, Any], canary: dict[str, Any]) -> str:

@@ -1486,6 +1486,44 @@ class Condition(StatusModel):
     observed_generation: int | None = Field(None, description="Generation the condition describes.")
 
 
+class LatencyGateStatus(StatusModel):
+    """A latency gate at the canary's latest look: the ratio of the tracks' P99s, its interval, the
+    tolerance it is judged against, and how far it is from a verdict."""
+
+    verdict: str = Field(description="Pass, Fail or InsufficientData.")
+    ratio: float | None = Field(
+        None, description="The canary's P99 over the baseline's; absent until both are read."
+    )
+    ratio_lower: float | None = Field(
+        None, description="Lower bound of the ratio: the gate fails when it is above tolerance."
+    )
+    ratio_upper: float | None = Field(
+        None,
+        description="Upper bound of the ratio: the gate passes when it is at most tolerance; absent "
+        "beside a ratio while unbounded (no rank of the samples bounds the canary's P99 from above).",
+    )
+    tolerance: float = Field(description="The ratio the gate allows: 1 + its maxP99...Regression.")
+    samples: float = Field(
+        description="Samples on the smaller track; for the step stall counted in engine steps, where both "
+        "tracks' step counts are known."
+    )
+    samples_needed: float | None = Field(
+        None,
+        description="How far from a verdict, where the gate says it: the samples a track needs "
+        "(minLatencySamples; the samples a rank needs to bound a P99 from above; or at most about this "
+        "many to tell the tolerance at this ratio); absent where it says none.",
+    )
+
+    def line(self) -> str:
+        """The gate's figures on one line for `specgate status`, its ratio written as alpha and speedup are."""
+        ratio = "-"
+        if self.ratio is not None:
+            upper = "inf" if self.ratio_upper is None else self.ratio_upper
+            ratio = f"{self.ratio:.3f} [{self.ratio_lower}, {upper}]"
+        needed = "" if self.samples_needed is None else f", needs {self.samples_needed:.0f} samples a track"
+        return f"ratio={ratio} tolerance={self.tolerance:g} samples={self.samples:.0f} {self.verdict}{needed}"
+
+
 class Measurement(StatusModel):
     """Figures of one track over one analysis window (traffic measured by Prometheus)."""
 
@@ -1528,6 +1566,12 @@ class Measurement(StatusModel):
     )
     speedup_lower: float | None = Field(None, description="Canary: lower confidence bound of the speedup.")
     speedup_upper: float | None = Field(None, description="Canary: upper confidence bound of the speedup.")
+    per_token_latency_gate: LatencyGateStatus | None = Field(
+        None, description="Canary: the P99 per-token latency gate (maxP99PerTokenRegression) at this look."
+    )
+    step_stall_gate: LatencyGateStatus | None = Field(
+        None, description="Canary: the P99 step-stall gate (maxP99ItlRegression) at this look."
+    )
     output_tokens_per_second_per_pod: float | None = Field(
         None, description="Generated tokens per second per measured pod."
     )

@@ -210,6 +210,7 @@ def render_timeline(name: str, status: SpeculativeDeploymentStatus) -> str:
     closeness = status.canary.closeness() if status.canary and status.phase == api.Phase.ANALYZING else None
     if closeness:
         lines.append(f"  test     {closeness}")
+    lines += _latency_lines(status.canary)
     if status.guard:
         g = status.guard
         lines.append(
@@ -231,6 +232,14 @@ def render_timeline(name: str, status: SpeculativeDeploymentStatus) -> str:
         s = status.k_schedule
         lines.append(f"  schedule {json.dumps(s.ranges)} ({s.source.value}: {s.message})")
     return "\n".join(lines) + "\n"
+
+
+def _latency_lines(canary: api.Measurement | None) -> list[str]:
+    """Each latency gate's ratio, interval, tolerance and how far from a verdict, at the canary's last look."""
+    if canary is None:
+        return []
+    judged = (("per-token P99", canary.per_token_latency_gate), ("step stall P99", canary.step_stall_gate))
+    return [f"  latency  {name} {gate.line()}" for name, gate in judged if gate is not None]
 
 
 def _route_lines(status: SpeculativeDeploymentStatus) -> list[str]:

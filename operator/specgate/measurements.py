@@ -1,5 +1,6 @@
-"""A track's figures as status keeps them (api.Measurement, api.Recommendation), and the baseline's
-stored figures read back for the latency gates when it is not measured beside the canary."""
+"""A track's figures as status keeps them (api.Measurement, api.Recommendation, the latency gates'
+api.LatencyGateStatus), and the baseline's stored figures read back for the latency gates when it is
+not measured beside the canary."""
 
 from __future__ import annotations
 
@@ -8,7 +9,15 @@ from collections.abc import Sequence
 from datetime import datetime
 
 from specgate import gates, planning
-from specgate.api import Measurement, Recommendation, SpeculativeDeploymentSpec, StepCost, iso
+from specgate.api import (
+    Gates,
+    LatencyGateStatus,
+    Measurement,
+    Recommendation,
+    SpeculativeDeploymentSpec,
+    StepCost,
+    iso,
+)
 from specgate.gates import Histogram, Load
 from specgate.observation import TrackMetrics
 
@@ -111,6 +120,39 @@ def canary_measurement(metrics: TrackMetrics, acceptance: gates.GateResult, now:
             "per_token_bucket_counts": [],
         }
     )
+
+
+def latency_gate_status(result: gates.GateResult, max_regression: float) -> LatencyGateStatus:
+    """A latency gate's result as status keeps it: the ratio and its bounds to 4 decimals (an
+    unbounded upper one absent: JSON has no infinity), whole samples, so that an unchanged result
+    writes an unchanged status."""
+    return LatencyGateStatus(
+        verdict=result.verdict.value,
+        ratio=_ratio(result.estimate),
+        ratio_lower=_ratio(result.lower),
+        ratio_upper=_ratio(result.upper),
+        tolerance=round(1 + max_regression, 6),
+        samples=round(result.samples),
+        samples_needed=None if result.samples_needed is None else round(result.samples_needed),
+    )
+
+
+def with_latency_gates(
+    canary: Measurement | None, per_token: gates.GateResult, stall: gates.GateResult, limits: Gates
+) -> Measurement | None:
+    """The canary's status with the per-token and step-stall gates' figures."""
+    if canary is None:
+        return None
+    return canary.model_copy(
+        update={
+            "per_token_latency_gate": latency_gate_status(per_token, limits.max_p99_per_token_regression),
+            "step_stall_gate": latency_gate_status(stall, limits.max_p99_itl_regression),
+        }
+    )
+
+
+def _ratio(value: float | None) -> float | None:
+    return None if value is None or not math.isfinite(value) else round(value, 4)
 
 
 def cost_config(spec: SpeculativeDeploymentSpec) -> str:

@@ -1293,6 +1293,10 @@ def _traffic_gates(step: _Step, latency: bool = True) -> tuple[_Step, GateResult
     step = _recommend(step, metrics)
     past_deadline = step.elapsed() > _seconds(step.spec.rollout.max_analysis_duration)
     latencies = _latency_results(step, metrics, last_look=past_deadline) if latency else []
+    if latencies:
+        per_token, stall = latencies
+        gated = measurements.with_latency_gates(step.status.canary, per_token, stall, step.spec.rollout.gates)
+        step = step.update(canary=gated)
     speedup = _speedup_result(step, metrics) if latency else None
     if speedup is not None:
         step = step.update(canary=_with_speedup(step.status.canary, speedup, metrics))

@@ -66,6 +66,25 @@ def test_the_result_line_shows_the_speedup_with_its_interval() -> None:
     assert " speedup=1.71(sequential,not_judged) reason=Promoted" in result_line("heavy", sequential)
 
 
+def test_the_result_line_shows_each_latency_gates_ratio_with_its_interval() -> None:
+    """status.canary's perTokenLatencyGate and stepStallGate, written as the speedup is; an upper
+    bound no rank gives (absent in status) reads inf, a gate without a ratio '-'."""
+    judged = {
+        **STATUS,
+        "canary": {
+            **STATUS["canary"],
+            "perTokenLatencyGate": {"ratio": 0.9312, "ratioLower": 0.9011, "ratioUpper": 0.9623},
+            "stepStallGate": {"ratio": 1.2049, "ratioLower": 0.0, "ratioUpper": None},
+        },
+    }
+    assert " p99_per_token_ratio=0.93[0.9011,0.9623] p99_stall_ratio=1.20[0.0,inf] speedup=- " in (
+        result_line("tiny", judged)
+    )
+    assert " tok_s=362.0/72.0 p99_per_token_ratio=- p99_stall_ratio=- speedup=- " in result_line(
+        "tiny", STATUS
+    )
+
+
 def test_a_sample_with_the_default_gates_needs_no_caveat() -> None:
     assert caveat_lines(load_sample("llama-3.1-8b-eagle3.yaml")["spec"], STATUS) == []
 

@@ -84,6 +84,7 @@ def test_a_canary_ten_percent_faster_passes_with_the_ratio_and_its_bounds() -> N
     assert result.upper == pytest.approx(0.9 * math.exp(half_width(20_000, 2.3)), rel=0.05)
     assert result.message.startswith("P99 ITL canary 36.0 ms vs baseline 40.0 ms: ratio 0.900 [")
     assert result.message.endswith("over 20000 samples: within 10%")
+    assert result.samples_needed is None  # decided: nothing more to wait for
 
 
 def test_a_canary_twenty_percent_slower_fails() -> None:
@@ -92,18 +93,21 @@ def test_a_canary_twenty_percent_slower_fails() -> None:
     assert result.verdict == Verdict.FAIL
     assert result.estimate == pytest.approx(1.2, rel=1e-3)
     assert result.message.endswith("over 20000 samples: more than 10% worse")
+    assert result.samples_needed is None
 
 
 def test_an_equal_canary_undecided_says_how_many_samples_tell_it_at_most() -> None:
     """Ratio 1 over 600 samples a track: half-width about 2.3 * sqrt(2) * sqrt(0.0099 / 600) /
     0.026652 * 0.3 = 0.158 > ln 1.1 = 0.0953, so undecided. The bracket, near its first rank bound,
     narrows faster than 1/sqrt(n): the count it reports, from the bracket now, is at least the
-    asymptotic one, and tracks of that many samples (the same shape) are decided."""
+    asymptotic one, and tracks of that many samples (the same shape) are decided. The result
+    carries the count its message states (status shows it)."""
     result = latency_gate(lognormal(0.040, 600), lognormal(0.040, 600), max_regression=0.10)
     assert result.verdict == Verdict.INSUFFICIENT_DATA
     assert "cannot tell 10% yet" in result.message
-    reported = float(result.message.split("at most about ")[1].split(" samples")[0])
-    assert reported >= 600 * (half_width(600, 2.3) / math.log(1.1)) ** 2
+    reported = result.samples_needed
+    assert reported is not None and reported >= 600 * (half_width(600, 2.3) / math.log(1.1)) ** 2
+    assert f"at most about {reported:.0f} samples a track tell it at this ratio" in result.message
     bigger = lognormal(0.040, reported)
     assert latency_gate(bigger, bigger, max_regression=0.10).verdict == Verdict.PASS
 
@@ -115,6 +119,7 @@ def test_below_524_samples_no_rank_bounds_a_p99_on_coarse_buckets() -> None:
     assert result.verdict == Verdict.INSUFFICIENT_DATA
     assert result.upper == INF
     assert result.message.endswith("no rank of 300 samples bounds a P99 from above, need 524")
+    assert result.samples_needed == 524
 
 
 def test_on_fine_buckets_a_much_faster_canary_passes_on_the_extended_line() -> None:
@@ -158,9 +163,11 @@ def test_a_p99_beyond_the_last_edge_asks_for_higher_buckets() -> None:
     assert result.message == (
         "P99 ITL: the canary and baseline quantile lies beyond the last bucket edge (25 ms); add higher buckets"
     )
+    assert result.samples_needed is None  # more samples will not tell it: higher buckets will
 
 
 def test_too_few_samples_name_the_smaller_track_and_the_minimum() -> None:
     result = latency_gate(lognormal(0.040, 50), lognormal(0.040, 5000), min_count=100)
     assert result.verdict == Verdict.INSUFFICIENT_DATA
     assert result.message == "50 P99 ITL samples on the smaller track, need 100"
+    assert result.samples_needed == 100

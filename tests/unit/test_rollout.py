@@ -1524,6 +1524,69 @@ def test_the_analysis_message_gives_each_gates_result_in_turn() -> None:
     assert message.endswith("(gate 1 +/- 0.03)")
 
 
+def test_status_keeps_each_latency_gates_ratio_interval_and_samples_after_an_analyzing_look() -> None:
+    """Both tracks' histograms alike (98.5 % at or below 50 ms, the rest in 50-75 ms): ratio 1. On
+    probability paper log P99 moves ln 1.5 / (probit(1 - 0.5 / n) - probit(0.985)) per probit, and
+    the ranks 0.99 -/+ 2.3 sqrt(0.0099 / n) bracket it; the two tracks' half-widths in quadrature:
+    per-token, n = 100,000 samples: [0.9931, 1.0070]; step stall, the 100,000 ITL samples counted
+    in their 25,000 engine steps: [0.9839, 1.0163]. Both within their tolerance (1.1, 1.5): Pass,
+    nothing more needed. A second look at the same figures writes the same gates."""
+    run = Run()
+    run.to_analyzing()
+    look = {
+        "baseline": ready(1),
+        "canary": ready(1),
+        "baseline_metrics": metrics(),
+        "canary_metrics": metrics(0.8),
+    }
+    run.step(after=30, **look)
+    canary = run.status.canary
+    assert canary is not None and run.phase == Phase.ANALYZING
+    assert canary.per_token_latency_gate == api.LatencyGateStatus(
+        verdict="Pass", ratio=1.0, ratio_lower=0.9931, ratio_upper=1.007, tolerance=1.1, samples=100_000
+    )
+    assert canary.step_stall_gate == api.LatencyGateStatus(
+        verdict="Pass", ratio=1.0, ratio_lower=0.9839, ratio_upper=1.0163, tolerance=1.5, samples=25_000
+    )
+    timeline = render_timeline("x", run.status).splitlines()
+    assert [line for line in timeline if line.startswith("  latency ")] == [
+        "  latency  per-token P99 ratio=1.000 [0.9931, 1.007] tolerance=1.1 samples=100000 Pass",
+        "  latency  step stall P99 ratio=1.000 [0.9839, 1.0163] tolerance=1.5 samples=25000 Pass",
+    ]
+    run.step(after=15, **look)
+    again = run.status.canary
+    assert again is not None
+    assert (again.per_token_latency_gate, again.step_stall_gate) == (
+        canary.per_token_latency_gate,
+        canary.step_stall_gate,
+    )
+
+
+def test_status_says_how_many_samples_a_latency_gate_still_needs() -> None:
+    """A canary with 10 per-token samples where minLatencySamples is 50: no ratio yet, 10 samples,
+    50 needed; the step stall beside it is judged as before."""
+    run = Run()
+    run.to_analyzing()
+    canary_metrics = replace(metrics(0.8), per_token=itl(0.03, count=10))
+    run.step(
+        after=30,
+        baseline=ready(1),
+        canary=ready(1),
+        baseline_metrics=metrics(),
+        canary_metrics=canary_metrics,
+    )
+    canary = run.status.canary
+    assert canary is not None and run.phase == Phase.ANALYZING
+    assert canary.per_token_latency_gate == api.LatencyGateStatus(
+        verdict="InsufficientData", tolerance=1.1, samples=10, samples_needed=50
+    )
+    assert canary.step_stall_gate is not None and canary.step_stall_gate.verdict == "Pass"
+    assert (
+        "  latency  per-token P99 ratio=- tolerance=1.1 samples=10 InsufficientData, needs 50 samples a track"
+        in (render_timeline("x", run.status).splitlines())
+    )
+
+
 def test_missing_canary_metrics_without_an_error_are_noted_and_never_pass() -> None:
     """Prometheus answered, but with no series of the canary: MetricsUnavailable from that look on."""
     run = Run()

@@ -56,6 +56,7 @@ class GateResult:
     message: str
     statistic: float | None = None  # the acceptance test's log-LR, where it ran
     bound: float | None = None  # it passes at +bound and fails at -bound
+    samples_needed: float | None = None  # a latency gate's: samples a track needs, where it says
 
 
 def judged_windows(windows: Sequence[AcceptanceWindow]) -> list[AcceptanceWindow]:

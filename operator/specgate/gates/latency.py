@@ -192,7 +192,7 @@ def latency_gate(
     if samples < min_count:
         return GateResult(
             Verdict.INSUFFICIENT_DATA, None, None, None, samples,
-            f"{samples:.0f} {figure} {unit} on the smaller track, need {min_count}",
+            f"{samples:.0f} {figure} {unit} on the smaller track, need {min_count}", samples_needed=min_count,
         )  # fmt: skip
     tracks = {
         name: _track_quantile(h, quantile, z, width)
@@ -213,18 +213,24 @@ def latency_gate(
         f"{ratio.estimate:.3f} [{ratio.lower:.3f}, {_bound(ratio.upper)}] over {samples:.0f} {unit}"
     )
     tolerance = f"{max_regression:.0%}"
+    needed: float | None = None
     if ratio.lower > limit:
         verdict, why = Verdict.FAIL, f"more than {tolerance} worse"
     elif ratio.upper <= limit:
         verdict, why = Verdict.PASS, f"within {tolerance}"
     elif math.isinf(ratio.upper):
-        verdict, why = Verdict.INSUFFICIENT_DATA, _unbounded(canary, quantile, z)
+        needed = _rank_samples_needed(canary, quantile, z)
+        verdict, why = Verdict.INSUFFICIENT_DATA, _unbounded(canary, quantile, needed)
     else:
         verdict = Verdict.INSUFFICIENT_DATA
-        why = f"cannot tell {tolerance} yet{_samples_needed(ratio, limit, samples)}"
-        why += _coarse(baseline, canary, quantile, width)
+        needed = _samples_needed(ratio, limit, samples)
+        told = "" if needed is None else f": at most about {needed:.0f} samples a track tell it at this ratio"
+        why = f"cannot tell {tolerance} yet{told}{_coarse(baseline, canary, quantile, width)}"
     at = f" (at maxAnalysisDuration, a last look at {z:.2f} sd)" if last_look else ""
-    return GateResult(verdict, ratio.estimate, ratio.lower, ratio.upper, samples, f"{figures}: {why}{at}")
+    message = f"{figures}: {why}{at}"
+    return GateResult(
+        verdict, ratio.estimate, ratio.lower, ratio.upper, samples, message, samples_needed=needed
+    )
 
 
 def _any_wider(width: float, quantile: float, *tracks: Histogram) -> bool:
@@ -240,9 +246,14 @@ def _coarse(baseline: Histogram, canary: Histogram, quantile: float, width: floa
     return f"; buckets wider than the tolerance ({', '.join(coarse)}): finer ones (vLLM --custom-histogram-buckets) tell it sooner"
 
 
-def _unbounded(canary: Histogram, quantile: float, z: float) -> str:
+def _rank_samples_needed(canary: Histogram, quantile: float, z: float) -> int | None:
+    """The samples a rank needs to bound the canary's quantile from above, where it has fewer."""
     needed = bounding_samples(quantile, z)
-    if canary.total < needed:
+    return needed if canary.total < needed else None
+
+
+def _unbounded(canary: Histogram, quantile: float, needed: int | None) -> str:
+    if needed is not None:
         return f"no rank of {canary.total:.0f} samples bounds a P{quantile * 100:g} from above, need {needed}"
     return f"the canary's bound lies beyond the last bucket edge ({_last_finite(canary) * 1000:g} ms): add higher buckets"
 
@@ -251,16 +262,16 @@ def _bound(value: float) -> str:
     return f"{value:.3f}" if math.isfinite(value) else "inf"
 
 
-def _samples_needed(ratio: Ratio, limit: float, samples: float) -> str:
+def _samples_needed(ratio: Ratio, limit: float, samples: float) -> float | None:
     """How many samples a track needs for a verdict at most, the bracket shrinking as 1/sqrt(n)
-    (near the quantile's first rank bound it shrinks faster: an upper estimate)."""
+    (near the quantile's first rank bound it shrinks faster: an upper estimate); None at the limit."""
     log_ratio, log_limit = math.log(ratio.estimate), math.log(limit)
     distance = abs(log_limit - log_ratio)
     bound = ratio.upper if log_ratio < log_limit else ratio.lower
     if distance <= 0 or not 0 < bound < math.inf:
-        return ""
+        return None
     half = abs(math.log(bound / ratio.estimate))
-    return f": at most about {samples * (half / distance) ** 2:.0f} samples a track tell it at this ratio"
+    return samples * (half / distance) ** 2
 
 
 STALL_FIGURE = "P99 ITL (step stall)"  # how messages name the step-stall gate's figure
