@@ -9,7 +9,9 @@ latency (bench/latency.py's model: GPU scale log-sd 0.15, CPU scale log-sd 0.3) 
 alpha below the gate or P99 1.2x. A bad outcome is a bad canary promoted or a good one rolled back
 (Fail or Inconclusive). Both tracks' per-token histograms are on the ladder specgate renders
 (render.latency_ladder), the latency requests Poisson at the same rate on both tracks (independent
-of the acceptance model's bursts). At every look (a 15-s window) the acceptance gate's verdict
+of the acceptance model's bursts; the four cells of a latency model and ratio share each trial's
+latency draw, those of an alpha and a mix its acceptance draw, and each cell's trials are
+independent). At every look (a 15-s window) the acceptance gate's verdict
 comes from decisions.verdicts_per_look (checked against gates.acceptance_gate on sampled looks) and
 the per-token gate's from gates.latency_gate itself (latency.operator_looks); as rollout combines
 them: a Fail of any gate rolls back at once, a Pass needs every gate to pass from analysisWindow
@@ -29,7 +31,8 @@ rightly roll it back half the time. Its figures at S = 0.95 and 1.05 are bench/s
 over guard.window (30 min; its start on the 15-s grid from the promotion) against the baseline
 *stored* at the Baseline phase (analysisWindow, 5 min, at the same per-pod load), at LOOK_Z, and
 rolls back on any Fail. New scrapes arrive every 15 s, so a look a window is every look that can
-differ. A healthy canary has the baseline's latency distribution; the stored baseline is one
+differ. Loads: the analysis's requests a window and 30 (the first whose stored baseline bounds its
+P99). A healthy canary has the baseline's latency distribution; the stored baseline is one
 sample per month-long trial (its error is shared by every look of that month), and after a trip
 the guard starts again on the same stored baseline (a low baseline trips again: conservative).
 A look can Fail only where the stored baseline's P99 is bounded from above by a rank
@@ -79,7 +82,7 @@ from decisions import (
 )
 from guard import poisson_upper95, quantile
 from specgate import api
-from specgate.gates import LOOK_Z, Histogram, Verdict, latency_gate, probit_quantile
+from specgate.gates import LOOK_Z, GateResult, Histogram, Verdict, latency_gate, probit_quantile
 from specgate.gates.guard import MONTH_SECONDS
 from specgate.gates.latency import bounding_samples
 from traffic import DRIFT_SD, for_alpha, windows
@@ -136,7 +139,22 @@ class Cell:
         return sorted(o.seconds / 60 for o in self.outcomes)[self.trials // 2]
 
 
-def stop(acceptance: IntArray, side: IntArray, latency_looks: Iterator[int]) -> Outcome:
+class LatencyLooks:
+    """One trial's latency verdicts (latency.operator_looks), computed only as far as a rollout
+    reads them and kept: the cells of both alphas and both mixes share a trial's latency draw."""
+
+    def __init__(self, looks: Iterator[int]) -> None:
+        self._looks = looks
+        self._seen: list[int] = []
+
+    def at(self, m: int) -> int:
+        """The verdict at look m (1-based)."""
+        while len(self._seen) < m:
+            self._seen.append(next(self._looks))
+        return self._seen[m - 1]
+
+
+def stop(acceptance: IntArray, side: IntArray, latency_looks: LatencyLooks) -> Outcome:
     """As rollout._analyzing: the acceptance look first (at the deadline decide_at_deadline's
     verdict: the estimate's side where the test has its data), then the latency gate's look; a
     Fail of either rolls back at once, both Pass from analysisWindow on promotes, and past the
@@ -147,7 +165,7 @@ def stop(acceptance: IntArray, side: IntArray, latency_looks: Iterator[int]) -> 
             alpha = int(side[m - 1])
         if alpha == FAIL:
             return Outcome(FAIL, m * WINDOW_SECONDS)
-        late = next(latency_looks)
+        late = latency_looks.at(m)
         if late == FAIL:
             return Outcome(FAIL, m * WINDOW_SECONDS)
         if alpha == PASS and late == PASS and m >= ANALYSIS_LOOKS:
@@ -171,15 +189,17 @@ def acceptance_looks(
     return looks
 
 
-def run_cell(cell: Cell, acceptance: list[tuple[IntArray, IntArray]], rng: np.random.Generator) -> None:
-    base = latency.baseline_track(cell.scale, cell.sigma)
-    canary = latency.Scenario(f"p99x{cell.ratio:g}", cell.ratio).canary(base)
-    trials = len(acceptance)
-    base_counts = latency.cumulative_histograms(base.probabilities(BOUNDS), cell.requests, trials, rng)
-    canary_counts = latency.cumulative_histograms(canary.probabilities(BOUNDS), cell.requests, trials, rng)
-    for t, (per_look, side) in enumerate(acceptance):
-        looks = latency.operator_looks(BOUNDS, base_counts[t], canary_counts[t])
-        cell.outcomes.append(stop(per_look, side, looks))
+def latency_trials(
+    requests: int, scale: str, sigma: float, ratio: float, trials: int, rng: np.random.Generator
+) -> list[LatencyLooks]:
+    """Each trial's per-token gate, look by look: both tracks' histograms over the analysis so far."""
+    base = latency.baseline_track(scale, sigma)
+    canary = latency.Scenario(f"p99x{ratio:g}", ratio).canary(base)
+    base_counts = latency.cumulative_histograms(base.probabilities(BOUNDS), requests, trials, rng)
+    canary_counts = latency.cumulative_histograms(canary.probabilities(BOUNDS), requests, trials, rng)
+    return [
+        LatencyLooks(latency.operator_looks(BOUNDS, base_counts[t], canary_counts[t])) for t in range(trials)
+    ]
 
 
 def describe(cell: Cell) -> str:
@@ -228,15 +248,21 @@ def run_analysis(trials: int, requests: tuple[int, ...], rng: np.random.Generato
     print(header())
     cells = []
     for r in requests:
+        latencies = {
+            (scale, sigma, ratio): latency_trials(r, scale, sigma, ratio, trials, rng)
+            for scale, sigma in LATENCY_MODELS
+            for ratio in P99_RATIOS
+        }
         for mix in MIXES:
             for offset in OFFSETS:
                 acceptance = acceptance_looks(r, mix, offset, trials, rng, checker)
-                for scale, sigma in LATENCY_MODELS:
-                    for ratio in P99_RATIOS:
-                        cell = Cell(r, mix, scale, sigma, offset, ratio)
-                        run_cell(cell, acceptance, rng)
-                        print(describe(cell), flush=True)
-                        cells.append(cell)
+                for (scale, sigma, ratio), looks in latencies.items():
+                    cell = Cell(r, mix, scale, sigma, offset, ratio)
+                    cell.outcomes = [
+                        stop(*alpha, late) for alpha, late in zip(acceptance, looks, strict=True)
+                    ]
+                    print(describe(cell), flush=True)
+                    cells.append(cell)
     return analysis_figures(cells)
 
 
@@ -250,6 +276,9 @@ MONTH_WINDOWS = round(MONTH_SECONDS / WINDOW_SECONDS)
 DAY_WINDOWS = round(24 * 3600 / WINDOW_SECONDS)
 TRIP_RATIO = 1.5  # the regression whose time to a trip is the guard's cost
 TRIP_HORIZON_WINDOWS = 4 * 3600 // int(WINDOW_SECONDS)  # a trip later than 4 h counts as never
+# Just above bounding_samples at LOOK_Z (524: 26.2 requests a window over analysisWindow): where a
+# stored baseline first bounds its P99, its bracket is widest, the guard's hardest load.
+FIRST_BOUNDED_REQUESTS = 30
 SCREEN_CHECKS = 20  # screened-out looks checked against the operator's gate per trial
 EDGES = np.array([*BOUNDS, math.inf])
 
@@ -261,16 +290,20 @@ class GuardCell:
     requests: int
 
 
-def guard_look(stored: Histogram, counts: FloatArray, z: float) -> Verdict:
+def guard_result(stored: Histogram, counts: FloatArray) -> GateResult:
     """gates.latency_gate as rollout._latency_results calls it after promotion (the per-token gate
-    on the canary's guard window against the stored baseline)."""
+    on the canary's guard window against the stored baseline, at LOOK_Z)."""
     return latency_gate(
         stored,
         latency.histogram(BOUNDS, counts),
         figure=FIGURE,
         max_regression=latency.TOLERANCE,
         min_count=latency.GATES.min_latency_samples,
-    ).verdict
+    )
+
+
+def guard_look(stored: Histogram, counts: FloatArray) -> Verdict:
+    return guard_result(stored, counts).verdict
 
 
 def stored_baseline(cell: GuardCell, rng: np.random.Generator) -> Histogram:
@@ -280,9 +313,10 @@ def stored_baseline(cell: GuardCell, rng: np.random.Generator) -> Histogram:
     return latency.histogram(BOUNDS, np.cumsum(counts).astype(np.float64))
 
 
-def can_fail(stored: Histogram, z: float) -> bool:
-    """A Fail needs the stored baseline's P99 bounded from above by a rank at z."""
-    return stored.total >= max(bounding_samples(latency.QUANTILE, z), latency.GATES.min_latency_samples)
+def can_fail(stored: Histogram) -> bool:
+    """A Fail needs the stored baseline's P99 bounded from above by a rank at LOOK_Z."""
+    needed = max(bounding_samples(latency.QUANTILE, LOOK_Z), latency.GATES.min_latency_samples)
+    return stored.total >= needed
 
 
 def window_counts(per_window: IntArray, carried: IntArray | None) -> tuple[FloatArray, IntArray]:
@@ -309,30 +343,42 @@ def candidates(cumulative: FloatArray, stored: Histogram) -> IntArray:
     return np.flatnonzero(reach & (totals >= latency.GATES.min_latency_samples))
 
 
-def month_trips(
-    cell: GuardCell, stored: Histogram, z: float, rng: np.random.Generator, check: random.Random
-) -> int:
-    """Trips over a month of a healthy canary against `stored`; the guard restarts after each."""
+@dataclass
+class Month:
+    trips: int = 0
+    closest: float = 0.0  # the highest lower bound of the ratio at a look the screen kept
+
+
+def healthy_month(
+    cell: GuardCell, stored: Histogram, rng: np.random.Generator, check: random.Random
+) -> Month:
+    """A month of a healthy canary against `stored`; the guard restarts after each trip."""
     probabilities = latency.baseline_track(cell.scale, cell.sigma).probabilities(BOUNDS)
-    trips, carried, quiet_until = 0, None, 0
+    month, carried, quiet_until = Month(), None, 0
     for day in range(0, MONTH_WINDOWS, DAY_WINDOWS):
         per_window = rng.poisson(cell.requests * probabilities, size=(DAY_WINDOWS, len(probabilities)))
         cumulative, carried = window_counts(per_window, carried)
         possible = candidates(cumulative, stored)
         for m in possible:
-            if day + m >= quiet_until and guard_look(stored, cumulative[m], z) == Verdict.FAIL:
-                trips += 1
+            if day + m < quiet_until:
+                continue
+            result = guard_result(stored, cumulative[m])
+            month.closest = max(month.closest, result.lower or 0.0)
+            if result.verdict == Verdict.FAIL:
+                month.trips += 1
                 quiet_until = day + m + GUARD_WINDOWS  # a fresh guard window after the trip
         screened = np.setdiff1d(np.arange(DAY_WINDOWS), possible)
         for m in check.sample(list(screened), min(SCREEN_CHECKS, len(screened))):
-            if guard_look(stored, cumulative[m], z) == Verdict.FAIL:
+            if guard_look(stored, cumulative[m]) == Verdict.FAIL:
                 raise SystemExit(f"a screened-out guard look fails in the operator's gate ({cell})")
-    return trips
+    return month
 
 
-def minutes_to_trip(cell: GuardCell, stored: Histogram, z: float, rng: np.random.Generator) -> float:
+def minutes_to_trip(cell: GuardCell, stored: Histogram, rng: np.random.Generator) -> float:
     """Minutes from the canary's P99 becoming TRIP_RATIO x (after a full healthy window) to the
-    guard's first Fail; inf past TRIP_HORIZON_WINDOWS."""
+    guard's first Fail; inf past TRIP_HORIZON_WINDOWS, or where the stored baseline cannot fail."""
+    if not can_fail(stored):
+        return math.inf
     base = latency.baseline_track(cell.scale, cell.sigma)
     slow = latency.Scenario("p99x150", TRIP_RATIO).canary(base)
     healthy = rng.poisson(cell.requests * base.probabilities(BOUNDS), size=(GUARD_WINDOWS, len(BOUNDS) + 1))
@@ -341,53 +387,54 @@ def minutes_to_trip(cell: GuardCell, stored: Histogram, z: float, rng: np.random
     )
     cumulative, _ = window_counts(after, healthy)
     for m in candidates(cumulative, stored):
-        if guard_look(stored, cumulative[m], z) == Verdict.FAIL:
-            return (m + 1) * WINDOW_SECONDS / 60
+        if guard_look(stored, cumulative[m]) == Verdict.FAIL:
+            return float(m + 1) * WINDOW_SECONDS / 60
     return math.inf
 
 
-def run_guard(
-    months: int, delay_trials: int, z: float, requests: tuple[int, ...], seed: int
-) -> dict[str, str]:
-    label = f"{z:.2f}"
+def run_guard(months: int, delay_trials: int, requests: tuple[int, ...], seed: int) -> dict[str, str]:
+    budget = GUARD.false_alarms_per_month
     print(
-        f"guard (per-token gate after promotion, z {label}): a healthy canary against a stored baseline of "
-        f"{STORED_WINDOWS} windows, a look every {WINDOW_SECONDS:g} s over guard.window {GUARD.window}, "
-        f"{months} months a cell; budget {GUARD.false_alarms_per_month}/month (the acceptance guard's, "
-        f"guard.falseAlarmsPerMonth); minutes to trip on a P99 {TRIP_RATIO}x over {delay_trials} trials"
+        f"guard (the per-token gate after promotion, z {LOOK_Z}): a healthy canary against a stored baseline "
+        f"of {STORED_WINDOWS} windows, a look every {WINDOW_SECONDS:g} s over guard.window {GUARD.window}, "
+        f"{months} months a cell; budget {budget} a month (the acceptance guard's, guard.falseAlarmsPerMonth); "
+        f"minutes to trip on a P99 {TRIP_RATIO}x over {delay_trials} trials; bounded: months whose stored "
+        f"baseline bounds its P99 ({bounding_samples(latency.QUANTILE, LOOK_Z)} samples, else no look can fail); "
+        f"closest: the highest lower bound of the ratio at a look the screen kept (fails above "
+        f"{1 + latency.TOLERANCE:.2f})"
     )
     print(
         f"{'scale':>5} {'sigma':>5} {'req/w':>5} | {'months':>6} {'bounded':>7} {'trips':>5} {'per month':>9} "
-        f"{'upper95':>7} | minutes to trip p50 p95"
+        f"{'upper95':>7} {'closest':>7} | minutes to trip p50 p95"
     )
     out: dict[str, str] = {}
+    rates: list[tuple[float, float]] = []
     check = random.Random(seed)
     for scale, sigma in LATENCY_MODELS:
-        for r in requests:
+        for r in sorted({*requests, FIRST_BOUNDED_REQUESTS}):
             cell = GuardCell(scale, sigma, r)
             rng = np.random.default_rng([seed, r, round(sigma * 100)])
-            trips = bounded = 0
-            for _ in range(months):
-                stored = stored_baseline(cell, rng)
-                if can_fail(stored, z):
-                    bounded += 1
-                    trips += month_trips(cell, stored, z, rng, check)
+            stored = [stored_baseline(cell, rng) for _ in range(months)]
+            bounded = [healthy_month(cell, s, rng, check) for s in stored if can_fail(s)]
+            trips = sum(m.trips for m in bounded)
+            closest = max((m.closest for m in bounded), default=0.0)
             delays = sorted(
-                minutes_to_trip(cell, stored, z, rng) if can_fail(stored, z) else math.inf
-                for stored in (stored_baseline(cell, rng) for _ in range(delay_trials))
+                minutes_to_trip(cell, stored_baseline(cell, rng), rng) for _ in range(delay_trials)
             )
-            name = f"{scale}_{r}"
             rate, upper = trips / months, poisson_upper95(trips, months)
+            rates.append((rate, upper))
             p50, p95 = quantile(delays, 0.5), quantile(delays, 0.95)
             print(
-                f"{scale:>5} {sigma:5.2f} {r:>5} | {months:>6} {bounded:>7} {trips:>5} {rate:9.3f} {upper:7.3f} | "
-                f"{p50:6.1f} {p95:6.1f}",
+                f"{scale:>5} {sigma:5.2f} {r:>5} | {months:>6} {len(bounded):>7} {trips:>5} {rate:9.3f} "
+                f"{upper:7.3f} {closest:7.3f} | {p50:6.1f} {p95:6.1f}",
                 flush=True,
             )
-            out[f"guard_latency_false_trips_per_month_{name}_z{label}"] = f"{rate:.3f}"
-            out[f"guard_latency_false_trips_per_month_upper95_{name}_z{label}"] = f"{upper:.3f}"
-            out[f"guard_latency_minutes_to_trip_p99x150_p50_{name}_z{label}"] = f"{p50:.1f}"
-            out[f"guard_latency_minutes_to_trip_p99x150_p95_{name}_z{label}"] = f"{p95:.1f}"
+            name = f"{scale}_{r}"
+            out[f"guard_latency_minutes_to_trip_p99x150_p50_{name}"] = f"{p50:.1f}"
+            out[f"guard_latency_minutes_to_trip_p99x150_p95_{name}"] = f"{p95:.1f}"
+    out["guard_latency_false_trips_per_month_worst"] = f"{max(r for r, _ in rates):.3f}"
+    out["guard_latency_false_trips_per_month_upper95_worst"] = f"{max(u for _, u in rates):.3f}"
+    out["guard_false_alarms_per_month_budget"] = f"{budget:g}"
     return out
 
 
@@ -397,12 +444,15 @@ def main() -> None:
     parser.add_argument("--months", type=int, default=30, help="guard: month-long trials per cell")
     parser.add_argument("--delay-trials", type=int, default=100, help="guard: trials of a 1.5x P99")
     parser.add_argument("--requests", type=int, nargs="+", default=REQUESTS_PER_WINDOW, help="cells to run")
-    parser.add_argument("--skip-analysis", action="store_true", help="the guard's part alone")
+    parser.add_argument("--part", choices=("both", "analysis", "guard"), default="both", help="what to run")
     args = parser.parse_args()
     started = time.monotonic()
     requests = tuple(args.requests)
-    out = {} if args.skip_analysis else run_analysis(args.trials, requests, np.random.default_rng(58))
-    out.update(run_guard(args.months, args.delay_trials, LOOK_Z, requests, seed=58))
+    out = {}
+    if args.part in ("both", "analysis"):
+        out.update(run_analysis(args.trials, requests, np.random.default_rng(58)))
+    if args.part in ("both", "guard"):
+        out.update(run_guard(args.months, args.delay_trials, requests, seed=58))
     print(f"run time {time.monotonic() - started:.0f} s")
     print(" ".join(f"{name}={value}" for name, value in out.items()))
 
