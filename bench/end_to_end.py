@@ -37,9 +37,8 @@ sample per month-long trial (its error is shared by every look of that month), a
 the guard starts again on the same stored baseline (a low baseline trips again: conservative).
 A look can Fail only where the stored baseline's P99 is bounded from above by a rank
 (gates.latency's bounding_samples: 524 samples at LOOK_Z), and only where the canary's P99 bucket
-reaches past (1 + tolerance) x the baseline's estimate (the estimate never leaves its bucket from
-min_count samples on): every other look is screened out exactly, and sampled screened-out looks
-are checked against the operator's gate. False trips per month carry the one-sided 95 % Poisson
+reaches past (1 + tolerance) x the baseline's upper bracket (`candidates`): every other look is
+screened out exactly, and sampled screened-out looks are checked against the operator's gate. False trips per month carry the one-sided 95 % Poisson
 upper bound, beside the acceptance guard's budget (guard.falseAlarmsPerMonth); the cost is the
 minutes from a change of the canary's P99 to 1.5x (a shift, after a healthy full window) to the
 trip, p50 and p95.
@@ -82,9 +81,9 @@ from decisions import (
 )
 from guard import poisson_upper95, quantile
 from specgate import api
-from specgate.gates import LOOK_Z, GateResult, Histogram, Verdict, latency_gate, probit_quantile
+from specgate.gates import LOOK_Z, GateResult, Histogram, Verdict, latency_gate
 from specgate.gates.guard import MONTH_SECONDS
-from specgate.gates.latency import bounding_samples
+from specgate.gates.latency import _track_quantile, bounding_samples  # the gate's own bracket
 from traffic import DRIFT_SD, for_alpha, windows
 
 FloatArray = npt.NDArray[np.float64]
@@ -334,12 +333,15 @@ def window_counts(per_window: IntArray, carried: IntArray | None) -> tuple[Float
 
 def candidates(cumulative: FloatArray, stored: Histogram) -> IntArray:
     """Looks that could Fail: min_count samples, and the canary's P99 bucket's upper edge beyond
-    (1 + tolerance) x the stored estimate (ratio.lower <= the estimates' ratio <= that edge's)."""
-    base = probit_quantile(stored, latency.QUANTILE)
+    (1 + tolerance) x the stored baseline's upper bracket at LOOK_Z. A Fail needs the ratio's lower
+    bound beyond 1 + tolerance, and that bound subtracts at least the baseline's half-width
+    log(high / estimate) from the estimates' log ratio, so it needs the canary's estimate beyond
+    (1 + tolerance) x high; the estimate never leaves its bucket from min_count samples on."""
+    base = _track_quantile(stored, latency.QUANTILE, LOOK_Z, math.log1p(latency.TOLERANCE))
     assert base is not None
     totals = cumulative[:, -1]
     bucket = np.argmax(cumulative >= latency.QUANTILE * totals[:, None], axis=1)
-    reach = EDGES[bucket] > (1 + latency.TOLERANCE) * base
+    reach = EDGES[bucket] > (1 + latency.TOLERANCE) * base.high
     return np.flatnonzero(reach & (totals >= latency.GATES.min_latency_samples))
 
 
