@@ -7,6 +7,7 @@ bench: venv engines ## decision-rule, guard, latency-gate and draft-length bench
 	$(PY) bench/break_even.py
 	$(PY) bench/guard.py
 	$(PY) bench/latency.py
+	$(PY) bench/end_to_end.py
 	PYTHONPATH=lab $(VLLM_VENV)/bin/python -m specgate_lab.tiny_models $(SPECGATE_CACHE)/models \
 		tiny-llama-noise-0.01 tiny-llama-noise-0.05
 	$(PY) bench/draft_length.py
@@ -14,6 +15,10 @@ bench: venv engines ## decision-rule, guard, latency-gate and draft-length bench
 .PHONY: bench-latency
 bench-latency: venv ## the per-token latency gate on simulated vLLM histograms: wrong passes, good canaries rolled back, minutes to a Pass (TRIALS per cell)
 	$(PY) bench/latency.py $(if $(TRIALS),--trials $(TRIALS))
+
+.PHONY: bench-end-to-end
+bench-end-to-end: venv ## alpha and the per-token latency gate deciding together (end_to_end_bad_outcome_worst, TRIALS per cell), and the guard's latency false trips per month after promotion (MONTHS per cell)
+	$(PY) bench/end_to_end.py $(if $(TRIALS),--trials $(TRIALS)) $(if $(MONTHS),--months $(MONTHS))
 
 .PHONY: bench-draft-length
 bench-draft-length: venv engines ## draft length alone: k_choice_speedup_ratio and k_schedule_speedup_vs_best_static on real engines (QUICK=1: one draft, K 1..2, about 5 minutes)
