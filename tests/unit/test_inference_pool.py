@@ -16,7 +16,7 @@ import yaml
 from tests.conftest import ROOT
 from tests.unit.handler_fakes import OWNER, FakeKube, json_patched, reconcile_step
 from tests.unit.openapi_check import problems
-from tests.unit.rollout_driver import Run, make_spec, ready
+from tests.unit.rollout_driver import Run, edit, make_spec, ready
 
 from specgate import api, handlers, render, traffic
 from specgate.api import Phase
@@ -374,6 +374,9 @@ def test_the_users_pool_keeps_its_rule_until_the_baseline_carries_it_then_the_po
     applied = [call[2] for call in fake.calls if call[:2] == ("apply", "InferencePool")]
     assert applied == NAMES  # specgate's own pools, with the spec's pickers; the user's is not written
     assert fake.pools["chat-pool"] == users_pool()
+    edit(run, traffic={"router": "Service"})  # a router switch gives the rule back at once
+    run.status = reconcile_step(run, after=20).status
+    assert fake.routes["chat"] == route and run.status.traffic is None
 
 
 def deleting(record: api.OriginalRule) -> dict[str, Any]:
