@@ -735,24 +735,15 @@ def _restore_rule(owner: Owner, original: api.OriginalRule, deleting: bool) -> r
 def _gone_backends(owner: Owner, original: api.OriginalRule) -> list[str]:
     """The core Services and InferencePools among the recorded backendRefs that no longer exist."""
     return [
-        f"{kind} {ref['name']}"
+        f"{kind.value} {ref['name']}"
         for ref in original.backend_refs
-        if (kind := _backend_kind(ref)) is not None and not _backend_exists(owner, ref, kind)
+        if (kind := render.backend_of(ref)) is not None and not _backend_exists(owner, ref, kind)
     ]
 
 
-def _backend_kind(ref: dict[str, Any]) -> str | None:
-    """Service or InferencePool: the kinds of backend whose absence specgate checks; None otherwise."""
-    if ref.get("group") in (None, "") and ref.get("kind", "Service") == "Service":
-        return "Service"
-    if ref.get("group") == render.INFERENCE_GROUP and ref.get("kind") == "InferencePool":
-        return "InferencePool"
-    return None
-
-
-def _backend_exists(owner: Owner, ref: dict[str, Any], kind: str) -> bool:
+def _backend_exists(owner: Owner, ref: dict[str, Any], kind: api.Backend) -> bool:
     namespace = ref.get("namespace") or owner.namespace
-    if kind == "Service":
+    if kind is api.Backend.SERVICE:
         return kube.service_exists(namespace, ref["name"])
     return kube.read_inference_pool(namespace, ref["name"]) is not None
 

@@ -826,8 +826,13 @@ def users_pool(route: Mapping[str, Any], existing: api.ExistingRoute, owner: Own
     return str(refs[0].get("name")) if namespace == owner.namespace else None
 
 
+def backend_of(ref: Mapping[str, Any]) -> api.Backend | None:
+    """The kind a backendRef is, a core Service or an InferencePool; None for any other."""
+    return _refs_backend([dict(ref)])
+
+
 def _is_pool(ref: Mapping[str, Any]) -> bool:
-    return ref.get("group") == INFERENCE_GROUP and ref.get("kind") == "InferencePool"
+    return backend_of(ref) is api.Backend.INFERENCE_POOL
 
 
 def _describe_ref(ref: Mapping[str, Any]) -> str:
