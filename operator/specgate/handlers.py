@@ -319,7 +319,7 @@ def step(
         observation = replace(
             observe(spec, current, owner, generation, now, children),
             abort=requests.abort,
-            route=render.route_state(route, traffic, owner, pools_read) if traffic else None,
+            route=_route_state(route, traffic, owner, pools_read) if traffic else None,
             workload=adopted.workload if adopted is not None else None,
             workload_autoscaler=adopted.autoscaler if adopted is not None else None,
         )
@@ -458,6 +458,23 @@ def _track_now(owner: Owner, track: Track) -> TrackState:
     return kube.track_state_now(owner.namespace, name, render.selector_labels(owner, track))
 
 
+def _route_state(
+    route: dict[str, Any] | None,
+    traffic: api.Traffic,
+    owner: Owner,
+    pools_read: dict[str, dict[str, Any] | None],
+) -> RouteState:
+    """render.route_state, with the cause of a pool's hold where its picker's Service is absent:
+    looked up only for pools whose Gateways have not resolved them (a settled rollout reads none)."""
+    missing = {
+        name: render.missing_picker(owner, track, picker)
+        for track, picker in render.pool_pickers(traffic).items()
+        if route_hold(pools_read.get(name := render.deployment_name(owner, track)), None) is not None
+        and not kube.service_exists(owner.namespace, picker.name)
+    }
+    return render.route_state(route, traffic, owner, pools_read, missing)
+
+
 def _read_pool(owner: Owner, pool: Manifest) -> dict[str, Any] | None:
     return kube.read_inference_pool(owner.namespace, pool["metadata"]["name"])
 
@@ -511,19 +528,28 @@ def _route_traffic(
 def _refused_rule(
     traffic: api.Traffic | None, route: dict[str, Any] | None, owner: Owner
 ) -> tuple[str, str] | None:
-    """existingRoute naming a rule whose backends are not core Services (InvalidSpec), or that
-    another SpeculativeDeployment routes (NameConflict): the reason and why it is refused."""
+    """existingRoute naming a rule whose backends specgate would bypass (InvalidSpec), that another
+    SpeculativeDeployment routes (NameConflict), or of the user's InferencePool whose endpoint
+    picker the spec names for a pool of specgate's (InvalidSpec): the reason and why it is refused."""
     if traffic is None or traffic.existing_route is None or route is None:
         return None
     existing = traffic.existing_route
     try:
         foreign = render.foreign_backends(route, existing, owner, traffic.backend)
         taken = render.routed_by_another(route, existing, owner)
+        adopted = render.users_pool(route, existing, owner)
     except LookupError:
         return None  # route_state names the field to fix
     if foreign is not None:
         return rollout.Reason.INVALID_SPEC, foreign
-    return None if taken is None else (rollout.Reason.NAME_CONFLICT, taken)
+    if taken is not None:
+        return rollout.Reason.NAME_CONFLICT, taken
+    if adopted is not None:
+        shared = render.shared_picker(
+            kube.read_inference_pool(owner.namespace, adopted), adopted, owner, traffic
+        )
+        return None if shared is None else (rollout.Reason.INVALID_SPEC, shared)
+    return None
 
 
 def _owned_route_left(
@@ -684,8 +710,8 @@ def _restore_rule(owner: Owner, original: api.OriginalRule, deleting: bool) -> r
     except LookupError as why:
         message = f"{why}: its backendRefs were left as they are, not put back to what they were"
         return rollout.Event("Warning", rollout.Reason.ROUTE_RULE_NOT_RESTORED, message)
-    gone = _gone_services(owner, original)
-    if gone:  # a rule pointed back at a Service that is gone answers nothing
+    gone = _gone_backends(owner, original)
+    if gone:  # a rule pointed back at a backend that is gone answers nothing
         kube.patch_route(
             owner.namespace,
             original.route,
@@ -697,7 +723,7 @@ def _restore_rule(owner: Owner, original: api.OriginalRule, deleting: bool) -> r
             else "which keeps serving both tracks' pods"
         )
         message = (
-            f"{rule}: its own backends ({', '.join(f'Service {name}' for name in gone)}) no longer exist, "
+            f"{rule}: its own backends ({', '.join(gone)}) no longer exist, "
             f"so it routes to Service {owner.name} instead, {until}; point the rule at a Service that serves"
         )
         return rollout.Event("Warning", rollout.Reason.ROUTE_RULE_NOT_RESTORED, message)
@@ -706,15 +732,20 @@ def _restore_rule(owner: Owner, original: api.OriginalRule, deleting: bool) -> r
     return rollout.Event("Normal", rollout.Reason.ROUTE_RULE_RESTORED, message)
 
 
-def _gone_services(owner: Owner, original: api.OriginalRule) -> list[str]:
-    """The core Services among the recorded backendRefs that no longer exist."""
+def _gone_backends(owner: Owner, original: api.OriginalRule) -> list[str]:
+    """The core Services and InferencePools among the recorded backendRefs that no longer exist."""
     return [
-        ref["name"]
+        f"{kind.value} {ref['name']}"
         for ref in original.backend_refs
-        if ref.get("group") in (None, "")
-        and ref.get("kind", "Service") == "Service"
-        and not kube.service_exists(ref.get("namespace") or owner.namespace, ref["name"])
+        if (kind := render.backend_of(ref)) is not None and not _backend_exists(owner, ref, kind)
     ]
+
+
+def _backend_exists(owner: Owner, ref: dict[str, Any], kind: api.Backend) -> bool:
+    namespace = ref.get("namespace") or owner.namespace
+    if kind is api.Backend.SERVICE:
+        return kube.service_exists(namespace, ref["name"])
+    return kube.read_inference_pool(namespace, ref["name"]) is not None
 
 
 def scale_status(owner: Owner, observation: Observation, adopting: bool = False) -> dict[str, Any]:

@@ -544,11 +544,45 @@ def inference_pool(owner: Owner, track: Track, picker: api.EndpointPicker) -> Ma
 
 def inference_pools(owner: Owner, traffic: api.Traffic) -> list[Manifest]:
     """Both tracks' InferencePools, baseline first, where the route's backends are pools; else none."""
+    return [inference_pool(owner, track, picker) for track, picker in pool_pickers(traffic).items()]
+
+
+def pool_pickers(traffic: api.Traffic) -> dict[Track, api.EndpointPicker]:
+    """Each track's endpoint picker, baseline first, where the route's backends are pools; else none."""
     pickers = traffic.inference_pool.endpoint_picker if traffic.inference_pool is not None else None
     if traffic.backend != api.Backend.INFERENCE_POOL or pickers is None:
-        return []
+        return {}
     by_track = {Track.BASELINE: pickers.baseline, Track.CANARY: pickers.canary}
-    return [inference_pool(owner, track, picker) for track, picker in by_track.items() if picker is not None]
+    return {track: picker for track, picker in by_track.items() if picker is not None}
+
+
+def missing_picker(owner: Owner, track: Track, picker: api.EndpointPicker) -> str:
+    """Why a track's pool cannot resolve its endpoint picker: the Service it names does not exist."""
+    return (
+        f"its endpointPickerRef names Service {picker.name}, which does not exist in namespace "
+        f"{owner.namespace}: deploy the endpoint picker of InferencePool {deployment_name(owner, track)} "
+        f"there, or fix spec.rollout.traffic.inferencePool.endpointPicker.{track.value}.name"
+    )
+
+
+def shared_picker(
+    pool: Mapping[str, Any] | None, name: str, owner: Owner, traffic: api.Traffic
+) -> str | None:
+    """Why the spec's pickers cannot take over from the user's InferencePool `name` (as read; None:
+    they can): an endpoint picker picks from the one pool it runs for, so a track's pool naming the
+    user's pool's picker would be answered with the endpoints of the user's pool, not its own."""
+    ref = (pool or {}).get("spec", {}).get("endpointPickerRef") or {}
+    if ref.get("group") not in (None, "") or ref.get("kind", "Service") != "Service":
+        return None
+    for track, picker in pool_pickers(traffic).items():
+        if picker.name == ref.get("name"):
+            return (
+                f"spec.rollout.traffic.inferencePool.endpointPicker.{track.value}: Service {picker.name} is "
+                f"the endpoint picker of your InferencePool {name}, which the rule routes to now; a picker "
+                f"picks from the one pool it runs for, so InferencePool {deployment_name(owner, track)} needs "
+                "its own: deploy a picker for that pool and name its Service here"
+            )
+    return None
 
 
 def spec_differs(found: Mapping[str, Any] | None, manifest: Manifest) -> bool:
@@ -739,30 +773,71 @@ def foreign_backends(
     owner: Owner,
     backend: api.Backend = api.Backend.SERVICE,
 ) -> str | None:
-    """Why specgate refuses to route the user's rule (None: it does not): a backend that is not a core
-    Service (an InferencePool's endpoint picker, say) would be replaced by the tracks' Services (or
-    pools: adopting the user's pool as the baseline's is not built) and bypassed. LookupError where
-    the rule is not there (route_state says so)."""
-    index = rule_index(route, existing)
-    refs = _rule_refs(route, index)
+    """Why specgate refuses to route the user's rule (None: it does not): a backend that is neither
+    a core Service nor, with backend InferencePool, the one InferencePool of the user's that
+    users_pool adopts would be replaced by the tracks' Services (or pools) and bypassed.
+    LookupError where the rule is not there (route_state says so)."""
+    refs = _rule_refs(route, rule_index(route, existing))
     if _track_weights(refs, owner) is not None:
         return None
     other = [
-        f"{ref.get('kind', 'Service')} {ref.get('name')} ({ref.get('group') or 'core'})"
-        for ref in refs
-        if ref.get("group") not in (None, "") or ref.get("kind", "Service") != "Service"
+        ref for ref in refs if ref.get("group") not in (None, "") or ref.get("kind", "Service") != "Service"
     ]
     if not other:
         return None
-    why = (
-        "specgate does not yet adopt your InferencePool as the baseline's (it would replace it with "
-        f"InferencePools {' and '.join(deployment_name(owner, track) for track in Track)}, bypassing "
-        "your picker); point the rule at a core Service, name another rule, or use httpRoute"
-        if backend is api.Backend.INFERENCE_POOL
-        else "specgate routes only rules whose backends are core Services (it would replace these, "
-        "bypassing them); name another rule, or use httpRoute"
-    )
-    return f"spec.rollout.traffic.existingRoute: {describe_rule(existing)} sends traffic to {', '.join(other)}: {why}"
+    named = ", ".join(_describe_ref(ref) for ref in other)
+    pools = [ref for ref in other if _is_pool(ref)]
+    rule = f"spec.rollout.traffic.existingRoute: {describe_rule(existing)}"
+    if backend is not api.Backend.INFERENCE_POOL:
+        why = (
+            "set spec.rollout.traffic.backend: InferencePool (with inferencePool.endpointPicker) so the "
+            "rule is weighted across InferencePools, not replaced by Services that bypass its picker"
+            if pools and len(pools) == len(other)
+            else "specgate routes only rules whose backends are core Services (it would replace these, "
+            "bypassing them); name another rule, or use httpRoute"
+        )
+        return f"{rule} sends traffic to {named}: {why}"
+    if users_pool(route, existing, owner) is not None:
+        return None
+    ours = " and ".join(deployment_name(owner, track) for track in Track)
+    if len(refs) > 1:
+        why = (
+            f"specgate adopts a rule of one InferencePool of yours (its traffic moves to InferencePools "
+            f"{ours}), not of {len(refs)} backends: give the rule one backend, or name another rule"
+        )
+    elif pools:
+        why = (
+            f"InferencePools {ours} are made in namespace {owner.namespace}, so the rule's pool must be "
+            f"there too: point the rule at a pool in namespace {owner.namespace}, or name another rule"
+        )
+    else:
+        why = "specgate routes only rules of core Services or of one InferencePool; name another rule"
+    return f"{rule} sends traffic to {named}: {why}"
+
+
+def users_pool(route: Mapping[str, Any], existing: api.ExistingRoute, owner: Owner) -> str | None:
+    """The name of the user's InferencePool that the rule routes all its traffic to (its only
+    backendRef, in the object's namespace): the rule specgate adopts with backend InferencePool,
+    its weight moved to the tracks' pools as the baseline's pods carry it. None for any other rule."""
+    refs = _rule_refs(route, rule_index(route, existing))
+    if len(refs) != 1 or not _is_pool(refs[0]) or _track_weights(refs, owner) is not None:
+        return None
+    namespace = refs[0].get("namespace") or route.get("metadata", {}).get("namespace") or owner.namespace
+    return str(refs[0].get("name")) if namespace == owner.namespace else None
+
+
+def backend_of(ref: Mapping[str, Any]) -> api.Backend | None:
+    """The kind a backendRef is, a core Service or an InferencePool; None for any other."""
+    return _refs_backend([dict(ref)])
+
+
+def _is_pool(ref: Mapping[str, Any]) -> bool:
+    return backend_of(ref) is api.Backend.INFERENCE_POOL
+
+
+def _describe_ref(ref: Mapping[str, Any]) -> str:
+    where = f"{ref['namespace']}/" if ref.get("namespace") else ""
+    return f"{ref.get('kind', 'Service')} {where}{ref.get('name')} ({ref.get('group') or 'core'})"
 
 
 def _rule_guard(route: Mapping[str, Any], existing: api.ExistingRoute, index: int) -> list[dict[str, Any]]:
@@ -853,9 +928,11 @@ def route_state(
     traffic: api.Traffic,
     owner: Owner,
     pools: Mapping[str, Mapping[str, Any] | None] | None = None,
+    missing_pickers: Mapping[str, str] | None = None,
 ) -> RouteState:
     """The rule's weights as the route's Gateways accepted them, or why they have not (yet). With
-    backend InferencePool, `pools` (by name, as read) must be accepted by those Gateways as well."""
+    backend InferencePool, `pools` (by name, as read) must be accepted by those Gateways as well;
+    `missing_pickers`: why a pool cannot be (its picker's Service is absent), by the pool's name."""
     existing = traffic.existing_route
     if route is None:
         return RouteState(
@@ -867,7 +944,7 @@ def route_state(
         return RouteState(hold=str(error))
     owned = traffic.http_route.parent_refs if traffic.http_route is not None and existing is None else None
     parents = None if owned is None else [Parent(p.name, p.namespace, p.section_name) for p in owned]
-    hold = route_hold(route, parents) or (pools_hold(pools, parents) if pools else None)
+    hold = route_hold(route, parents) or (pools_hold(pools, parents, missing_pickers) if pools else None)
     written = route_weights(route, index, owner, traffic.backend)
     return RouteState(hold=hold, written=written) if hold else RouteState(weights=written)
 

@@ -233,14 +233,20 @@ def served_by_a_gateway(route: Mapping[str, Any]) -> bool:
     )
 
 
-def pools_hold(pools: Mapping[str, Mapping[str, Any] | None], parents: Sequence[Parent] | None) -> str | None:
+def pools_hold(
+    pools: Mapping[str, Mapping[str, Any] | None],
+    parents: Sequence[Parent] | None,
+    missing_pickers: Mapping[str, str] | None = None,
+) -> str | None:
     """Why the InferencePools (by name, None: not found) do not carry their weights yet: the first
     pool whose Gateways (`parents` as route_hold reads them) have not accepted it and resolved its
-    endpoint picker; None when every one has."""
+    endpoint picker, with the cause where it is known (`missing_pickers`: the picker's Service is
+    absent, by pool name); None when every one has."""
     for name, pool in pools.items():
         hold = route_hold(pool, parents, kind="InferencePool")
         if hold is not None:
-            return f"InferencePool {name}: {hold}"
+            cause = (missing_pickers or {}).get(name)
+            return f"InferencePool {name}: {cause} ({hold})" if cause else f"InferencePool {name}: {hold}"
     return None
 
 

@@ -29,11 +29,12 @@ from tests.cluster.operator_process import (
     custom_objects,
     get_sd,
     operator_process,
+    sd_gone,
     wait_for,
 )
 from tests.conftest import ROOT, tiny
 
-from specgate import kube
+from specgate import api, kube
 from specgate_lab.crds import install_crd
 
 pytestmark = [
@@ -156,3 +157,106 @@ def test_the_route_weights_two_pools_and_counts_them_once_both_pools_are_accepte
         report(api_client, namespace, "inferencepools", "tiny-canary")
         actual = wait_for(lambda: carried(api_client, namespace), 30, "the weights counted as carried")
         assert actual == {"baseline": 100, "canary": 0}
+
+
+USERS_POOL = {
+    "apiVersion": f"{POOL_GROUP}/{POOL_VERSION}",
+    "kind": "InferencePool",
+    "metadata": {"name": "chat-pool"},
+    "spec": {
+        "selector": {"matchLabels": {"app": "vllm"}},
+        "targetPorts": [{"number": 8000}],
+        "endpointPickerRef": {"name": "chat-epp", "port": {"number": 9002}},
+    },
+}
+USERS_ROUTE = {
+    "apiVersion": f"{GATEWAY_GROUP}/{GATEWAY_VERSION}",
+    "kind": "HTTPRoute",
+    "metadata": {"name": "chat"},
+    "spec": {
+        "parentRefs": [{"name": "lab"}],
+        "rules": [
+            {
+                "name": "completions",
+                "backendRefs": [{"group": POOL_GROUP, "kind": "InferencePool", "name": "chat-pool"}],
+            }
+        ],
+    },
+}
+ON_USERS_POOL = {
+    **TRAFFIC,
+    "httpRoute": None,
+    "existingRoute": {"name": "chat", "ruleName": "completions"},
+}
+
+
+def rule_backends(api_client: client.ApiClient, namespace: str) -> list[dict[str, Any]]:
+    route = read(api_client, namespace, "httproutes", "chat")
+    assert route is not None, "the user's HTTPRoute is gone"
+    refs: list[dict[str, Any]] = route["spec"]["rules"][0].get("backendRefs") or []
+    return refs
+
+
+def test_a_users_rule_of_its_own_pool_is_adopted_and_given_back_on_deletion(
+    api_client: client.ApiClient, namespace: str, kubeconfig: str, kubectl: str, tmp_path: Path
+) -> None:
+    """The user's rule sends its traffic to their InferencePool chat-pool: it keeps it while the
+    baseline has no Ready pod, moves to the tracks' pools (recorded) once it has one, and is given
+    back on deletion; the user's pool is never written."""
+    if not GIE_CRD.exists():
+        pytest.fail(f"{GIE_CRD} is missing: the shared folder beside the checkout holds it", pytrace=False)
+    install_gateway_api_crds(kubeconfig, kubectl)
+    install_crd(api_client, GIE_CRD)
+    objects = custom_objects(api_client)
+    objects.create_namespaced_custom_object(POOL_GROUP, POOL_VERSION, namespace, "inferencepools", USERS_POOL)
+    objects.create_namespaced_custom_object(
+        GATEWAY_GROUP, GATEWAY_VERSION, namespace, "httproutes", USERS_ROUTE
+    )
+    before = rule_backends(api_client, namespace)  # as stored: with the API server's defaults
+    users_pool = read(api_client, namespace, "inferencepools", "chat-pool")
+    body = tiny()
+    body["spec"]["rollout"]["traffic"] = ON_USERS_POOL
+    body["spec"]["nodeSelector"] = {"specgate.dev/no-such-node": "true"}  # pods stay Pending at first
+    create_sd(api_client, namespace, body)
+    with operator_process(kubeconfig, tmp_path / "operator.log", "--namespace", namespace):
+        wait_for(lambda: get_sd(api_client, namespace, "tiny").get("status", {}).get("phase"), 60, "a phase")
+        time.sleep(3 * OPERATOR_INTERVAL_SECONDS)  # reconciles that could have taken the rule over
+        status = get_sd(api_client, namespace, "tiny")["status"]
+        assert status["phase"] != "Failed", status  # adopted, not refused: it waits for a Ready pod
+        assert rule_backends(api_client, namespace) == before, "the rule was taken with no pod Ready"
+        sim = {"nodeSelector": None, "podAnnotations": {"specgate.dev/lab-engine": "sim"}}
+        objects.patch_namespaced_custom_object(
+            api.GROUP, api.VERSION, namespace, api.PLURAL, "tiny", {"spec": sim}
+        )
+        wait_for(
+            lambda: [r["name"] for r in rule_backends(api_client, namespace)] == list(POOLS),
+            180,
+            "the rule routed to the tracks' pools",
+        )
+        refs = rule_backends(api_client, namespace)
+        assert [(r["group"], r["kind"], r["weight"]) for r in refs] == [
+            (POOL_GROUP, "InferencePool", 1),  # the baseline's one Ready pod
+            (POOL_GROUP, "InferencePool", 0),
+        ]
+        traffic = wait_for(
+            lambda: (get_sd(api_client, namespace, "tiny")["status"].get("traffic") or {}).get("original"),
+            30,
+            "the rule's record",
+        )
+        assert traffic["backendRefs"] == before, traffic
+        for name in POOLS:
+            pool = read(api_client, namespace, "inferencepools", name)
+            assert pool is not None and applied_by_specgate(pool), pool
+        report(api_client, namespace, "httproutes", "chat")
+        for name in POOLS:
+            report(api_client, namespace, "inferencepools", name)
+        actual = wait_for(lambda: carried(api_client, namespace), 30, "the weights counted as carried")
+        assert actual == {"baseline": 100, "canary": 0}
+
+        objects.delete_namespaced_custom_object(api.GROUP, api.VERSION, namespace, api.PLURAL, "tiny")
+        wait_for(lambda: sd_gone(api_client, namespace, "tiny"), 60, "the object deleted")
+    assert rule_backends(api_client, namespace) == before
+    after = read(api_client, namespace, "inferencepools", "chat-pool")
+    assert after is not None and users_pool is not None and after["spec"] == users_pool["spec"]
+    events = client.CoreV1Api(api_client).list_namespaced_event(namespace).items
+    assert "RouteRuleRestored" in [event.reason for event in events]

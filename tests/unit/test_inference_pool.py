@@ -7,18 +7,20 @@ on a real API server with that CRD, is tests/cluster/test_inference_pool.py."""
 from __future__ import annotations
 
 import copy
+from datetime import timedelta
 from typing import Any
 
+import kopf
 import pytest
 import yaml
 from tests.conftest import ROOT
 from tests.unit.handler_fakes import OWNER, FakeKube, json_patched, reconcile_step
 from tests.unit.openapi_check import problems
-from tests.unit.rollout_driver import Run, make_spec, ready
+from tests.unit.rollout_driver import Run, edit, make_spec, ready
 
-from specgate import api, render, traffic
+from specgate import api, handlers, render, traffic
 from specgate.api import Phase
-from specgate.observation import RouteState
+from specgate.observation import RouteState, TrackState
 from specgate.render import Track
 from specgate.rollout import Reason
 from specgate.traffic import Parent, Weights
@@ -271,14 +273,196 @@ def test_a_users_rule_of_services_gets_the_pools_and_its_own_backends_back() -> 
     assert restored == route
 
 
-def test_a_users_rule_of_its_own_pool_is_refused_not_replaced(monkeypatch: pytest.MonkeyPatch) -> None:
+# --- existingRoute: a rule of the user's own InferencePool adopted, its weight moved to the pools ---
+
+ON_USERS_RULE = {**POOLS, "httpRoute": None, "existingRoute": {"name": "chat", "ruleName": "chat"}}
+USERS_PICKER = {"kind": "Service", "name": "chat-epp", "port": {"number": 9002}}
+
+
+def users_pool(picker: dict[str, Any] | None = USERS_PICKER) -> dict[str, Any]:
+    spec: dict[str, Any] = {"selector": {"matchLabels": {"app": "vllm"}}, "targetPorts": [{"number": 8000}]}
+    if picker is not None:
+        spec["endpointPickerRef"] = picker
+    return {"metadata": {"name": "chat-pool", "namespace": "ml"}, "spec": spec}
+
+
+def test_a_users_rule_of_its_own_pool_is_adopted_and_given_back() -> None:
     route = users_route(USERS_POOL)
-    why = render.foreign_backends(route, EXISTING, OWNER, POOL)
-    assert why is not None and "does not yet adopt your InferencePool" in why
-    assert "InferencePool chat-pool (inference.networking.k8s.io)" in why
-    existing = {**POOLS, "httpRoute": None, "existingRoute": {"name": "chat", "ruleName": "chat"}}
-    run = Run(make_spec(traffic=existing))
-    fake = FakeKube({"llama-baseline": ready(2)}, routes={"chat": route}).install(monkeypatch)
+    assert render.foreign_backends(route, EXISTING, OWNER, POOL) is None
+    assert render.users_pool(route, EXISTING, OWNER) == "chat-pool"
+    record = render.rule_record(route, EXISTING, OWNER)
+    assert record is not None and record.backend_refs == [USERS_POOL]
+    operations = render.rule_patch(route, EXISTING, OWNER, Weights(100, 0, relative=(2, 0)), POOL)
+    assert operations == [
+        {"op": "test", "path": "/spec/rules/0/name", "value": "chat"},
+        {
+            "op": "add",
+            "path": "/spec/rules/0/backendRefs",
+            "value": [pool_ref("llama-baseline", 2), pool_ref("llama-canary", 0)],
+        },
+    ]
+    taken = json_patched(route, operations)
+    assert render.users_pool(taken, EXISTING, OWNER) is None  # the tracks' pools: nothing to adopt
+    restored = json_patched(taken, render.restore_patch(taken, record, OWNER))
+    assert restored == route
+
+
+REFUSED_RULES = {
+    "two pools": (
+        [USERS_POOL, pool_ref("other-pool", 1)],
+        "not of 2 backends: give the rule one backend, or name another rule",
+    ),
+    "a pool beside a Service": (
+        [USERS_POOL, USERS_SERVICE],
+        "not of 2 backends: give the rule one backend, or name another rule",
+    ),
+    "a pool in another namespace": (
+        [{**USERS_POOL, "namespace": "serving"}],
+        "InferencePool serving/chat-pool (inference.networking.k8s.io): InferencePools llama-baseline "
+        "and llama-canary are made in namespace ml, so the rule's pool must be there too",
+    ),
+    "another kind": (
+        [{"group": "example.com", "kind": "Backend", "name": "b"}],
+        "specgate routes only rules of core Services or of one InferencePool",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", REFUSED_RULES)
+def test_a_pool_rule_specgate_cannot_adopt_is_refused_naming_why(case: str) -> None:
+    refs, why = REFUSED_RULES[case]
+    route = users_route(*refs)
+    refused = render.foreign_backends(route, EXISTING, OWNER, POOL)
+    assert refused is not None and why in refused, refused
+    assert render.users_pool(route, EXISTING, OWNER) is None
+
+
+def test_a_pool_rule_with_backend_service_is_refused_not_replaced_by_services() -> None:
+    refused = render.foreign_backends(users_route(USERS_POOL), EXISTING, OWNER, api.Backend.SERVICE)
+    assert refused == (
+        "spec.rollout.traffic.existingRoute: HTTPRoute chat's rule 'chat' sends traffic to InferencePool "
+        "chat-pool (inference.networking.k8s.io): set spec.rollout.traffic.backend: InferencePool (with "
+        "inferencePool.endpointPicker) so the rule is weighted across InferencePools, not replaced by "
+        "Services that bypass its picker"
+    )
+
+
+def test_the_users_pool_keeps_its_rule_until_the_baseline_carries_it_then_the_pools_take_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No weight on a pool whose pods are not Ready: the rule stays on the user's pool while the
+    baseline has no Ready pod, and moves to the tracks' pools, recorded, once it has."""
+    route = users_route(USERS_POOL)
+    run = Run(make_spec(traffic=ON_USERS_RULE))
+    fake = FakeKube(
+        {"llama-baseline": TrackState(exists=True, replicas=2, ready_replicas=0)},
+        routes={"chat": copy.deepcopy(route)},
+    )
+    fake.pools["chat-pool"] = users_pool()
+    fake.install(monkeypatch)
+    run.status = reconcile_step(run, after=0).status
+    assert fake.routes["chat"] == route and run.status.phase != Phase.FAILED
+    fake.tracks["llama-baseline"] = ready(2)
+    run.status = reconcile_step(run, after=10).status
+    assert fake.routes["chat"]["spec"]["rules"][0]["backendRefs"] == [
+        pool_ref("llama-baseline", 2),
+        pool_ref("llama-canary", 0),
+    ]
+    assert run.status.traffic is not None and run.status.traffic.original == api.OriginalRule(
+        route="chat", rule_name="chat", backend_refs=[USERS_POOL]
+    )
+    applied = [call[2] for call in fake.calls if call[:2] == ("apply", "InferencePool")]
+    assert applied == NAMES  # specgate's own pools, with the spec's pickers; the user's is not written
+    assert fake.pools["chat-pool"] == users_pool()
+    edit(run, traffic={"router": "Service"})  # a router switch gives the rule back at once
+    run.status = reconcile_step(run, after=20).status
+    assert fake.routes["chat"] == route and run.status.traffic is None
+
+
+def deleting(record: api.OriginalRule) -> dict[str, Any]:
+    """restore_rule's arguments for the object being deleted with this record in status."""
+    traffic = api.TrafficStatus(route="chat", original=record)
+    status = api.SpeculativeDeploymentStatus(traffic=traffic).model_dump(by_alias=True, mode="json")
+    meta = {"name": OWNER.name, "namespace": OWNER.namespace, "uid": OWNER.uid}
+    body = kopf.Body({"metadata": meta, "spec": {}, "status": status})
+    return {"body": body, "meta": body.meta, "spec": body.spec, "status": body.status, "runtime": timedelta()}
+
+
+def taken_rule() -> dict[str, Any]:
+    return users_route(pool_ref("llama-baseline", 1), pool_ref("llama-canary", 1))
+
+
+def test_deletion_points_the_rule_back_at_the_users_pool(monkeypatch: pytest.MonkeyPatch) -> None:
+    fake = FakeKube(routes={"chat": taken_rule()}, pools={"chat-pool": users_pool()}).install(monkeypatch)
+    posted: list[tuple[str, str]] = []
+    monkeypatch.setattr(kopf, "event", lambda body, type, reason, message: posted.append((type, reason)))
+    record = api.OriginalRule(route="chat", rule_name="chat", backend_refs=[USERS_POOL])
+    handlers.restore_rule(**deleting(record))
+    assert fake.routes["chat"]["spec"]["rules"][0]["backendRefs"] == [USERS_POOL]
+    assert posted == [("Normal", Reason.ROUTE_RULE_RESTORED)]
+
+
+def test_a_users_pool_gone_is_not_pointed_back_at(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As for a Service gone: a rule pointed back at a pool that does not exist answers nothing."""
+    fake = FakeKube(routes={"chat": taken_rule()}).install(monkeypatch)
+    posted: list[tuple[str, str, str]] = []
+    monkeypatch.setattr(
+        kopf, "event", lambda body, type, reason, message: posted.append((type, reason, message))
+    )
+    record = api.OriginalRule(route="chat", rule_name="chat", backend_refs=[USERS_POOL])
+    handlers.restore_rule(**deleting(record))
+    assert fake.routes["chat"]["spec"]["rules"][0]["backendRefs"] == render.shared_service_refs(OWNER)
+    ((kind, reason, message),) = posted
+    assert (kind, reason) == ("Warning", Reason.ROUTE_RULE_NOT_RESTORED)
+    assert (
+        "its own backends (InferencePool chat-pool) no longer exist, so it routes to Service llama" in message
+    )
+
+
+def test_a_spec_picker_that_is_the_users_pools_own_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A picker picks from the one pool it runs for: the baseline's pool cannot borrow the user's."""
+    shared = {
+        **ON_USERS_RULE,
+        "inferencePool": {"endpointPicker": {**PICKERS, "baseline": {"name": "chat-epp", "port": 9002}}},
+    }
+    route = users_route(USERS_POOL)
+    run = Run(make_spec(traffic=shared))
+    fake = FakeKube(
+        {"llama-baseline": ready(2)}, routes={"chat": copy.deepcopy(route)}, pools={"chat-pool": users_pool()}
+    )
+    fake.install(monkeypatch)
     status = reconcile_step(run, after=0).status
     assert (status.phase, status.reason) == (Phase.FAILED, Reason.INVALID_SPEC)
+    assert (status.message or "").startswith(
+        "spec.rollout.traffic.inferencePool.endpointPicker.baseline: Service chat-epp is the endpoint "
+        "picker of your InferencePool chat-pool"
+    )
     assert fake.routes["chat"] == route and not [c for c in fake.calls if c[0] == "apply"]
+    fake.pools["chat-pool"] = users_pool(picker=None)  # the user's pool without a picker: none is shared
+    run.status = status
+    assert reconcile_step(run, after=10).status.phase != Phase.FAILED
+
+
+# --- a pool's endpoint picker Service missing: the hold says which field to fix ---
+
+
+def test_a_pools_missing_picker_service_is_named_in_the_hold(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The route's hold (RouteNotAccepted, with its deadline) says why the canary's pool is not
+    resolved where its picker's Service is absent; a pool resolved is not looked up."""
+    fake = FakeKube(missing_services={"llama-canary-epp", "llama-epp"}).install(monkeypatch)
+    base, can = render.inference_pools(OWNER, TRAFFIC)
+    pools = pools_read(accepted(base), can)  # no Gateway resolved the canary's pool
+    state = handlers._route_state(owned_route(), TRAFFIC, OWNER, pools)
+    assert state == RouteState(
+        hold="InferencePool llama-canary: its endpointPickerRef names Service llama-canary-epp, which "
+        "does not exist in namespace ml: deploy the endpoint picker of InferencePool llama-canary there, "
+        "or fix spec.rollout.traffic.inferencePool.endpointPicker.canary.name (parent Gateway inference: "
+        "has not reported on the InferencePool yet)",
+        written=Weights(75, 25),
+    )
+    fake.missing_services = {"llama-epp"}  # the canary's picker deployed: the gateway's own reason
+    state = handlers._route_state(owned_route(), TRAFFIC, OWNER, pools)
+    assert (
+        state.hold
+        == "InferencePool llama-canary: parent Gateway inference: has not reported on the InferencePool yet"
+    )
