@@ -11,7 +11,11 @@ Each trial's windows are judged twice, as the two kinds of rollout would judge t
 - first: a first rollout, with the spec's mixDrift fallback (gates.fallback_drift);
 - re: a re-rollout, with the drift measured (gates.drift_from_history, the operator's function) on
   4 h (mixDriftHistory) of an incumbent config's alpha from the same traffic model, in the 60 s
-  blocks the operator's range query reads; each trial takes one of HISTORIES such histories in turn.
+  blocks the operator's range query reads. Each trial draws its own history, so the intervals
+  include the history-to-history variation: trial t of every cell at one (requests, mix) re-rolls
+  out over that traffic's history t (histories GAP windows apart, none shared by two trials of a
+  cell). The drifts of all histories are fitted at once with numpy (`looks.history_drifts`) and
+  checked against gates.drift_from_history itself on sampled histories before any figure is printed.
 
 - specgate: gates.acceptance_gate with the CRD's defaults over the windows since the analysis
   began, looked at once per window. As rollout._analyzing stops: a Fail at once, a Pass only from
@@ -32,21 +36,25 @@ Each trial's windows are judged twice, as the two kinds of rollout would judge t
   A minute without drafts gives NaN, which fails `NaN >= gate` (a failed measurement).
 
 Wrong: a Pass below the gate or a Fail above it. A bad outcome (issue 37): a wrong Pass, or a
-canary above the gate rolled back (Fail or Inconclusive), which costs the user its speedup. Trials
-per cell grow in batches until the 95 % Wilson interval of the bad-outcome rate is narrower than
-CI_WIDTH, up to --max-trials; each trial is cut from one long stream with GAP windows between
-trials, so the drift and the requests in flight of one trial have faded before the next begins.
+canary above the gate rolled back (Fail or Inconclusive), which costs the user its speedup. The edge
+cells (gate +- indifference) run --edge-trials trials (issue 58: at least 3,000); the others grow in
+batches until the 95 % Wilson interval of the bad-outcome rate is narrower than CI_WIDTH, up to
+--max-trials. Each trial is cut from one long stream with GAP windows between trials, so the drift
+and the requests in flight of one trial have faded before the next begins. The six traffics
+(requests, mix) run in --jobs processes, each from its own seed.
 
-Last line: the figures issue 37 asks for, as name=value.
+Last line: the figures issues 37 and 58 ask for, as name=value.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import multiprocessing
 import random
 import statistics
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -57,7 +65,7 @@ import numpy.typing as npt
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "operator"))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from looks import per_token_variance, ratio_long_run_variances
+from looks import HistoryDrifts, history_drifts, per_token_variance, ratio_long_run_variances
 from specgate import api
 from specgate.gates import (
     MIN_WINDOWS,
@@ -77,12 +85,13 @@ from specgate.gates import (
     wald_bounds,
 )
 from specgate.prometheus import history_step
-from traffic import DRIFT_SD, for_alpha, windows
+from traffic import DRIFT_SD, Traffic, for_alpha, windows
 
 GATES = api.Gates()
 ROLLOUT = api.RolloutSpec()
 GATE, DELTA, ERROR_RATE = GATES.min_acceptance_rate, GATES.indifference, GATES.error_rate
 FIRST_ROLLOUT = fallback_drift(GATES, "a first rollout")
+NO_HISTORY = fallback_drift(GATES, "the incumbent's history is too short or too sparse")
 WINDOW_SECONDS = 15.0
 ANALYSIS_LOOKS = math.ceil(api.parse_duration(ROLLOUT.analysis_window) / WINDOW_SECONDS)
 LOOKS = int(api.parse_duration(ROLLOUT.max_analysis_duration) // WINDOW_SECONDS)
@@ -93,14 +102,14 @@ OFFSETS = (-0.20, -0.10, -DELTA, DELTA, 0.10)
 ROLLOUTS = ("first", "re")
 LOW_TRAFFIC = 3  # requests per window
 HISTORY_WINDOWS = int(api.parse_duration(GATES.mix_drift_history) // WINDOW_SECONDS)
-# Incumbent histories per (requests, mix), taken in turn by the re-rollout trials: with 20, the one
-# steady history in 20 that read as a drift set a cell's mean stopping time.
-HISTORIES = 60
 INCUMBENT_ALPHA = GATE + 0.10  # the promoted config the re-rollout replaces (the drift is the mix's)
 BATCH = 300
 MAX_TRIALS = 1_200
+EDGE_TRIALS = 3_000  # per edge cell: a 9 % rate's 95 % interval is then +-1 point, histories included
 CI_WIDTH = 0.02
 CHECKED_LOOKS = 60  # per cell and rollout: looks recomputed by gates.acceptance_gate itself
+CHECKED_HISTORIES = 40  # per traffic: histories whose drift gates.drift_from_history recomputes
+SEED = 16
 FIXED_BOUNDS = ((DELTA, 0.05), (0.10, 0.01))  # (distance from the gate, wrong rate): the rule's bounds
 CALIBRATION_WINDOWS = 480  # 2 h: a fixed window longer than maxAnalysisDuration is found on these
 CALIBRATION_TRIALS = 300
@@ -276,54 +285,130 @@ class Cell:
 
     def bad(self, outcomes: list[Outcome]) -> float:
         """A bad canary promoted, or a good one rolled back (Fail or Inconclusive)."""
+        return self.bad_outcomes(outcomes) / len(outcomes)
+
+    def bad_outcomes(self, outcomes: list[Outcome]) -> int:
         if self.correct == FAIL:
-            return sum(o.verdict == PASS for o in outcomes) / len(outcomes)
-        return sum(o.verdict != PASS for o in outcomes) / len(outcomes)
+            return sum(o.verdict == PASS for o in outcomes)
+        return sum(o.verdict != PASS for o in outcomes)
+
+    def bad_count(self) -> int:
+        """The bad outcomes of the kind of rollout that has more of them."""
+        return max(self.bad_outcomes(outcomes) for outcomes in self.rules.values())
 
     def undecided(self, outcomes: list[Outcome]) -> float:
         return sum(o.verdict == NONE for o in outcomes) / len(outcomes)
 
 
-def incumbent_drifts(requests: int, drift: float, rng: np.random.Generator) -> list[MixDrift]:
-    """The drift a re-rollout measures: gates.drift_from_history on HISTORIES histories of
-    mixDriftHistory each, of a promoted config at INCUMBENT_ALPHA in the same traffic, in the blocks
-    of prometheus.history_step that the operator's range query returns (60 s at a 15 s scrape)."""
-    traffic = for_alpha(INCUMBENT_ALPHA, requests, window_seconds=WINDOW_SECONDS, drift_sd=drift)
+def incumbent_blocks(traffic: Traffic, count: int, rng: np.random.Generator) -> tuple[FloatArray, FloatArray]:
+    """`count` fresh histories of mixDriftHistory each of a promoted config in `traffic`, GAP
+    windows apart, as (draft tokens, accepted tokens) per history and block of
+    prometheus.history_step (60 s at a 15 s scrape: the operator's range query)."""
     per_block = round(history_step(WINDOW_SECONDS) / WINDOW_SECONDS)
-    stream = windows(traffic, HISTORIES * HISTORY_WINDOWS, rng)
-    blocks = stream.reshape(-1, per_block, 3).sum(axis=1)
-    block_seconds = per_block * WINDOW_SECONDS
-    return [
-        drift_from_history(
-            [
-                AcceptanceWindow(0.0, n, a, end=(i + 1) * block_seconds)
-                for i, (_, n, a) in enumerate(history.tolist())
-            ],
-            block_seconds,
-            GATES,
-            "the incumbent's",
+    stream = windows(traffic, count * (HISTORY_WINDOWS + GAP), rng)
+    histories = stream.reshape(count, HISTORY_WINDOWS + GAP, 3)[:, :HISTORY_WINDOWS]
+    blocks = histories.reshape(count, HISTORY_WINDOWS // per_block, per_block, 3).sum(axis=2)
+    return blocks[:, :, 1], blocks[:, :, 2]
+
+
+def mix_drift(drifts: HistoryDrifts, i: int) -> MixDrift:
+    """The MixDrift gates.drift_from_history gives history i (its source names only the fallback)."""
+    if not drifts.measured[i]:
+        return NO_HISTORY
+    effect = float(drifts.design_effect[i])
+    return MixDrift(
+        float(drifts.sd[i]),
+        float(drifts.timescale_seconds[i]),
+        "measured",
+        None if math.isnan(effect) else effect,
+    )
+
+
+def check_histories_against_the_operator(
+    tokens: FloatArray, accepted: FloatArray, drifts: HistoryDrifts, checker: random.Random
+) -> None:
+    """The vectorized drifts are gates.drift_from_history's on sampled histories, or the bench stops."""
+    block_seconds = history_step(WINDOW_SECONDS)
+    for i in checker.sample(range(len(tokens)), min(CHECKED_HISTORIES, len(tokens))):
+        history = [
+            AcceptanceWindow(0.0, float(n), float(a), end=(b + 1) * block_seconds)
+            for b, (n, a) in enumerate(zip(tokens[i], accepted[i], strict=True))
+        ]
+        operator = drift_from_history(history, block_seconds, GATES, "the incumbent's")
+        ours = mix_drift(drifts, i)
+        if not _same_drift(operator, ours):
+            raise SystemExit(f"vectorized drift {ours} != drift_from_history {operator} on history {i}")
+
+
+def _same_drift(operator: MixDrift, ours: MixDrift) -> bool:
+    if ("fallback" in operator.source) != (ours is NO_HISTORY):
+        return False
+    if ours is NO_HISTORY:
+        return True
+    effects = (operator.design_effect, ours.design_effect)
+    return (
+        math.isclose(operator.sd, ours.sd, rel_tol=1e-9, abs_tol=1e-12)
+        and math.isclose(operator.timescale_seconds, ours.timescale_seconds, rel_tol=1e-9)
+        and (effects[0] is None) == (effects[1] is None)
+        and (None in effects or math.isclose(*effects, rel_tol=1e-9))  # type: ignore[arg-type]
+    )
+
+
+@dataclass
+class Incumbents:
+    """Fresh incumbent histories of one traffic, drawn in batches as its cells need them: trial t
+    of every cell of that traffic re-rolls out over history t, so no two trials of a cell share one.
+    The first batch is checked against the operator's drift_from_history."""
+
+    traffic: Traffic
+    rng: np.random.Generator
+    checker: random.Random
+    drifts: list[MixDrift] = field(default_factory=list)
+
+    def __getitem__(self, trial: int) -> MixDrift:
+        while len(self.drifts) <= trial:
+            tokens, accepted = incumbent_blocks(self.traffic, BATCH, self.rng)
+            drifts = history_drifts(tokens, accepted, history_step(WINDOW_SECONDS))
+            if not self.drifts:
+                check_histories_against_the_operator(tokens, accepted, drifts, self.checker)
+            self.drifts += [mix_drift(drifts, i) for i in range(len(tokens))]
+        return self.drifts[trial]
+
+    def summary(self) -> str:
+        measured = [d for d in self.drifts if d is not NO_HISTORY]
+        sds = [d.sd for d in measured]
+        return (
+            f"{len(self.drifts)} incumbent histories: measured drift sd median {_median(sds):.3f} "
+            f"(min {min(sds, default=math.nan):.3f}, max {max(sds, default=math.nan):.3f}), "
+            f"{sum(sd > 0 for sd in sds)} with a drift, timescale median "
+            f"{_median([d.timescale_seconds for d in measured]):.0f}s; "
+            f"{len(self.drifts) - len(measured)} fell back"
         )
-        for history in np.split(blocks, HISTORIES)
-    ]
+
+
+def is_edge(offset: float) -> bool:
+    return math.isclose(abs(offset), DELTA)
 
 
 def run_cell(
     requests: int,
     drift: float,
     offset: float,
-    incumbents: list[MixDrift],
+    incumbents: Incumbents,
     rng: np.random.Generator,
     checker: random.Random,
-    batch: int,
     max_trials: int,
+    edge_trials: int,
 ) -> Cell:
+    """Batches of trials: an edge cell's edge_trials of them, another's until the Wilson interval
+    of its bad-outcome rate is narrower than CI_WIDTH (or max_trials)."""
     traffic = for_alpha(GATE + offset, requests, window_seconds=WINDOW_SECONDS, drift_sd=drift)
     cell = Cell(requests, drift, offset)
-    while cell.trials < max_trials:
-        stream = windows(traffic, batch * (LOOKS + GAP), rng)
-        for t in range(batch):
+    while cell.trials < (edge_trials if is_edge(offset) else max_trials):
+        stream = windows(traffic, BATCH * (LOOKS + GAP), rng)
+        for t in range(BATCH):
             counts = stream[t * (LOOKS + GAP) : t * (LOOKS + GAP) + LOOKS]
-            allowances = {"first": FIRST_ROLLOUT, "re": incumbents[cell.trials % len(incumbents)]}
+            allowances = {"first": FIRST_ROLLOUT, "re": incumbents[cell.trials]}
             for rollout, allowance in allowances.items():
                 per_look, side = verdicts_per_look(counts, allowance)
                 if t == 0 and cell.trials == 0:
@@ -331,9 +416,8 @@ def run_cell(
                 cell.rules[rollout].append(ours(per_look, side))
             cell.argo.append(argo(counts))
             cell.wrong_sides += estimate_sides(counts) != cell.correct
-        bad = max(round(cell.bad(outcomes) * cell.trials) for outcomes in cell.rules.values())
-        low, high = wilson(bad, cell.trials)
-        if high - low < CI_WIDTH:
+        low, high = wilson(cell.bad_count(), cell.trials)
+        if not is_edge(offset) and high - low < CI_WIDTH:
             break
     return cell
 
@@ -385,31 +469,84 @@ def describe(cell: Cell, fixed: float | None) -> str:
         outcomes = cell.rules[rollout]
         decided = [o.decided_seconds for o in outcomes]
         ratio = _mean(decided) / fixed if fixed else math.nan
+        low, high = wilson(cell.bad_outcomes(outcomes), cell.trials)
         columns.append(
-            f"{cell.wrong(outcomes):7.4f} {cell.bad(outcomes):7.4f} {cell.undecided(outcomes):6.3f} "
-            f"{_mean(decided) / 60:5.1f} {_median(decided) / 60:5.1f} {ratio:5.2f} "
-            f"{_median([o.seconds for o in outcomes]) / 60:5.1f}"
+            f"{cell.wrong(outcomes):7.4f} {cell.bad(outcomes):7.4f} [{low:.3f},{high:.3f}] "
+            f"{cell.undecided(outcomes):6.3f} {_mean(decided) / 60:5.1f} {_median(decided) / 60:5.1f} "
+            f"{ratio:5.2f} {_median([o.seconds for o in outcomes]) / 60:5.1f}"
         )
     columns.append(f"{cell.wrong(cell.argo):7.4f} {cell.bad(cell.argo):7.4f}")
     return " | ".join(columns)
 
 
 def header() -> str:
-    rule = f"{'wrong':>7} {'bad':>7} {'undec':>6} {'mean':>5} {'p50':>5} {'ratio':>5} {'e2e':>5}"
+    rule = (
+        f"{'wrong':>7} {'bad':>7} {'bad 95% Wilson':^13} {'undec':>6} {'mean':>5} {'p50':>5} {'ratio':>5} "
+        f"{'e2e':>5}"
+    )
     columns = [
         f"{'req/win':>7} {'drift':>5} {'alpha':>6} {'trials':>6}",
         rule,
         rule,
         f"{'wrong':>7} {'bad':>7}",
     ]
-    titles = [" " * 27, f"{'first rollout (minutes)':^46}", f"{'re-rollout (minutes)':^46}", f"{'Argo':^15}"]
+    titles = [" " * 27, f"{'first rollout (minutes)':^60}", f"{'re-rollout (minutes)':^60}", f"{'Argo':^15}"]
     return " | ".join(titles) + "\n" + " | ".join(columns)
+
+
+@dataclass
+class Traffics:
+    """One traffic's (requests, mix) five cells, its fixed window and what its run printed."""
+
+    cells: list[Cell]
+    fixed: float | None
+    lines: list[str]
+    cpu_seconds: float
+
+
+def run_traffic(requests: int, drift: float, args: argparse.Namespace) -> Traffics:
+    """The five cells of one traffic, from a seed of its own (the same whatever --jobs)."""
+    started = time.process_time()
+    seed = (SEED, requests, DRIFTS.index(drift))
+    rng, checker = np.random.default_rng(seed), random.Random(hash(seed))
+    incumbent = for_alpha(INCUMBENT_ALPHA, requests, window_seconds=WINDOW_SECONDS, drift_sd=drift)
+    incumbents = Incumbents(incumbent, rng, checker)
+    group = [
+        run_cell(requests, drift, offset, incumbents, rng, checker, args.max_trials, args.edge_trials)
+        for offset in OFFSETS
+    ]
+    fixed = fixed_window_seconds({c.offset: c.wrong_side_rates for c in group})
+    if fixed is None:
+        fixed = calibrate_fixed_window(requests, drift, rng, args.calibration_trials)
+    fixed_text = (
+        f"none within {CALIBRATION_WINDOWS * WINDOW_SECONDS / 3600:g} h"
+        if fixed is None
+        else f"{fixed / 60:.2f} min"
+    )
+    lines = [
+        f"\n{requests} requests per window, mix drift {drift:g} (logit sd): {incumbents.summary()}",
+        f"fixed window meeting the rule's bounds here: {fixed_text}",
+        header(),
+        *(describe(cell, fixed) for cell in group),
+    ]
+    return Traffics(group, fixed, lines, time.process_time() - started)
+
+
+def _run(task: tuple[int, float, argparse.Namespace]) -> Traffics:
+    return run_traffic(*task)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--max-trials", type=int, default=MAX_TRIALS, help="trials per cell at most")
-    parser.add_argument("--batch", type=int, default=BATCH, help="trials per batch (and at least per cell)")
+    parser.add_argument(
+        "--max-trials",
+        type=int,
+        default=MAX_TRIALS,
+        help="trials per cell at most (edge cells: --edge-trials)",
+    )
+    parser.add_argument(
+        "--edge-trials", type=int, default=EDGE_TRIALS, help="trials per edge cell (gate +- indifference)"
+    )
     parser.add_argument(
         "--max-analysis-duration", help="maxAnalysisDuration to judge with (default: the CRD's)"
     )
@@ -420,56 +557,49 @@ def main() -> None:
         help="trials per offset of a fixed window longer than maxAnalysisDuration",
     )
     parser.add_argument("--requests", type=int, nargs="+", default=REQUESTS_PER_WINDOW, help="cells to run")
+    parser.add_argument("--jobs", type=int, default=2, help="processes, one traffic (requests, mix) each")
     args = parser.parse_args()
     if args.max_analysis_duration:
         global LOOKS
         LOOKS = int(api.parse_duration(args.max_analysis_duration) // WINDOW_SECONDS)
-    rng, checker = np.random.default_rng(16), random.Random(16)
+    started = time.monotonic()
     print(
         f"gate {GATE} +/- {DELTA}, errorRate {ERROR_RATE}, minDrafts {GATES.min_drafts}; Pass from "
         f"{ANALYSIS_LOOKS * WINDOW_SECONDS / 60:g} min, the estimate's side at "
         f"{LOOKS * WINDOW_SECONDS / 60:g} min where the test has its data, else Inconclusive; "
         f"{WINDOW_SECONDS:.0f}s windows; first rollout: {FIRST_ROLLOUT.source} sd {FIRST_ROLLOUT.sd:g} over "
-        f"{FIRST_ROLLOUT.timescale_seconds:g}s; re-rollout: measured on {HISTORY_WINDOWS * WINDOW_SECONDS / 3600:g} h "
-        f"of a config at alpha {INCUMBENT_ALPHA:g}"
+        f"{FIRST_ROLLOUT.timescale_seconds:g}s; re-rollout: measured on a fresh "
+        f"{HISTORY_WINDOWS * WINDOW_SECONDS / 3600:g} h history per trial of a config at alpha {INCUMBENT_ALPHA:g}; "
+        f"{args.edge_trials} trials per edge cell; seed {SEED}",
+        flush=True,
     )
-    cells: list[Cell] = []
-    fixed: dict[tuple[int, float], float | None] = {}
-    for requests in args.requests:
-        for drift in DRIFTS:
-            incumbents = incumbent_drifts(requests, drift, rng)
-            measured = [d.sd for d in incumbents]
-            print(
-                f"\n{requests} requests per window, mix drift {drift:g} (logit sd): measured drift sd "
-                f"median {_median(measured):.3f} (min {min(measured):.3f}, max {max(measured):.3f}), "
-                f"timescale median {_median([d.timescale_seconds for d in incumbents]):.0f}s; "
-                f"{sum('fallback' in d.source for d in incumbents)} of {HISTORIES} histories fell back"
-            )
-            group = [
-                run_cell(requests, drift, offset, incumbents, rng, checker, args.batch, args.max_trials)
-                for offset in OFFSETS
-            ]
-            fixed[requests, drift] = fixed_window_seconds({c.offset: c.wrong_side_rates for c in group})
-            if fixed[requests, drift] is None:
-                fixed[requests, drift] = calibrate_fixed_window(requests, drift, rng, args.calibration_trials)
-            seconds = fixed[requests, drift]
-            fixed_text = (
-                f"none within {CALIBRATION_WINDOWS * WINDOW_SECONDS / 3600:g} h"
-                if seconds is None
-                else f"{seconds / 60:.2f} min"
-            )
-            print(f"fixed window meeting the rule's bounds here: {fixed_text}")
-            print(header())
-            for cell in group:
-                print(describe(cell, fixed[requests, drift]), flush=True)
-            cells += group
+    tasks = [(requests, drift, args) for requests in args.requests for drift in DRIFTS]
+    if args.jobs > 1:
+        with multiprocessing.get_context("fork").Pool(args.jobs) as pool:
+            # the busiest traffics first, so that the processes finish together
+            order = sorted(range(len(tasks)), key=lambda i: -tasks[i][0])
+            done = dict(zip(order, pool.map(_run, [tasks[i] for i in order], chunksize=1), strict=True))
+            traffics = [done[i] for i in range(len(tasks))]
+    else:
+        traffics = [_run(task) for task in tasks]
+    for traffic in traffics:
+        print("\n".join(traffic.lines))
+    cells = [c for t in traffics for c in t.cells]
+    fixed = {(t.cells[0].requests, t.cells[0].drift): t.fixed for t in traffics}
+    cpu = sum(t.cpu_seconds for t in traffics)
+    print(
+        f"\nrun time {(time.monotonic() - started) / 60:.1f} min with {args.jobs} processes "
+        f"({cpu / 60:.1f} CPU minutes in the cells; per traffic: "
+        + ", ".join(f"{t.cells[0].requests}/{t.cells[0].drift:g} {t.cpu_seconds / 60:.1f}" for t in traffics)
+        + ")"
+    )
     print(" ".join(f"{name}={value}" for name, value in figures(cells, fixed).items()))
 
 
 def figures(cells: list[Cell], fixed: dict[tuple[int, float], float | None]) -> dict[str, str]:
-    """The name=value figures of issue 37, each the worst over the cells it names, over both kinds
-    of rollout unless the name says re-rollout."""
-    edges = [c for c in cells if math.isclose(abs(c.offset), DELTA)]
+    """The name=value figures of issues 37 and 58, each the worst over the cells it names, over both
+    kinds of rollout unless the name says re-rollout."""
+    edges = [c for c in cells if is_edge(c.offset)]
     far = [c for c in cells if math.isclose(abs(c.offset), 0.10)]
     busy = [c for c in cells if c.requests != LOW_TRAFFIC]
     quiet = [c for c in cells if c.requests == LOW_TRAFFIC]
@@ -484,6 +614,15 @@ def figures(cells: list[Cell], fixed: dict[tuple[int, float], float | None]) -> 
     def ratio(c: Cell) -> float:
         return _mean([o.decided_seconds for o in c.rules["re"]]) / fixed_of(c)
 
+    def worst_upper(group: list[Cell]) -> float:
+        """The 95 % Wilson upper bound of the worst cell and rollout's bad-outcome rate."""
+        if not group:
+            return math.nan
+        worst_cell, rollout = max(
+            ((c, r) for c in group for r in ROLLOUTS), key=lambda cr: cr[0].bad(cr[0].rules[cr[1]])
+        )
+        return wilson(worst_cell.bad_outcomes(worst_cell.rules[rollout]), worst_cell.trials)[1]
+
     long_edges = [c for c in edges if fixed_of(c) >= SHORT_SECONDS]
     long_far = [c for c in far if fixed_of(c) >= SHORT_SECONDS]
     short = [c for c in edges + far if fixed_of(c) < SHORT_SECONDS]
@@ -496,6 +635,8 @@ def figures(cells: list[Cell], fixed: dict[tuple[int, float], float | None]) -> 
         "wrong_pass_far_worst_low_traffic": worst([c for c in below_far if c in quiet], Cell.wrong),
         "wrong_pass_gross_worst": worst([c for c in cells if c.offset <= -0.20 + 1e-9], Cell.wrong),
         "bad_outcome_edge_worst": worst([c for c in edges if c in busy], Cell.bad),
+        "bad_outcome_edge_worst_wilson_upper": f"{worst_upper([c for c in edges if c in busy]):.4f}",
+        "edge_trials_min": str(min((c.trials for c in edges), default=0)),
         "bad_outcome_edge_worst_low_traffic": worst([c for c in edges if c in quiet], Cell.bad),
         "bad_outcome_far_worst": worst([c for c in far if c in busy], Cell.bad),
         "stopping_time_ratio_edge_worst": f"{max(map(ratio, long_edges), default=math.nan):.2f}",
