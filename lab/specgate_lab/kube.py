@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+import urllib3
 from kubernetes import client
 from kubernetes.client.exceptions import ApiException
 
@@ -16,9 +17,9 @@ FAKE_NODE_TAINT = "specgate.dev/test-node"
 
 def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: float = 1.0) -> Any:
     """Poll until predicate() is truthy (an object not found yet counts as not yet, as does a poll
-    the API server answers 5xx: a loaded lab's watch cache answers a LIST 504 "Too large resource
-    version" while it catches up); fail with what was awaited. AssertionError: the cluster tests
-    catch it to add what they saw."""
+    the API server answers 5xx, or whose answer it cut off mid-body: a loaded lab's watch cache
+    answers a LIST 504 "Too large resource version" while it catches up); fail with what was
+    awaited. AssertionError: the cluster tests catch it to add what they saw."""
     deadline = time.monotonic() + timeout
     last_error: Exception | None = None
     while time.monotonic() < deadline:
@@ -30,6 +31,8 @@ def wait_for(predicate: Callable[[], Any], timeout: float, what: str, interval: 
             if exc.status != 404 and exc.status < 500:
                 raise
             last_error = exc
+        except urllib3.exceptions.ProtocolError as cut:  # IncompleteRead: the next poll reads again
+            last_error = cut
         time.sleep(interval)
     raise AssertionError(f"timed out after {timeout:.0f}s waiting for {what} ({last_error or 'no match'})")
 
