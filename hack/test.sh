@@ -16,6 +16,10 @@
 #                 (its module-scoped rollouts start once): simulated rollouts mostly wait on windows;
 #   gateway       the tests that share the lab's Traefik, one after another, then the lab modules
 #                 marked beside_gateway: this line ends ~15 minutes before the lab's otherwise.
+# Last, alone:
+#   after-lines   the modules marked after_lines, on two workers: four rollouts through Traefik and
+#                 a ten-minute analysis that, beside the three lines, took a two-core lab's API
+#                 server into 504s and real engines past their readiness (ci7: 14 failures).
 # Each line prints its own report; the last lines are the lines' times and one count over all.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -58,12 +62,17 @@ finish_line cluster-wide
 
 start_line vllm-rollouts -n 2 --dist loadfile --durations=0 -m "engine and not cluster_wide" tests/cluster
 start_line lab -n 2 --dist loadfile --durations=25 \
-  -m "not engine and not gateway and not beside_gateway and not cluster_wide" tests/integration tests/cluster
-start_line gateway --durations=10 -m "(gateway or beside_gateway) and not engine and not cluster_wide" tests/cluster
+  -m "not engine and not gateway and not beside_gateway and not cluster_wide and not after_lines" \
+  tests/integration tests/cluster
+start_line gateway --durations=10 \
+  -m "(gateway or beside_gateway) and not engine and not cluster_wide and not after_lines" tests/cluster
 wait
 finish_line vllm-rollouts
 finish_line lab
 finish_line gateway
+
+run_line after-lines -n 2 --dist loadfile --durations=10 -m "after_lines and not engine and not cluster_wide" tests/cluster
+finish_line after-lines
 
 echo "test-times: ${times[*]} total=$((SECONDS - started))s"
 .venv/bin/python - "$reports" <<'PY'

@@ -43,7 +43,7 @@ from specgate_lab.adopt_lab import NAME as USER_NAME
 from specgate_lab.adopt_lab import SERVED_MODEL, user_deployment, user_service
 from specgate_lab.loadgen import LoadResult
 
-pytestmark = [pytest.mark.cluster, pytest.mark.gateway]
+pytestmark = [pytest.mark.cluster, pytest.mark.gateway, pytest.mark.after_lines]  # hack/test.sh
 
 USER_REPLICAS = 2  # the user's own engines behind their rule, before specgate
 EXISTING = {"router": "GatewayAPI", "existingRoute": {"name": USER_NAME, "ruleName": RULE}}

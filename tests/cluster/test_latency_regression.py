@@ -1,8 +1,8 @@
 """Issue 58 on the lab: a simulated canary slower per token than its baseline is rolled back as
 LatencyRegression by the per-token gate at its default 10 % tolerance, on the buckets specgate
-renders, which both tracks' engines export. A module of its own (the lab line runs modules side by
-side): its analysis waits for 524 samples a track, minutes that beside eight other rollouts took a
-two-core lab's control plane into 504s (ci5, ci6)."""
+renders, which both tracks' engines export. Run after the other lines (after_lines, hack/test.sh):
+its analysis waits for 524 samples a track, minutes that beside the lab's other rollouts took a
+two-core lab's control plane into 504s (ci5, ci6, ci7)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from tests.cluster.rollouts import bucket_edges, report, run_rollout, sim_rollou
 
 from specgate import api, render
 
-pytestmark = pytest.mark.cluster
+pytestmark = [pytest.mark.cluster, pytest.mark.after_lines]  # hack/test.sh
 
 # Every draft pass costs 13 ms (lab/specgate_lab/sim/model.py): at alpha 0.85 and K = 3 a canary
 # step of about 12 + 2 + 3 x 13 = 53 ms emits about 3.2 tokens, some 17 ms a token against the
