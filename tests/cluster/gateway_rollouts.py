@@ -168,10 +168,15 @@ def settled_and_routed(obj: dict[str, Any]) -> bool:
     the other track's last pods go traffic.scaleDownDelay after the Gateway accepted the weights
     that no longer send it traffic (status.replicas counts both tracks' pods)."""
     status = obj.get("status", {})
-    traffic = status.get("traffic") or {}
-    routed = traffic.get("desired") is not None and traffic.get("actual") == traffic.get("desired")
     alone = status.get("replicas") == obj["spec"]["replicas"]
-    return status.get("phase") in SETTLED and routed and alone
+    return status.get("phase") in SETTLED and routed_at(obj) is not None and alone
+
+
+def routed_at(obj: dict[str, Any]) -> dict[str, int] | None:
+    """The weights specgate set, once the Gateways accepted them (None before, or with no route)."""
+    traffic = obj.get("status", {}).get("traffic") or {}
+    desired = traffic.get("desired")
+    return cast(dict[str, int], desired) if desired is not None and traffic.get("actual") == desired else None
 
 
 def gateway_rollout(

@@ -31,6 +31,7 @@ from tests.cluster.gateway_rollouts import (
     Fault,
     Watched,
     gateway_rollout,
+    routed_at,
     settled_and_routed,
     user_route,
 )
@@ -76,13 +77,6 @@ def accepted_as_written(api_client: client.ApiClient, namespace: str, route: str
         and c.get("observedGeneration") == generation
         for c in parent.get("conditions") or []
     )
-
-
-def routed_at(obj: dict[str, Any]) -> dict[str, int] | None:
-    """The weights specgate set, once the Gateways accepted them."""
-    traffic = obj.get("status", {}).get("traffic") or {}
-    desired = traffic.get("desired")
-    return cast(dict[str, int], desired) if desired is not None and traffic.get("actual") == desired else None
 
 
 @dataclass
