@@ -20,7 +20,8 @@
 #   after-lines   the modules marked after_lines, on two workers: four rollouts through Traefik and
 #                 a ten-minute analysis that, beside the three lines, took a two-core lab's API
 #                 server into 504s and real engines past their readiness (ci7: 14 failures).
-# Each line prints its own report; the last lines are the lines' times and one count over all.
+# Each line prints its own report; the last lines are every failure's summary line, the lines' times
+# and one count over all.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PYTEST=.venv/bin/pytest
@@ -74,6 +75,10 @@ finish_line gateway
 run_line after-lines -n 2 --dist loadfile --durations=10 -m "after_lines and not engine and not cluster_wide" tests/cluster
 finish_line after-lines
 
+# Every line's failures once more, a line each with its first message, where a log's tail is read
+# (CI shows the last of the output only).
+echo "=== failures, all lines ==="
+grep -h -E '^(FAILED|ERROR) ' "$reports"/*.log | cut -c1-400 || echo "none"
 echo "test-times: ${times[*]} total=$((SECONDS - started))s"
 .venv/bin/python - "$reports" <<'PY'
 """The lines' counts from their JUnit reports, as one closing line."""
