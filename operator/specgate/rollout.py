@@ -1180,7 +1180,7 @@ def _analyzing(step: _Step) -> _Step:
         return _initial_step_passed(step, initial, message)
     if passed:
         step = step.targets(0, spec.replicas).enter(Phase.PROMOTING, Reason.GATES_PASSED, message)
-        return step.update(passed_template_hash=step.status.template_hash)
+        return _baseline_of_the_analysis(step).update(passed_template_hash=step.status.template_hash)
     if deadline_passed:
         return _take_action(
             step,
@@ -1189,6 +1189,20 @@ def _analyzing(step: _Step) -> _Step:
             f"no verdict within maxAnalysisDuration: {at_initial}{message}",
         )
     return step.note(Reason.ANALYZING, at_initial + message)
+
+
+def _baseline_of_the_analysis(step: _Step) -> _Step:
+    """At promotion, the baseline as measured beside the canary over the whole analysis, where that
+    counted more per-token requests than the Baseline phase's window: the guard's latency check
+    compares against it, and below 524 samples no rank bounds a P99 from above, so a baseline stored
+    from a 5-minute window at 20 requests a window (400 samples) left the check blind for good."""
+    beside = step.obs.baseline_metrics if baseline_beside_canary(step.obs) else None
+    if beside is None or beside.per_token is None:
+        return step
+    stored = measurements.baseline_histogram(None, step.status.baseline, "per_token")
+    if stored is not None and stored.total >= beside.per_token.total:
+        return step
+    return step.update(baseline=measurements.measurement(beside, step.now))
 
 
 def _analysed(step: _Step) -> timedelta:

@@ -525,6 +525,58 @@ def test_guard_compares_latency_with_the_stored_baseline() -> None:
     assert "P99 ITL" in (run.status.message or "")
 
 
+def promote_beside(run: Run, phase_samples: float, analysis_samples: float) -> None:
+    """Promotes with the Baseline phase's per-token histogram of phase_samples requests and the
+    baseline beside the canary's, over the analysis, of analysis_samples."""
+    run.step(baseline=ready(2))
+    run.step(baseline=ready(2))
+    run.step(
+        after=95, baseline=ready(2), baseline_metrics=replace(metrics(), per_token=itl(0.03, phase_samples))
+    )
+    run.expect(Phase.CANARY)
+    run.step(baseline=ready(1), canary=ready(1))
+    run.now += timedelta(seconds=30)
+    beside = replace(metrics(), per_token=itl(0.03, analysis_samples))
+    run.step(
+        after=70, baseline=ready(1), canary=ready(1), baseline_metrics=beside, canary_metrics=metrics(0.8)
+    )
+    run.expect(Phase.PROMOTING)
+    run.step(baseline=ready(1), canary=ready(2))
+    run.expect(Phase.PROMOTED)
+
+
+def stored_per_token_samples(run: Run) -> float:
+    assert run.status.baseline is not None
+    return sum(run.status.baseline.per_token_bucket_counts[-1:])
+
+
+def test_at_promotion_the_baseline_measured_beside_the_canary_is_kept_where_it_counted_more() -> None:
+    """400 requests in the Baseline phase's window bound no P99 from above (524 at the guard's z):
+    the baseline beside the canary counted 900 over the analysis, and that is what the guard reads."""
+    run = Run()
+    promote_beside(run, phase_samples=400, analysis_samples=900)
+    assert stored_per_token_samples(run) == 900
+    baseline = run.status.baseline
+    assert baseline is not None and baseline.window_end is not None
+    analysis_began = next(h.time for h in run.status.history if h.phase == Phase.ANALYZING)
+    assert baseline.window_end > analysis_began  # RFC 3339 in UTC: ordered as text
+    run = Run()
+    promote_beside(run, phase_samples=2000, analysis_samples=900)
+    assert stored_per_token_samples(run) == 2000  # the larger stays
+
+
+def test_the_guard_trips_on_per_token_latency_against_the_baseline_of_the_analysis() -> None:
+    """A promoted canary whose per-token P99 went from the 50-75 ms bucket to 150-200 ms: against the
+    Baseline phase's 400 requests the guard could never fail it (no bound on the baseline's P99);
+    against the analysis's 900 it rolls back."""
+    run = Run()
+    promote_beside(run, phase_samples=400, analysis_samples=900)
+    slower = replace(metrics(0.8), per_token=itl(0.12, 2000))
+    run.step(after=60, canary=ready(2), canary_metrics=slower)
+    assert (run.phase, run.status.reason) == (Phase.ROLLING_BACK, Reason.GUARD_TRIPPED), run.status.message
+    assert "P99 per-token latency" in (run.status.message or "")
+
+
 def test_an_edit_after_promotion_keeps_the_gated_pods_until_the_baseline_takes_over() -> None:
     """The new config starts as a canary like any other: the promoted pods are scaled down (never
     re-rendered) while the plain baseline's pods become Ready."""
