@@ -719,14 +719,17 @@ def stage_patch(route: Mapping[str, Any], existing: api.ExistingRoute, owner: Ow
 
 def staged_refs(refs: list[dict[str, Any]], owner: Owner) -> list[dict[str, Any]] | None:
     """The user's own backendRefs of a staged rule (stage_patch): the refs other than the tracks'
-    two InferencePools, where the rule names both of those beside at least one other; None for any
-    other rule. Read whatever the pools' weights (a rule edited by hand is staged again, at 0)."""
+    two InferencePools, where the rule names both of those beside at least one other (whatever the
+    pools' weights: a rule edited by hand is staged again, at 0), or only those two at weight 0 (a
+    user's rule that had no backendRefs: []); None for any other rule."""
     names = {track_ref(owner, track, api.Backend.INFERENCE_POOL)["name"] for track in Track}
     ours = [ref for ref in refs if _is_pool(ref) and ref.get("name") in names and not ref.get("namespace")]
     users = [ref for ref in refs if ref not in ours]
-    if len(ours) != 2 or {ref["name"] for ref in ours} != names or not users:
+    if len(ours) != 2 or {ref["name"] for ref in ours} != names:
         return None
-    return users
+    if users or all(int(ref.get("weight", 1)) == 0 for ref in ours):
+        return users
+    return None  # the tracks' pools weighted: the rule taken over
 
 
 def _users_refs(refs: list[dict[str, Any]], owner: Owner) -> list[dict[str, Any]]:

@@ -372,7 +372,10 @@ def staged_on_ready(run: Run, fake: FakeKube, route: dict[str, Any]) -> None:
     run.status = reconcile_step(run, after=0).status
     assert fake.routes["chat"] == route and run.status.phase != Phase.FAILED
     fake.tracks["llama-baseline"] = ready(2)
-    run.status = reconcile_step(run, after=10).status
+    decision = reconcile_step(run, after=10)
+    run.status = decision.status
+    said = [(e.type, e.reason) for e in decision.events]
+    assert ("Warning", Reason.ROUTE_NOT_ACCEPTED) in said, said  # what it waits for, as an Event too
     refs = fake.routes["chat"]["spec"]["rules"][0]["backendRefs"]
     assert refs == [
         *route["spec"]["rules"][0]["backendRefs"],
@@ -526,8 +529,31 @@ def test_the_staged_rule_is_read_as_the_users() -> None:
     edited = users_route(USERS_POOL, pool_ref("llama-baseline", 3), pool_ref("llama-canary", 1))
     assert render.staged_refs(edited["spec"]["rules"][0]["backendRefs"], OWNER) == [USERS_POOL]
     assert json_patched(edited, render.stage_patch(edited, EXISTING, OWNER)) == staged  # back to 0
-    assert render.staged_refs([pool_ref("llama-baseline", 0), pool_ref("llama-canary", 0)], OWNER) is None
+    assert render.staged_refs([pool_ref("llama-baseline", 1), pool_ref("llama-canary", 0)], OWNER) is None
     assert render.staged_refs([USERS_POOL, pool_ref("llama-baseline", 0)], OWNER) is None
+    assert (
+        render.staged_refs([USERS_POOL, pool_ref("other-baseline", 0), pool_ref("other-canary", 0)], OWNER)
+        is None
+    )
+
+
+def test_a_users_rule_without_backends_is_staged_and_moved(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rule with no backendRefs (it answers nothing) is staged as the pools alone at weight 0, moved
+    once they are accepted, and given back with none."""
+    route = users_route()
+    run = Run(make_spec(traffic=ON_USERS_RULE))
+    fake = FakeKube({"llama-baseline": ready(2)}, routes={"chat": copy.deepcopy(route)}).install(monkeypatch)
+    run.status = reconcile_step(run, after=0).status
+    assert fake.routes["chat"]["spec"]["rules"][0]["backendRefs"] == STAGED[1:]
+    assert render.staged_refs(STAGED[1:], OWNER) == []
+    gateway_accepts(fake, "chat", *NAMES)
+    run.status = reconcile_step(run, after=10).status
+    assert render.route_weights(fake.routes["chat"], 0, OWNER, POOL) == Weights(100, 0)
+    assert run.status.traffic is not None and run.status.traffic.original is not None
+    assert run.status.traffic.original.backend_refs == []
+    monkeypatch.setattr(kopf, "event", lambda body, type, reason, message: None)
+    handlers.restore_rule(**deleting(run.status.traffic.original))
+    assert "backendRefs" not in fake.routes["chat"]["spec"]["rules"][0]
 
 
 def test_the_staged_rule_holds_until_the_route_and_both_pools_are_accepted() -> None:
