@@ -337,7 +337,9 @@ def step(
             for pool in pools:  # before the route names them
                 if render.spec_differs(pools_read[pool["metadata"]["name"]], pool):
                     kube.apply(pool)
-            if traffic is not None and decision.route_weights is not None:
+            if traffic is not None and decision.stage_rule:
+                original = _stage_rule(traffic, owner, route, original)
+            elif traffic is not None and decision.route_weights is not None:
                 written = current.traffic.desired if current.traffic else None
                 original, repaired = _route_traffic(
                     traffic, owner, route, decision.route_weights, original, written
@@ -523,6 +525,28 @@ def _route_traffic(
     # Kept in status by this reconcile: an operator killed before its status write loses it (the
     # next read finds the tracks' Services in the rule, rule_record None: the rule is left so).
     return original or render.rule_record(route, existing, owner), ()
+
+
+def _stage_rule(
+    traffic: api.Traffic, owner: Owner, route: dict[str, Any] | None, original: api.OriginalRule | None
+) -> api.OriginalRule | None:
+    """Stage the user's rule for the tracks' pools (render.stage_patch), where it is not staged so
+    already; the record of the user's rule, taken as specgate first writes it."""
+    existing = traffic.existing_route
+    if route is None or existing is None:
+        return original  # status says the route is missing (rollout: RouteNotAccepted)
+    try:
+        operations = render.stage_patch(route, existing, owner)
+    except LookupError:
+        return original  # status names the field to fix
+    if not operations:
+        return original or render.rule_record(route, existing, owner)
+    try:
+        kube.patch_route(owner.namespace, existing.name, operations)
+    except kube.Conflict as moved:
+        log.info("%s; staged again on the next reconcile", moved)
+        return original
+    return original or render.rule_record(route, existing, owner)
 
 
 def _refused_rule(

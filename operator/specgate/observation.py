@@ -98,6 +98,9 @@ class RouteState:
     # Not accepted yet (hold set): the rule's shares as its spec has them; None: the rule does not
     # send traffic to the tracks' Services (a user's rule with its own backends, no route or rule).
     written: Weights | None = None
+    # A user's rule staged for the tracks' InferencePools (render.stage_patch): its own backends carry
+    # all its traffic, the pools are named beside them at weight 0 for their Gateways to accept.
+    staged: bool = False
 
     @property
     def in_spec(self) -> Weights | None:

@@ -702,6 +702,43 @@ def rule_patch(
     return [*_rule_guard(route, existing, index), {"op": "add", "path": _refs_path(index), "value": refs}]
 
 
+def stage_patch(route: Mapping[str, Any], existing: api.ExistingRoute, owner: Owner) -> list[dict[str, Any]]:
+    """A JSON patch (guarded as rule_patch's) that stages the user's rule for the tracks' InferencePools:
+    the rule's own backendRefs as they are, carrying all its traffic, and the two pools beside them
+    at weight 0. A Gateway reports on an InferencePool (Accepted, ResolvedRefs) only once a route
+    names it; at weight 0 the pools are named and get no request, so the weight moves to them only
+    once their Gateways accept them (a gateway whose picker does not serve a pool yet fails its
+    requests). [] where the rule is staged so already."""
+    index = rule_index(route, existing)
+    read = _rule_refs(route, index)
+    staged = [*_users_refs(read, owner), *backend_refs(owner, Weights(0, 0), api.Backend.INFERENCE_POOL)]
+    if read == staged:
+        return []
+    return [*_rule_guard(route, existing, index), {"op": "add", "path": _refs_path(index), "value": staged}]
+
+
+def staged_refs(refs: list[dict[str, Any]], owner: Owner) -> list[dict[str, Any]] | None:
+    """The user's own backendRefs of a staged rule (stage_patch): the refs other than the tracks'
+    two InferencePools, where the rule names both of those beside at least one other (whatever the
+    pools' weights: a rule edited by hand is staged again, at 0), or only those two at weight 0 (a
+    user's rule that had no backendRefs: []); None for any other rule."""
+    names = {track_ref(owner, track, api.Backend.INFERENCE_POOL)["name"] for track in Track}
+    ours = [ref for ref in refs if _is_pool(ref) and ref.get("name") in names and not ref.get("namespace")]
+    users = [ref for ref in refs if ref not in ours]
+    if len(ours) != 2 or {ref["name"] for ref in ours} != names:
+        return None
+    if users or all(int(ref.get("weight", 1)) == 0 for ref in ours):
+        return users
+    return None  # the tracks' pools weighted: the rule taken over
+
+
+def _users_refs(refs: list[dict[str, Any]], owner: Owner) -> list[dict[str, Any]]:
+    """The rule's refs without the tracks' pools a staged rule names beside the user's (as read
+    otherwise)."""
+    users = staged_refs(refs, owner)
+    return refs if users is None else users
+
+
 def tracks_rule(route: Mapping[str, Any], owner: Owner) -> int | None:
     """The position of the route's first rule whose backends are exactly the tracks' Services."""
     rules = route.get("spec", {}).get("rules") or []
@@ -776,8 +813,9 @@ def foreign_backends(
     """Why specgate refuses to route the user's rule (None: it does not): a backend that is neither
     a core Service nor, with backend InferencePool, the one InferencePool of the user's that
     users_pool adopts would be replaced by the tracks' Services (or pools) and bypassed.
-    LookupError where the rule is not there (route_state says so)."""
-    refs = _rule_refs(route, rule_index(route, existing))
+    LookupError where the rule is not there (route_state says so). A staged rule is judged by the
+    user's backends in it (the tracks' pools beside them at weight 0 are specgate's own)."""
+    refs = _users_refs(_rule_refs(route, rule_index(route, existing)), owner)
     if _track_weights(refs, owner) is not None:
         return None
     other = [
@@ -797,7 +835,7 @@ def foreign_backends(
             "bypassing them); name another rule, or use httpRoute"
         )
         return f"{rule} sends traffic to {named}: {why}"
-    if users_pool(route, existing, owner) is not None:
+    if _users_pool_of(refs, route, owner) is not None:
         return None
     ours = " and ".join(deployment_name(owner, track) for track in Track)
     if len(refs) > 1:
@@ -818,8 +856,13 @@ def foreign_backends(
 def users_pool(route: Mapping[str, Any], existing: api.ExistingRoute, owner: Owner) -> str | None:
     """The name of the user's InferencePool that the rule routes all its traffic to (its only
     backendRef, in the object's namespace): the rule specgate adopts with backend InferencePool,
-    its weight moved to the tracks' pools as the baseline's pods carry it. None for any other rule."""
-    refs = _rule_refs(route, rule_index(route, existing))
+    its weight moved to the tracks' pools as the baseline's pods carry it (a staged rule's too).
+    None for any other rule."""
+    refs = _users_refs(_rule_refs(route, rule_index(route, existing)), owner)
+    return _users_pool_of(refs, route, owner)
+
+
+def _users_pool_of(refs: list[dict[str, Any]], route: Mapping[str, Any], owner: Owner) -> str | None:
     if len(refs) != 1 or not _is_pool(refs[0]) or _track_weights(refs, owner) is not None:
         return None
     namespace = refs[0].get("namespace") or route.get("metadata", {}).get("namespace") or owner.namespace
@@ -870,8 +913,9 @@ def rule_record(
 ) -> api.OriginalRule | None:
     """The user's rule's own backendRefs, read before specgate first sets them: what restore_patch
     puts back. None where they are the tracks' Services already (the record was lost, or an earlier
-    specgate took the rule over): nothing of the user's is left to keep."""
-    refs = _rule_refs(route, rule_index(route, existing))
+    specgate took the rule over): nothing of the user's is left to keep. Of a staged rule (the record
+    lost between the staged write and the status write), the user's backends in it."""
+    refs = _users_refs(_rule_refs(route, rule_index(route, existing)), owner)
     if _track_weights(refs, owner) is not None:
         return None
     return api.OriginalRule(
@@ -898,14 +942,15 @@ def restore_patch(
 
     LookupError, saying why, where there is nothing to put back: the rule is gone (by its name, or
     its index is past the end), or it no longer routes to the tracks' Services (someone pointed it
-    elsewhere, or for ruleIndex another rule is at that index now): what it routes to stays."""
+    elsewhere, or for ruleIndex another rule is at that index now): what it routes to stays. A
+    staged rule (the user's backends, the tracks' pools beside them at weight 0) is put back too."""
     rule = recorded_rule(original)
     try:
         index = rule_index(route, rule)
     except LookupError:
         raise LookupError(f"{describe_rule(rule)} is gone") from None
     read = _rule_refs(route, index)
-    if _track_weights(read, owner) is None:
+    if _track_weights(read, owner) is None and staged_refs(read, owner) is None:
         services = " and ".join(service_name(owner, track) for track in Track)
         raise LookupError(f"{describe_rule(rule)} no longer routes to Services {services}")
     path = _refs_path(index)
@@ -946,7 +991,25 @@ def route_state(
     parents = None if owned is None else [Parent(p.name, p.namespace, p.section_name) for p in owned]
     hold = route_hold(route, parents) or (pools_hold(pools, parents, missing_pickers) if pools else None)
     written = route_weights(route, index, owner, traffic.backend)
-    return RouteState(hold=hold, written=written) if hold else RouteState(weights=written)
+    refs = _rule_refs(route, index)
+    staged = existing is not None and staged_refs(refs, owner) is not None
+    if hold and existing is not None and written is None and traffic.backend is api.Backend.INFERENCE_POOL:
+        hold = _adoption_hold(_users_refs(refs, owner), owner, staged, hold)
+    if hold:
+        return RouteState(hold=hold, written=written, staged=staged)
+    return RouteState(weights=written, staged=staged)
+
+
+def _adoption_hold(users: list[dict[str, Any]], owner: Owner, staged: bool, hold: str) -> str:
+    """The hold of a user's rule that the tracks' pools take over, saying where its traffic is and
+    what its move waits for."""
+    own = ", ".join(_describe_ref(ref) for ref in users) or "no backend"
+    pools = " and ".join(deployment_name(owner, track) for track in Track)
+    named = "which it names at weight 0" if staged else "once it names them at weight 0"
+    return (
+        f"the rule keeps all its traffic on your {own} until the Gateways accept InferencePools "
+        f"{pools}, {named}: {hold}"
+    )
 
 
 def route_weights(

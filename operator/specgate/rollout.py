@@ -188,6 +188,9 @@ class Decision:
     touch_children: bool = True  # False: invalid spec or name conflict, nothing is applied
     # traffic.router GatewayAPI: the weights the route's rule must carry now (None: leave it as it is)
     route_weights: traffic.Weights | None = None
+    # backend InferencePool, existingRoute: stage the user's rule (its own backends keep all the
+    # traffic, the tracks' pools named beside them at weight 0) where route_weights would take it over
+    stage_rule: bool = False
     # spec.workloadRef: the adopted Deployment's replicas now, set through its scale subresource
     # (None: leave them as they are)
     workload_replicas: int | None = None
@@ -352,12 +355,24 @@ class _Step:
             self.benchmark_track,
             keep_template=self._kept_templates(),
             route_weights=weights,
+            stage_rule=self._stages_rule(),
         )
 
     def _replicas(self) -> tuple[int, int | None, traffic.Weights | None]:
         """The phase's targets, reached the capacity-safe way (see capacity.py); behind a Gateway
         API route, with the weights that go with them, a track giving up pods only once the route
-        no longer sends it more than the pods it keeps (see traffic.py)."""
+        no longer sends it more than the pods it keeps (see traffic.py), and a user's rule taken
+        over by the tracks' InferencePools only once staged and accepted (traffic.through_stage)."""
+        baseline, canary, ordered = self._ordered()
+        return baseline, canary, traffic.through_stage(ordered, *_takeover(self))
+
+    def _stages_rule(self) -> bool:
+        """Whether the rule is staged (or kept staged) now instead of taken over (traffic.through_stage)."""
+        ordered = self._ordered()[2]
+        return ordered is not None and traffic.through_stage(ordered, *_takeover(self)) is None
+
+    def _ordered(self) -> tuple[int, int | None, traffic.Weights | None]:
+        """_replicas before the stage: the weights traffic.order (or, held, traffic.held) sets."""
         if self.hold:  # paused (or Failed): weights only move away from a track without Ready pods
             return self.baseline_replicas, self.canary_replicas, _held_weights(self)
         rollout = self.spec.rollout
@@ -388,6 +403,19 @@ class _Step:
         if self.hold:
             return frozenset(Track)
         return frozenset() if self.status.phase in CANARY_TEMPLATE_PHASES else frozenset({Track.CANARY})
+
+
+def _takeover(step: _Step) -> tuple[bool, bool, bool]:
+    """traffic.through_stage's reading of the route: whether a user's rule is to be taken over by
+    the tracks' InferencePools (existingRoute, backend InferencePool, the rule not on the tracks;
+    unread counts as not), whether it is staged, and whether its Gateways accepted it and the pools."""
+    route, spec = step.obs.route, step.spec.rollout.traffic
+    pools = (
+        spec is not None and spec.existing_route is not None and spec.backend == api.Backend.INFERENCE_POOL
+    )
+    if route is None:
+        return pools, False, False
+    return pools and not route.routes_tracks, route.staged, route.hold is None
 
 
 def _canary_share(step: _Step) -> int:
@@ -911,6 +939,9 @@ def _baseline(step: _Step) -> _Step:
     old_template = obs.baseline.template_hash not in (None, render.template_hash(spec, Track.BASELINE))
     if not obs.baseline.ready(spec.replicas) or obs.canary.replicas > 0 or old_template:
         return _wait_for_baseline(step.update(ready_since=None))
+    if step._stages_rule():
+        return _takeover_held(step.update(ready_since=None))
+    step = step.update(held_since=None)
     if step.status.ready_since is None:
         step = step.update(ready_since=iso(step.now)).note(
             Reason.MEASURING_BASELINE,
@@ -1835,6 +1866,24 @@ def _take_action(step: _Step, action: Action, reason: str, message: str) -> _Ste
             Phase.PAUSED, reason, f"{message}; paused (bump spec.rollout.retry to try again)", warning=True
         )
     return _roll_back(step, reason, message)
+
+
+def _takeover_held(step: _Step) -> _Step:
+    """The baseline is Ready, and the user's rule waits at its staged step (its own backends keep
+    all the traffic) for its Gateways to accept the tracks' InferencePools: the baseline is measured
+    once the traffic moved to it. A hold like any other on the route: RouteNotAccepted, and past
+    progressDeadline the rollout stops, the rule's traffic still on the user's backends."""
+    route = step.obs.route
+    held = (route.hold if route is not None else None) or "the rule is staged first (its pools at weight 0)"
+    since = parse_time(step.status.held_since) or step.now
+    step = step.update(held_since=iso(since))
+    deadline = step.spec.rollout.progress_deadline
+    message = f"the baseline's takeover of the rule waits for the HTTPRoute: {held}"
+    if step.now - since > _seconds(deadline):
+        return _stop_before_canary(
+            step, Reason.ROUTE_NOT_ACCEPTED, f"{message}; held past progressDeadline {deadline}"
+        )
+    return step.note(Reason.ROUTE_NOT_ACCEPTED, message, warning=True)
 
 
 def _wait_for_baseline(step: _Step) -> _Step:

@@ -175,6 +175,18 @@ def order(
     return RouteStep(proposed, desired)
 
 
+def through_stage(weights: Weights | None, takes_over: bool, staged: bool, accepted: bool) -> Weights | None:
+    """The weights to write on a user's rule that the tracks' InferencePools take over (`takes_over`:
+    the rule does not route the tracks yet), None where the rule must be staged first (its own
+    backends keep all the traffic, the pools are named at weight 0): until the rule is `staged` and
+    its Gateways `accepted` it and both pools, a gateway may not serve the pools (its endpoint
+    picker does not know them yet), and a rule moved to them would fail requests that its own
+    backends serve. Other rules take `weights` as they are."""
+    if weights is None or not takes_over or (staged and accepted):
+        return weights
+    return None
+
+
 def _growth_only(budget: Budget, current: tuple[int, int], proposed: tuple[int, int]) -> tuple[int, int]:
     """The proposal with its shrinks held: each growing track grows as far as replicas + maxSurge
     pods in all allow beside the other track's pods as they stay."""

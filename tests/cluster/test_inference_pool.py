@@ -201,8 +201,10 @@ def test_a_users_rule_of_its_own_pool_is_adopted_and_given_back_on_deletion(
     api_client: client.ApiClient, namespace: str, kubeconfig: str, kubectl: str, tmp_path: Path
 ) -> None:
     """The user's rule sends its traffic to their InferencePool chat-pool: it keeps it while the
-    baseline has no Ready pod, moves to the tracks' pools (recorded) once it has one, and is given
-    back on deletion; the user's pool is never written."""
+    baseline has no Ready pod; once it has one the rule is staged (chat-pool at its weight, the
+    tracks' pools beside it at 0, recorded) and keeps it until the Gateway accepts the staged rule
+    and both pools, then moves to the tracks' pools, and is given back on deletion; the user's pool
+    is never written."""
     if not GIE_CRD.exists():
         pytest.fail(f"{GIE_CRD} is missing: the shared folder beside the checkout holds it", pytrace=False)
     install_gateway_api_crds(kubeconfig, kubectl)
@@ -228,16 +230,11 @@ def test_a_users_rule_of_its_own_pool_is_adopted_and_given_back_on_deletion(
         objects.patch_namespaced_custom_object(
             api.GROUP, api.VERSION, namespace, api.PLURAL, "tiny", {"spec": sim}
         )
-        wait_for(
-            lambda: [r["name"] for r in rule_backends(api_client, namespace)] == list(POOLS),
-            180,
-            "the rule routed to the tracks' pools",
-        )
-        refs = rule_backends(api_client, namespace)
-        assert [(r["group"], r["kind"], r["weight"]) for r in refs] == [
-            (POOL_GROUP, "InferencePool", 1),  # the baseline's one Ready pod
-            (POOL_GROUP, "InferencePool", 0),
+        staged = [
+            *before,
+            *({"group": POOL_GROUP, "kind": "InferencePool", "name": n, "weight": 0} for n in POOLS),
         ]
+        wait_for(lambda: rule_backends(api_client, namespace) == staged, 180, "the rule staged")
         traffic = wait_for(
             lambda: (get_sd(api_client, namespace, "tiny")["status"].get("traffic") or {}).get("original"),
             30,
@@ -247,9 +244,24 @@ def test_a_users_rule_of_its_own_pool_is_adopted_and_given_back_on_deletion(
         for name in POOLS:
             pool = read(api_client, namespace, "inferencepools", name)
             assert pool is not None and applied_by_specgate(pool), pool
-        report(api_client, namespace, "httproutes", "chat")
+        report(api_client, namespace, "httproutes", "chat")  # the staged rule accepted, its pools not
+        time.sleep(3 * OPERATOR_INTERVAL_SECONDS)  # reconciles that could have moved the weight
+        assert rule_backends(api_client, namespace) == staged, "the weight moved to pools not accepted"
+        status = get_sd(api_client, namespace, "tiny")["status"]
+        assert status["reason"] == "RouteNotAccepted" and "keeps all its traffic on your" in status["message"]
         for name in POOLS:
             report(api_client, namespace, "inferencepools", name)
+        wait_for(
+            lambda: [r["name"] for r in rule_backends(api_client, namespace)] == list(POOLS),
+            60,
+            "the rule routed to the tracks' pools",
+        )
+        refs = rule_backends(api_client, namespace)
+        assert [(r["group"], r["kind"], r["weight"]) for r in refs] == [
+            (POOL_GROUP, "InferencePool", 1),  # the baseline's one Ready pod
+            (POOL_GROUP, "InferencePool", 0),
+        ]
+        report(api_client, namespace, "httproutes", "chat")  # the moved rule's generation
         actual = wait_for(lambda: carried(api_client, namespace), 30, "the weights counted as carried")
         assert actual == {"baseline": 100, "canary": 0}
 

@@ -3,6 +3,8 @@ in every phase, a Gateway that accepts late or never, a route edited or deleted 
 Every tick the decision must hold the route's invariants:
 - no weight on a track without Ready pods (of the pods it keeps after the tick's step);
 - a rule that does not route the tracks yet is written only once the baseline carries all of it;
+- a user's rule taken over by the tracks' InferencePools moves its weight only from the staged rule
+  (its own backends at full weight, the pools at 0) that its Gateways accepted with both pools;
 - in Canary and Analyzing the canary is at most its cap, unless the floor forces more;
 - every hold has a deadline: Analyzing never outlives maxAnalysisDuration, a hold never
   progressDeadline, each by more than a tick; and no promotion from a tick whose route was not
@@ -29,6 +31,8 @@ from specgate.traffic import Weights, capped, shares
 
 OWNED = {"router": "GatewayAPI", "httpRoute": {"parentRefs": [{"name": "inference", "namespace": "gw"}]}}
 EXISTING = {"router": "GatewayAPI", "existingRoute": {"name": "chat", "ruleName": "completions"}}
+PICKERS = {"baseline": {"name": "epp", "port": 9002}, "canary": {"name": "canary-epp", "port": 9002}}
+EXISTING_POOLS = {**EXISTING, "backend": "InferencePool", "inferencePool": {"endpointPicker": PICKERS}}
 HISTORIES = int(os.environ.get("SPECGATE_ROUTE_HISTORIES", "300"))
 TICK = 10.0
 ROUTE_KINDS = ("accepted", "accepted", "accepted", "pending", "edited", "gone")
@@ -57,7 +61,13 @@ specs = st.fixed_dictionaries(
         "maxSurge": st.integers(0, 1),
         "maxUnavailable": st.integers(0, 1),
         "traffic": st.sampled_from(
-            (OWNED, EXISTING, {**OWNED, "initialCanaryWeight": 5}, {**OWNED, "maxCanaryWeight": 10})
+            (
+                OWNED,
+                EXISTING,
+                EXISTING_POOLS,
+                {**OWNED, "initialCanaryWeight": 5},
+                {**OWNED, "maxCanaryWeight": 10},
+            )
         ),
     }
 )
@@ -77,6 +87,7 @@ class Cluster:
         self.replicas: list[int | None] = [spec.replicas, None]
         self.written: Weights | None = None  # the rule's weights as its spec has them (None: not ours)
         self.existing = existing
+        self.staged = False  # the user's rule staged for the tracks' pools (its own backends carry all)
 
     def tracks(self, tick: Tick) -> tuple[TrackState, TrackState]:
         states = []
@@ -91,9 +102,13 @@ class Cluster:
 
     def route(self, tick: Tick) -> RouteState:
         if tick.route == "gone":  # deleted (owned), or reset to the user's own backends (existingRoute)
-            self.written = None
+            self.written, self.staged = None, False
         if tick.route == "edited" and self.written is not None:
             self.written = Weights(100 - tick.edited_canary, tick.edited_canary)
+        if self.written is None and self.staged:  # the pools' Gateways accept as the tick says
+            return RouteState(
+                hold="InferencePool x: pending" if tick.route == "pending" else None, staged=True
+            )
         if self.written is None:
             return RouteState(hold=None if self.existing else "HTTPRoute llama does not exist yet")
         if tick.route == "pending":
@@ -103,7 +118,9 @@ class Cluster:
     def apply(self, decision: rollout.Decision) -> None:
         self.replicas = [decision.baseline_replicas, decision.canary_replicas]
         if decision.route_weights is not None:
-            self.written = decision.route_weights
+            self.written, self.staged = decision.route_weights, False
+        elif decision.stage_rule and self.written is None:
+            self.staged = True
 
 
 def check(
@@ -133,6 +150,15 @@ def check(
         held = status.phase in (Phase.PAUSED, Phase.FAILED)
         if not route.routes_tracks and not held and behind < max(budget.min_ready, 1):
             problems.append(f"took the rule over at {weights.pair} with {behind} Ready pods behind it")
+        pools = (
+            spec.rollout.traffic is not None and spec.rollout.traffic.backend == api.Backend.INFERENCE_POOL
+        )
+        if pools and not route.routes_tracks and not (route.staged and route.hold is None):
+            problems.append(
+                f"moved the rule to the pools at {weights.pair} before they were staged and accepted"
+            )
+    if decision.stage_rule and (weights is not None or route.routes_tracks):
+        problems.append("staged a rule that routes the tracks")
         if status.phase in (Phase.CANARY, Phase.ANALYZING) and before.phase == status.phase:
             cap = rollout.max_canary_weight(spec)
             floor_forced = capped(shares(*ready) or Weights(100, 0), cap, ready[0], budget).canary

@@ -347,36 +347,238 @@ def test_a_pool_rule_with_backend_service_is_refused_not_replaced_by_services() 
     )
 
 
-def test_the_users_pool_keeps_its_rule_until_the_baseline_carries_it_then_the_pools_take_it(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """No weight on a pool whose pods are not Ready: the rule stays on the user's pool while the
-    baseline has no Ready pod, and moves to the tracks' pools, recorded, once it has."""
-    route = users_route(USERS_POOL)
+STAGED = [USERS_POOL, pool_ref("llama-baseline", 0), pool_ref("llama-canary", 0)]
+
+
+def adopting(
+    monkeypatch: pytest.MonkeyPatch, own: dict[str, Any] = USERS_POOL
+) -> tuple[Run, FakeKube, dict[str, Any]]:
+    """The user's rule on `own`, and an object adopting it whose baseline has no Ready pod yet."""
+    route = users_route(own)
     run = Run(make_spec(traffic=ON_USERS_RULE))
     fake = FakeKube(
         {"llama-baseline": TrackState(exists=True, replicas=2, ready_replicas=0)},
         routes={"chat": copy.deepcopy(route)},
+        pools={"chat-pool": users_pool()},
     )
-    fake.pools["chat-pool"] = users_pool()
     fake.install(monkeypatch)
+    monkeypatch.setattr(kopf, "event", lambda body, type, reason, message: None)
+    return run, fake, route
+
+
+def staged_on_ready(run: Run, fake: FakeKube, route: dict[str, Any]) -> None:
+    """The rule kept while the baseline has no Ready pod; staged once it has (the user's backend at
+    its weight, the tracks' pools named at 0), recorded."""
     run.status = reconcile_step(run, after=0).status
     assert fake.routes["chat"] == route and run.status.phase != Phase.FAILED
     fake.tracks["llama-baseline"] = ready(2)
-    run.status = reconcile_step(run, after=10).status
+    decision = reconcile_step(run, after=10)
+    run.status = decision.status
+    said = [(e.type, e.reason) for e in decision.events]
+    assert ("Warning", Reason.ROUTE_NOT_ACCEPTED) in said, said  # what it waits for, as an Event too
+    refs = fake.routes["chat"]["spec"]["rules"][0]["backendRefs"]
+    assert refs == [
+        *route["spec"]["rules"][0]["backendRefs"],
+        pool_ref("llama-baseline", 0),
+        pool_ref("llama-canary", 0),
+    ]
+    assert run.status.traffic is not None and run.status.traffic.original == api.OriginalRule(
+        route="chat", rule_name="chat", backend_refs=route["spec"]["rules"][0]["backendRefs"]
+    )
+
+
+def gateway_accepts(fake: FakeKube, *objects: str) -> None:
+    """The Gateway reports Accepted and ResolvedRefs on the route and/or pools named."""
+    for name in objects:
+        store = fake.routes if name == "chat" else fake.pools
+        store[name] = accepted(store[name])
+
+
+def test_the_users_pool_keeps_all_its_traffic_until_the_tracks_pools_are_accepted(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """No weight moves to a pool a gateway may not serve yet: the rule is staged once the baseline
+    is Ready, keeps its traffic on the user's pool while its Gateway has not accepted the staged
+    rule and both pools (RouteNotAccepted, saying so), moves once it has, and is given back exactly
+    on deletion. Before the staged step (main), the first write moved the weight at once."""
+    run, fake, route = adopting(monkeypatch)
+    staged_on_ready(run, fake, route)
+    assert (run.status.phase, run.status.reason) == (Phase.BASELINE, Reason.ROUTE_NOT_ACCEPTED)
+    assert (run.status.message or "").startswith(
+        "the baseline's takeover of the rule waits for the HTTPRoute: the rule keeps all its traffic on "
+        "your InferencePool chat-pool (inference.networking.k8s.io) until the Gateways accept "
+        "InferencePools llama-baseline and llama-canary, once it names them at weight 0: "
+    )  # decided on the rule as read before this reconcile staged it
+    assert run.status.traffic is not None and run.status.traffic.desired is None
+    applied = [call[2] for call in fake.calls if call[:2] == ("apply", "InferencePool")]
+    assert applied == NAMES  # specgate's own pools, with the spec's pickers; the user's is not written
+    gateway_accepts(fake, "chat", "llama-baseline")  # the staged rule and one pool: not yet
+    fake.calls.clear()
+    run.status = reconcile_step(run, after=20).status
+    assert fake.routes["chat"]["spec"]["rules"][0]["backendRefs"] == STAGED
+    assert not [call for call in fake.calls if call[0] == "patch route"]
+    assert (run.status.message or "").endswith(
+        "which it names at weight 0: InferencePool llama-canary: no Gateway has picked up the "
+        "InferencePool yet (status.parents is empty)"
+    )
+    gateway_accepts(fake, "llama-canary")
+    run.status = reconcile_step(run, after=30).status
     assert fake.routes["chat"]["spec"]["rules"][0]["backendRefs"] == [
         pool_ref("llama-baseline", 2),
         pool_ref("llama-canary", 0),
     ]
+    assert run.status.traffic is not None and run.status.traffic.desired == api.RouteWeights(
+        baseline=100, canary=0
+    )
+    assert run.status.reason != Reason.ROUTE_NOT_ACCEPTED and run.status.held_since is None
+    assert fake.pools["chat-pool"] == users_pool()
+    posted: list[tuple[str, str]] = []
+    monkeypatch.setattr(kopf, "event", lambda body, type, reason, message: posted.append((type, reason)))
+    assert run.status.traffic.original is not None
+    handlers.restore_rule(**deleting(run.status.traffic.original))
+    assert fake.routes["chat"] == accepted(route)  # the user's rule exactly (the status as the Gateway wrote)
+    assert posted == [("Normal", Reason.ROUTE_RULE_RESTORED)]
+
+
+def test_a_router_switch_mid_stage_gives_the_users_rule_back_exactly(monkeypatch: pytest.MonkeyPatch) -> None:
+    run, fake, route = adopting(monkeypatch)
+    staged_on_ready(run, fake, route)
+    edit(run, traffic={"router": "Service"})
+    run.status = reconcile_step(run, after=20).status
+    assert fake.routes["chat"] == route and run.status.traffic is None
+
+
+def test_deletion_mid_stage_gives_the_users_rule_back_exactly(monkeypatch: pytest.MonkeyPatch) -> None:
+    run, fake, route = adopting(monkeypatch)
+    staged_on_ready(run, fake, route)
+    assert run.status.traffic is not None and run.status.traffic.original is not None
+    handlers.restore_rule(**deleting(run.status.traffic.original))
+    assert fake.routes["chat"] == route
+
+
+def test_a_users_pool_gone_mid_stage_is_not_pointed_back_at(monkeypatch: pytest.MonkeyPatch) -> None:
+    run, fake, route = adopting(monkeypatch)
+    staged_on_ready(run, fake, route)
+    del fake.pools["chat-pool"]
+    assert run.status.traffic is not None and run.status.traffic.original is not None
+    handlers.restore_rule(**deleting(run.status.traffic.original))
+    assert fake.routes["chat"]["spec"]["rules"][0]["backendRefs"] == render.shared_service_refs(OWNER)
+
+
+def test_pools_never_accepted_end_the_hold_at_progress_deadline_on_the_users_pool(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A hold like any other: past progressDeadline (5m here) the rollout stops (RouteNotAccepted),
+    and the rule's traffic is still all on the user's pool."""
+    run, fake, route = adopting(monkeypatch)
+    staged_on_ready(run, fake, route)
+    gateway_accepts(fake, "chat")  # the route accepted; its Gateway never reports on the pools
+    for after in range(20, 330, 10):
+        run.status = reconcile_step(run, after=after).status
+        if run.status.phase != Phase.BASELINE:
+            break
+        assert run.status.reason == Reason.ROUTE_NOT_ACCEPTED and run.status.held_since is not None
+    assert (run.status.phase, run.status.reason) == (Phase.ROLLED_BACK, Reason.ROUTE_NOT_ACCEPTED)
+    assert run.status.held_since is None  # entering RolledBack ends the hold
+    assert "held past progressDeadline 5m" in (run.status.message or "")
+    assert after == 320  # held from the staging tick at 10 s: 320 s is the first tick past 5m
+    assert fake.routes["chat"]["spec"]["rules"][0]["backendRefs"] == STAGED
+    run.status = reconcile_step(run, after=340).status  # RolledBack keeps it so
+    assert fake.routes["chat"]["spec"]["rules"][0]["backendRefs"] == STAGED
+
+
+def test_a_record_lost_mid_stage_is_taken_from_the_staged_rule(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The operator killed between the staged write and its status write: the next reads find the
+    staged rule, and the record taken at the move is the user's own backends, not the pools."""
+    run, fake, route = adopting(monkeypatch)
+    staged_on_ready(run, fake, route)
+    run.status = run.status.model_copy(update={"traffic": None})  # the status write lost
+    gateway_accepts(fake, "chat", *NAMES)
+    run.status = reconcile_step(run, after=20).status
+    assert render.route_weights(fake.routes["chat"], 0, OWNER, POOL) == Weights(100, 0)
     assert run.status.traffic is not None and run.status.traffic.original == api.OriginalRule(
         route="chat", rule_name="chat", backend_refs=[USERS_POOL]
     )
-    applied = [call[2] for call in fake.calls if call[:2] == ("apply", "InferencePool")]
-    assert applied == NAMES  # specgate's own pools, with the spec's pickers; the user's is not written
-    assert fake.pools["chat-pool"] == users_pool()
-    edit(run, traffic={"router": "Service"})  # a router switch gives the rule back at once
+
+
+def test_a_users_rule_of_services_is_staged_too_and_given_back(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rule of core Services taken over with backend InferencePool: its Services keep the traffic
+    beside the pools at 0 until they are accepted (the staged rule is not refused as three backends)."""
+    run, fake, route = adopting(monkeypatch, own=USERS_SERVICE)
+    staged_on_ready(run, fake, route)
+    gateway_accepts(fake, "chat", *NAMES)
     run.status = reconcile_step(run, after=20).status
-    assert fake.routes["chat"] == route and run.status.traffic is None
+    assert run.status.phase != Phase.FAILED, run.status.message
+    assert render.route_weights(fake.routes["chat"], 0, OWNER, POOL) == Weights(100, 0)
+    assert run.status.traffic is not None and run.status.traffic.original is not None
+    handlers.restore_rule(**deleting(run.status.traffic.original))
+    assert fake.routes["chat"]["spec"]["rules"][0]["backendRefs"] == [USERS_SERVICE]
+
+
+def test_the_staged_rule_is_read_as_the_users() -> None:
+    """The three-backend rule: no weight on the tracks (their pools carry none), its user's part
+    what is adopted, recorded and refused by, and what stage_patch writes again unchanged."""
+    staged = users_route(*STAGED)
+    assert render.staged_refs(STAGED, OWNER) == [USERS_POOL]
+    assert render.route_weights(staged, 0, OWNER, POOL) is None
+    assert render.users_pool(staged, EXISTING, OWNER) == "chat-pool"
+    assert render.foreign_backends(staged, EXISTING, OWNER, POOL) is None
+    record = render.rule_record(staged, EXISTING, OWNER)
+    assert record is not None and record.backend_refs == [USERS_POOL]
+    assert render.stage_patch(staged, EXISTING, OWNER) == []
+    edited = users_route(USERS_POOL, pool_ref("llama-baseline", 3), pool_ref("llama-canary", 1))
+    assert render.staged_refs(edited["spec"]["rules"][0]["backendRefs"], OWNER) == [USERS_POOL]
+    assert json_patched(edited, render.stage_patch(edited, EXISTING, OWNER)) == staged  # back to 0
+    assert render.staged_refs([pool_ref("llama-baseline", 1), pool_ref("llama-canary", 0)], OWNER) is None
+    assert render.staged_refs([USERS_POOL, pool_ref("llama-baseline", 0)], OWNER) is None
+    assert (
+        render.staged_refs([USERS_POOL, pool_ref("other-baseline", 0), pool_ref("other-canary", 0)], OWNER)
+        is None
+    )
+
+
+def test_a_users_rule_without_backends_is_staged_and_moved(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A rule with no backendRefs (it answers nothing) is staged as the pools alone at weight 0, moved
+    once they are accepted, and given back with none."""
+    route = users_route()
+    run = Run(make_spec(traffic=ON_USERS_RULE))
+    fake = FakeKube({"llama-baseline": ready(2)}, routes={"chat": copy.deepcopy(route)}).install(monkeypatch)
+    run.status = reconcile_step(run, after=0).status
+    assert fake.routes["chat"]["spec"]["rules"][0]["backendRefs"] == STAGED[1:]
+    assert render.staged_refs(STAGED[1:], OWNER) == []
+    gateway_accepts(fake, "chat", *NAMES)
+    run.status = reconcile_step(run, after=10).status
+    assert render.route_weights(fake.routes["chat"], 0, OWNER, POOL) == Weights(100, 0)
+    assert run.status.traffic is not None and run.status.traffic.original is not None
+    assert run.status.traffic.original.backend_refs == []
+    monkeypatch.setattr(kopf, "event", lambda body, type, reason, message: None)
+    handlers.restore_rule(**deleting(run.status.traffic.original))
+    assert "backendRefs" not in fake.routes["chat"]["spec"]["rules"][0]
+
+
+def test_the_staged_rule_holds_until_the_route_and_both_pools_are_accepted() -> None:
+    base, can = render.inference_pools(OWNER, TRAFFIC)
+    users = api.Traffic.model_validate(ON_USERS_RULE)
+    staged = accepted(users_route(*STAGED))
+    state = render.route_state(staged, users, OWNER, pools_read(accepted(base), accepted(can)))
+    assert state == RouteState(staged=True)  # accepted: through_stage lets the weight move
+    state = render.route_state(staged, users, OWNER, pools_read(accepted(base), can))
+    assert state.staged and state.weights is None and state.written is None
+    assert state.hold == (
+        "the rule keeps all its traffic on your InferencePool chat-pool (inference.networking.k8s.io) "
+        "until the Gateways accept InferencePools llama-baseline and llama-canary, which it names at "
+        "weight 0: InferencePool llama-canary: no Gateway has picked up the InferencePool yet "
+        "(status.parents is empty)"
+    )
+
+
+def test_a_takeover_goes_through_the_stage() -> None:
+    move = Weights(100, 0)
+    assert traffic.through_stage(move, takes_over=True, staged=False, accepted=True) is None
+    assert traffic.through_stage(move, takes_over=True, staged=True, accepted=False) is None
+    assert traffic.through_stage(move, takes_over=True, staged=True, accepted=True) == move
+    assert traffic.through_stage(move, takes_over=False, staged=False, accepted=False) == move
+    assert traffic.through_stage(None, takes_over=True, staged=False, accepted=False) is None
 
 
 def deleting(record: api.OriginalRule) -> dict[str, Any]:
