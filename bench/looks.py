@@ -22,7 +22,6 @@ from specgate.gates.drift import (
     DRIFT_MIN_LAG_BLOCKS,
     DRIFT_SIGNIFICANCE,
     DRIFT_TIMESCALES,
-    DRIFT_UNDECIDED,
     MIN_DESIGN_WINDOWS,
     MIN_DRIFT_HISTORY_SECONDS,
     MIN_DRIFT_SD,
@@ -108,8 +107,7 @@ def history_drifts(tokens: FloatArray, accepted: FloatArray, block_seconds: floa
     the operator's range query returns them), with the same arithmetic: the blocks' alphas centred on
     their mean, the mean products `lag` blocks apart over the pairs where both have draft tokens and
     their noise, the OU shape fitted in closed form at each timescale, the best fit kept where it
-    clears DRIFT_SIGNIFICANCE standard errors (NaN, the spec's fallback, where it clears only
-    DRIFT_UNDECIDED); on a steady history its design effect."""
+    clears DRIFT_SIGNIFICANCE standard errors; on a steady history its design effect."""
     if not math.isclose(block_seconds, DRIFT_BLOCK_SECONDS):
         raise ValueError(
             f"block_seconds must be DRIFT_BLOCK_SECONDS ({DRIFT_BLOCK_SECONDS:g}), got {block_seconds:g}"
@@ -137,9 +135,7 @@ def history_drifts(tokens: FloatArray, accepted: FloatArray, block_seconds: floa
     rows = np.arange(len(tokens))
     fitted, se = variance[rows, best], standard_error[rows, best]
     drifts = (fitted > DRIFT_SIGNIFICANCE * se) & (fitted >= MIN_DRIFT_SD**2)
-    undecided = ~drifts & (fitted > DRIFT_UNDECIDED * se) & (fitted >= MIN_DRIFT_SD**2)
     measured = (history_seconds >= MIN_DRIFT_HISTORY_SECONDS) & (count >= blocks / 2) & (len(lags) > 0)
-    measured &= ~undecided  # the spec's fallback, as for a history too short
     sd = np.where(measured, np.where(drifts, np.sqrt(np.maximum(fitted, 0.0)), 0.0), np.nan)
     effect = np.where(measured & (sd == 0), design_effects(tokens, accepted), np.nan)
     return HistoryDrifts(sd, np.where(measured, taus[best], np.nan), effect)

@@ -11,7 +11,6 @@ import math
 from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import NamedTuple
 
 from specgate.api import Gates, parse_duration
 from specgate.gates.common import AcceptanceWindow, judged_windows, plug_in_spread
@@ -52,28 +51,15 @@ DRIFT_MAX_LAG_SECONDS = 1800.0  # the covariances fitted: out to a maxAnalysisDu
 DRIFT_TIMESCALES = tuple(DRIFT_BLOCK_SECONDS * 1.1**i for i in range(73))
 MIN_DRIFT_HISTORY_SECONDS = 3600.0  # below an hour the covariances hold too few swings to fit
 DRIFT_SIGNIFICANCE = 4.0  # standard errors a fitted drift variance must clear to count (one-sided; see below)
-# Standard errors above which a fit short of DRIFT_SIGNIFICANCE is no proof of a steady mix either:
-# the spec's mixDrift stands in. Of bench/decisions.py's re-rollouts at gate - 0.10 on its drifting
-# mix, those whose history fitted a drift under 4 standard errors passed 6.1 % of the time (8 of 131),
-# against 0.28 % where a drift of 0.05 or more was measured (issue 58).
-DRIFT_UNDECIDED = 2.0
 MIN_DRIFT_SD = 0.001  # a tenth of a point of alpha is no drift for any gate (and no rounding error either)
 MIN_DESIGN_WINDOWS = 120  # a design effect from fewer windows is as uncertain as the canary's own
 
 
-class FittedDrift(NamedTuple):
-    """measure_mix_drift's answer: the drift's sd in alpha (0 where the fit is no drift) and
-    timescale; `undecided` where the fit lies between DRIFT_UNDECIDED and DRIFT_SIGNIFICANCE
-    standard errors above zero (its sd then 0: not a drift one may count on, nor proof of none)."""
-
-    sd: float
-    timescale_seconds: float
-    undecided: bool = False
-
-
-def measure_mix_drift(windows: Sequence[AcceptanceWindow], window_seconds: float) -> FittedDrift | None:
-    """The mix's drift in a config's own alpha history, fitted as an Ornstein-Uhlenbeck process;
-    None for a history too short or too empty to tell.
+def measure_mix_drift(
+    windows: Sequence[AcceptanceWindow], window_seconds: float
+) -> tuple[float, float] | None:
+    """(sd, timescale seconds) of the mix's drift in a config's own alpha history, fitted as an
+    Ornstein-Uhlenbeck process; None for a history too short or too empty to tell.
 
     The windows are summed into blocks of DRIFT_BLOCK_SECONDS and each block's alpha (A / N) taken.
     Blocks k >= DRIFT_MIN_LAG_BLOCKS apart share no request, so their covariance is the drift's
@@ -90,8 +76,7 @@ def measure_mix_drift(windows: Sequence[AcceptanceWindow], window_seconds: float
     bench/decisions.py), which would make a rollout on that traffic wait as if it drifted. So no
     timescale under a block is tried, and a variance fitted within DRIFT_SIGNIFICANCE standard
     errors of zero (the covariances' own noise, from the spread of the products behind each: a
-    block one long request dominates makes heavy tails; carried through the fit) is no drift: sd 0,
-    and `undecided` above DRIFT_UNDECIDED of them (drift_from_history then takes the spec's).
+    block one long request dominates makes heavy tails; carried through the fit) is no drift: sd 0.
     Those errors treat the lags as independent, but a request spanning neighbouring blocks
     correlates them, so the errors are somewhat too small: at 3 standard errors 5 % of steady 4 h
     histories of bench/traffic.py's model (20 requests a window, alpha 0.65) still read as a drift
@@ -124,11 +109,8 @@ def measure_mix_drift(windows: Sequence[AcceptanceWindow], window_seconds: float
     if not fits:
         return None
     _, variance, tau, standard_error = min(fits)
-    if variance < MIN_DRIFT_SD**2 or variance <= DRIFT_UNDECIDED * standard_error:
-        return FittedDrift(0.0, tau)
-    if variance <= DRIFT_SIGNIFICANCE * standard_error:
-        return FittedDrift(0.0, tau, undecided=True)
-    return FittedDrift(math.sqrt(variance), tau)
+    drifts = variance > DRIFT_SIGNIFICANCE * standard_error and variance >= MIN_DRIFT_SD**2
+    return (math.sqrt(variance) if drifts else 0.0), tau
 
 
 def _drift_blocks(windows: Sequence[AcceptanceWindow], window_seconds: float) -> list[float | None]:
@@ -195,13 +177,7 @@ def drift_from_history(
     hours = len(history) * window_seconds / 3600
     if measured is None:
         return fallback_drift(limits, f"{whose} history of {hours:.1f} h is too short or too sparse")
-    if measured.undecided:
-        return fallback_drift(
-            limits,
-            f"the drift fitted over {hours:.1f} h of {whose} alpha is {DRIFT_UNDECIDED:g}-"
-            f"{DRIFT_SIGNIFICANCE:g} standard errors from none: neither a drift nor a steady mix",
-        )
-    sd, tau, _ = measured
+    sd, tau = measured
     # Where the mix drifts, the drift's share of the windows' spread rests on its fitted timescale
     # and swamps the sampling spread at high traffic: the design effect is taken on steady mixes only.
     effect = history_design_effect(history) if sd == 0 else None
