@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from specgate import api
-from specgate.render import LABEL_ENGINE
+from specgate.render import LABEL_ENGINE, PRE_STOP_SECONDS
 
 NAME = "chat"  # the user's Deployment and Service
 SELECTOR = {"app": NAME}
@@ -26,7 +26,9 @@ def user_deployment(replicas: int, env: dict[str, str]) -> dict[str, Any]:
         "env": [{"name": k, "value": v} for k, v in env.items()],
         "ports": [{"name": "http", "containerPort": 8000, "protocol": "TCP"}],
         "readinessProbe": {"httpGet": {"path": "/health", "port": "http"}, "periodSeconds": 2},
-        "lifecycle": {"preStop": {"sleep": {"seconds": 5}}},
+        # As long as specgate's rendered pods sleep (render.PRE_STOP_SECONDS): behind the lab's Traefik
+        # under CI load, a 5 s sleep let 5 requests of 1,602 reach pods already gone (HTTP 502).
+        "lifecycle": {"preStop": {"sleep": {"seconds": PRE_STOP_SECONDS}}},
     }
     return {
         "apiVersion": "apps/v1",
