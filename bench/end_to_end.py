@@ -324,15 +324,16 @@ def first_bounded_requests(windows: int) -> int:
     """The fewest requests a window whose stored baseline of `windows` holds the samples that bound
     its P99 from above (bounding_samples at LOOK_Z): its bracket is widest there, the guard's
     hardest load."""
-    return math.ceil(
-        max(bounding_samples(latency.QUANTILE, LOOK_Z), latency.GATES.min_latency_samples) / windows
-    )
+    return math.ceil(samples_to_fail() / windows)
+
+
+def samples_to_fail() -> int:
+    """The stored baseline's samples a Fail needs: its P99 bounded from above by a rank at LOOK_Z."""
+    return max(bounding_samples(latency.QUANTILE, LOOK_Z), latency.GATES.min_latency_samples)
 
 
 def can_fail(stored: Histogram) -> bool:
-    """A Fail needs the stored baseline's P99 bounded from above by a rank at LOOK_Z."""
-    needed = max(bounding_samples(latency.QUANTILE, LOOK_Z), latency.GATES.min_latency_samples)
-    return stored.total >= needed
+    return stored.total >= samples_to_fail()
 
 
 def window_counts(per_window: IntArray, carried: IntArray | None) -> tuple[FloatArray, IntArray]:

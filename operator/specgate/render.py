@@ -732,6 +732,13 @@ def staged_refs(refs: list[dict[str, Any]], owner: Owner) -> list[dict[str, Any]
     return None  # the tracks' pools weighted: the rule taken over
 
 
+def _users_rule_refs(
+    route: Mapping[str, Any], existing: api.ExistingRoute, owner: Owner
+) -> list[dict[str, Any]]:
+    """The user's backendRefs of the existing rule (_users_refs). LookupError where it is not there."""
+    return _users_refs(_rule_refs(route, rule_index(route, existing)), owner)
+
+
 def _users_refs(refs: list[dict[str, Any]], owner: Owner) -> list[dict[str, Any]]:
     """The rule's refs without the tracks' pools a staged rule names beside the user's (as read
     otherwise)."""
@@ -815,7 +822,7 @@ def foreign_backends(
     users_pool adopts would be replaced by the tracks' Services (or pools) and bypassed.
     LookupError where the rule is not there (route_state says so). A staged rule is judged by the
     user's backends in it (the tracks' pools beside them at weight 0 are specgate's own)."""
-    refs = _users_refs(_rule_refs(route, rule_index(route, existing)), owner)
+    refs = _users_rule_refs(route, existing, owner)
     if _track_weights(refs, owner) is not None:
         return None
     other = [
@@ -858,7 +865,7 @@ def users_pool(route: Mapping[str, Any], existing: api.ExistingRoute, owner: Own
     backendRef, in the object's namespace): the rule specgate adopts with backend InferencePool,
     its weight moved to the tracks' pools as the baseline's pods carry it (a staged rule's too).
     None for any other rule."""
-    refs = _users_refs(_rule_refs(route, rule_index(route, existing)), owner)
+    refs = _users_rule_refs(route, existing, owner)
     return _users_pool_of(refs, route, owner)
 
 
@@ -915,7 +922,7 @@ def rule_record(
     puts back. None where they are the tracks' Services already (the record was lost, or an earlier
     specgate took the rule over): nothing of the user's is left to keep. Of a staged rule (the record
     lost between the staged write and the status write), the user's backends in it."""
-    refs = _users_refs(_rule_refs(route, rule_index(route, existing)), owner)
+    refs = _users_rule_refs(route, existing, owner)
     if _track_weights(refs, owner) is not None:
         return None
     return api.OriginalRule(

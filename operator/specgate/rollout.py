@@ -346,7 +346,7 @@ class _Step:
                 ),
             }
         )
-        baseline, canary, weights = self._replicas()
+        baseline, canary, weights, stages = self._routed()
         return Decision(
             status,
             baseline,
@@ -355,7 +355,7 @@ class _Step:
             self.benchmark_track,
             keep_template=self._kept_templates(),
             route_weights=weights,
-            stage_rule=self._stages_rule(),
+            stage_rule=stages,
         )
 
     def _replicas(self) -> tuple[int, int | None, traffic.Weights | None]:
@@ -363,13 +363,17 @@ class _Step:
         API route, with the weights that go with them, a track giving up pods only once the route
         no longer sends it more than the pods it keeps (see traffic.py), and a user's rule taken
         over by the tracks' InferencePools only once staged and accepted (traffic.through_stage)."""
-        baseline, canary, ordered = self._ordered()
-        return baseline, canary, traffic.through_stage(ordered, *_takeover(self))
+        return self._routed()[:3]
 
     def _stages_rule(self) -> bool:
         """Whether the rule is staged (or kept staged) now instead of taken over (traffic.through_stage)."""
-        ordered = self._ordered()[2]
-        return ordered is not None and traffic.through_stage(ordered, *_takeover(self)) is None
+        return self._routed()[3]
+
+    def _routed(self) -> tuple[int, int | None, traffic.Weights | None, bool]:
+        """_replicas, and whether the weights traffic.order set wait for the rule's stage instead."""
+        baseline, canary, ordered = self._ordered()
+        weights = traffic.through_stage(ordered, *_takeover(self))
+        return baseline, canary, weights, ordered is not None and weights is None
 
     def _ordered(self) -> tuple[int, int | None, traffic.Weights | None]:
         """_replicas before the stage: the weights traffic.order (or, held, traffic.held) sets."""
@@ -1878,12 +1882,11 @@ def _takeover_held(step: _Step) -> _Step:
     since = parse_time(step.status.held_since) or step.now
     step = step.update(held_since=iso(since))
     deadline = step.spec.rollout.progress_deadline
-    message = f"the baseline's takeover of the rule waits for the HTTPRoute: {held}"
+    what = "the baseline's takeover of the rule"
     if step.now - since > _seconds(deadline):
-        return _stop_before_canary(
-            step, Reason.ROUTE_NOT_ACCEPTED, f"{message}; held past progressDeadline {deadline}"
-        )
-    return step.note(Reason.ROUTE_NOT_ACCEPTED, message, warning=True)
+        message = f"{what} waits for the HTTPRoute: {held}; held past progressDeadline {deadline}"
+        return _stop_before_canary(step, Reason.ROUTE_NOT_ACCEPTED, message)
+    return _held_by_route(step, what, held)
 
 
 def _wait_for_baseline(step: _Step) -> _Step:
