@@ -34,7 +34,7 @@ import random
 import sys
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -210,10 +210,10 @@ class Months:
 
     trips: int
     maxima: list[float]  # the CUSUM over its threshold
-    thresholds: list[float]  # each month's median threshold
     ranges: list[npt.NDArray[np.float32]]
     batch_accepted: list[FloatArray]
     batch_tokens: list[FloatArray]
+    thresholds: list[float] = field(default_factory=list)  # each month's median threshold
 
     def true_spread(self) -> float:
         """The long-run variance per draft token of the months' 4 h batch residuals."""
@@ -243,7 +243,7 @@ def false_trips(cell: Cell, months: int, seed: int) -> Months:
     rng, checker = np.random.default_rng(seed), random.Random(seed)
     traffic = cell.traffic(GATE + DELTA)
     per_month = int(MONTH_SECONDS // BLOCK_SECONDS)
-    result = Months(0, [], [], [], [], [])
+    result = Months(0, [], [], [], [])
     for month in range(months):
         counts = windows(traffic, per_month + HISTORY - 1, rng)
         accepted, tokens = counts[:, 2], counts[:, 1]
