@@ -153,6 +153,8 @@ def test_a_drifting_history_trips_later_than_a_white_one_of_the_same_spread() ->
         x = 0.8 * x + rng.gauss(0, 0.01)
         drifting.append(AcceptanceWindow(1000, 4000, 4000 * (0.62 + x)))
         white.append(AcceptanceWindow(1000, 4000, 4000 * (0.62 + rng.gauss(0, 0.017))))
+    drifting_error, white_error = full_guard(drifting).spread_error, full_guard(white).spread_error
+    assert drifting_error is not None and white_error is not None and drifting_error > white_error
     assert full_guard(drifting).threshold > full_guard(white).threshold + 1.0
     assert full_guard(white).threshold < guard_threshold(0.1, 60, 0.2)
 

@@ -39,7 +39,8 @@ MAX_AUTOCORRELATION = 0.98  # a lag-1 correlation above this is a trend, not noi
 # Nats added to log(blocks between false alarms) before the spread's error is allowed for: Lorden's
 # bound holds for independent increments, and the traffic's blocks are heavy-tailed (a long request
 # spans blocks). With the spread known, bench/guard.py's months need 10.5-14 nats against
-# log(432,000) = 12.98. (A second chart for a drop three times as deep caught such drops sooner on
+# log(432,000) = 12.98; half a nat here and the spread error's allowance on top (about 2.5 nats on
+# a steady mix's 8 h) keep the budget there. (A second chart for a drop three times as deep caught such drops sooner on
 # paper, but its larger steps made it trip good canaries so much more often that the margin it
 # needed cost more than it won: tried on the same months, not kept.)
 GUARD_MARGIN = 0.5
@@ -104,7 +105,6 @@ def acceptance_guard(
     rollout's, measured or its fallback) bounds the spread until the history can tell its own."""
     # A block without drafts stays in: quiet minutes are part of the traffic, and add 0.
     usable = [w for w in blocks if w.usable()]
-    h = guard_threshold(false_alarms_per_month, block_seconds)  # until the spread's error is known
     n = sum(w.draft_tokens for w in usable)
     alpha = sum(w.accepted_tokens for w in usable) / n if n > 0 else None
     reference = usable[: max(MIN_GUARD_BLOCKS, len(usable) * 2 // 3)]
@@ -113,6 +113,8 @@ def acceptance_guard(
             f"{len(usable)} blocks, {n:.0f} draft tokens: the guard judges from {MIN_GUARD_BLOCKS} "
             "blocks, with drafts in its older part"
         )
+        # until the spread is measured, the threshold of a history too short to tell it
+        h = guard_threshold(false_alarms_per_month, block_seconds, MAX_SPREAD_ERROR)
         return GuardResult(False, 0.0, h, alpha, len(usable), message)
     s2, source, error = guard_spread(reference, drift, block_seconds)
     h = guard_threshold(false_alarms_per_month, block_seconds, error)
