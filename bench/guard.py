@@ -48,6 +48,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from specgate.api import Guard, parse_duration
 from specgate.gates import (
     MAX_AUTOCORRELATION,
+    MAX_ERROR_ALLOWANCE,
     MAX_GUARD_LAGS,
     MAX_PREWHITENING,
     MAX_SPREAD_ERROR,
@@ -146,10 +147,11 @@ def spread_per_look(accepted: FloatArray, tokens: FloatArray) -> tuple[FloatArra
 
 
 def threshold_per_look(spread_error: FloatArray) -> FloatArray:
-    """gates.guard_threshold at each look's relative spread error (gates.threshold_for_spread_error)."""
+    """gates.guard_threshold at each look's relative spread error (gates.threshold_for_spread_error,
+    at most MAX_ERROR_ALLOWANCE above h0)."""
     h0 = guard_threshold(FALSE_ALARMS_PER_MONTH, BLOCK_SECONDS)
     c = np.sqrt(1 + 2 * spread_error**2 * h0)
-    result: FloatArray = 2 * h0 * np.exp(c - 1) / (1 + c)
+    result: FloatArray = np.minimum(2 * h0 * np.exp(c - 1) / (1 + c), h0 + MAX_ERROR_ALLOWANCE)
     return result
 
 

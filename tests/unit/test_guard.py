@@ -17,6 +17,7 @@ from specgate import api, rollout
 from specgate.cli import render_timeline
 from specgate.gates import (
     GUARD_MARGIN,
+    MAX_ERROR_ALLOWANCE,
     MAX_SPREAD_ERROR,
     MIN_GUARD_BLOCKS,
     MIN_GUARD_REFERENCE_BLOCKS,
@@ -61,6 +62,15 @@ def test_threshold_is_the_log_of_the_blocks_between_false_alarms_with_the_margin
     # 0.1 per 30 days of 60-s blocks: one false alarm per 432,000 blocks; 1 of 15-s ones: 172,800.
     assert guard_threshold(0.1, 60) == pytest.approx(12.9762 + GUARD_MARGIN, abs=1e-4)
     assert guard_threshold(1.0, 15) == pytest.approx(12.0599 + GUARD_MARGIN, abs=1e-4)
+
+
+def test_the_spread_errors_allowance_stops_at_the_flat_six_nats_of_before() -> None:
+    # 60-s blocks, 0.1 a month: h0 = 12.9762 + 0.5. At r = 0.1, c = sqrt(1 + 2 * 0.01 * 13.4762)
+    # = 1.12673 and h = 2 * 13.4762 * e^0.12673 / 2.12673 = 14.3854, under the cap; at r = 0.3 the
+    # allowance (22.14 - 13.48) is cut to MAX_ERROR_ALLOWANCE: 12.9762 + 6.
+    assert guard_threshold(0.1, 60, 0.1) == pytest.approx(14.3854, abs=1e-3)
+    assert guard_threshold(0.1, 60, 0.3) == pytest.approx(12.9762 + 6.0, abs=1e-4)
+    assert GUARD_MARGIN + MAX_ERROR_ALLOWANCE == 6.0
 
 
 def test_alpha_holding_above_the_gate_keeps_the_statistic_at_zero() -> None:
@@ -194,9 +204,9 @@ def test_status_shows_the_statistic_and_the_threshold_it_trips_at() -> None:
     assert (run.status.guard.statistic, run.status.guard.windows, run.status.guard.alpha) == (0.0, 20, 0.8)
     # 15-s blocks here, 0.1 a month: h0 = 14.3625 + 0.5 = 14.8625; 13 older blocks put the spread's
     # error at its cap 0.3, so c = sqrt(1 + 2 * 0.09 * 14.8625) = 1.917093 and
-    # h = 2 * 14.8625 * e^0.917093 / 2.917093 = 25.4953
-    assert run.status.guard.threshold == pytest.approx(25.4953, abs=1e-3)
-    shown = "guard    CUSUM 0.0 of 25.5 (trips there) over 20 blocks of 15s"
+    # 2 * 14.8625 * e^0.917093 / 2.917093 = 25.4953, past the allowance's cap: 14.8625 + 5.5
+    assert run.status.guard.threshold == pytest.approx(20.3625, abs=1e-3)
+    shown = "guard    CUSUM 0.0 of 20.4 (trips there) over 20 blocks of 15s"
     assert shown in render_timeline("x", run.status)
     assert run.status.guard.spread_source is not None
     assert run.status.guard.spread_source.startswith("the rollout's drift until an hour is measured")
@@ -339,7 +349,7 @@ def test_status_shows_the_guards_figures_rounded_as_users_read_them() -> None:
     token; each block adds 2 * 0.05 * (0.55 * 300 - 154) / 58.56982 to the CUSUM, 20 of them
     22 / 58.56982 = 0.37562; it trips at h0 = log(30 days / (0.1 * 15 s)) + 0.5 = 14.86248 raised
     for the spread's error (13 older blocks: at its cap 0.3): c = sqrt(1 + 2 * 0.09 * h0) = 1.917093,
-    h = 2 h0 e^(c - 1) / (1 + c) = 25.49526. Status keeps
+    2 h0 e^(c - 1) / (1 + c) = 25.49526, cut to h0 + MAX_ERROR_ALLOWANCE = 20.36248. Status keeps
     3 decimals of the statistic, the threshold and the spread, 4 of alpha, and when it looked."""
     run = Run()
     run.to_promoted()
@@ -348,7 +358,7 @@ def test_status_shows_the_guards_figures_rounded_as_users_read_them() -> None:
     assert (run.phase, run.status.reason) == (api.Phase.PROMOTED, rollout.Reason.GUARDING)
     shown = run.status.guard
     assert shown is not None
-    assert (shown.statistic, shown.threshold, shown.alpha, shown.spread) == (0.376, 25.495, 0.5133, 58.57)
+    assert (shown.statistic, shown.threshold, shown.alpha, shown.spread) == (0.376, 20.362, 0.5133, 58.57)
     assert (shown.windows, shown.window_seconds, shown.checked_at) == (20, 15.0, api.iso(run.now))
 
 
@@ -420,12 +430,12 @@ def test_a_history_too_short_to_judge_says_how_much_it_has_and_needs() -> None:
 def test_eight_blocks_are_judged_and_the_message_names_the_budget_and_the_drop_it_catches() -> None:
     """Exactly MIN_GUARD_BLOCKS blocks are judged: alpha, the CUSUM and where it trips (h0 = log
     432,000 blocks + 0.5 = 13.476 at the capped error 0.3: c = sqrt(1 + 0.18 h0) = 1.8340,
-    2 h0 e^0.8340 / 2.8340 = 22.1), the budget at gate + indifference (0.6), the drop it catches
+    2 h0 e^0.8340 / 2.8340 = 22.1, cut to h0 + 5.5 = 19.0), the budget at gate + indifference (0.6), the drop it catches
     (to 0.5) and the spread's relative error."""
     result = full_guard([AcceptanceWindow(100, 400, 248)] * MIN_GUARD_BLOCKS)
     assert (result.tripped, result.statistic, result.windows) == (False, 0.0, 8)
     assert result.message.startswith(
-        "alpha 0.620 over 8 blocks of 60s; CUSUM 0.0, trips at 22.1 (0.1 false alarms per month at alpha "
+        "alpha 0.620 over 8 blocks of 60s; CUSUM 0.0, trips at 19.0 (0.1 false alarms per month at alpha "
         "0.6, a drop to 0.5 is caught); spread measured over 0.1 h, relative error 30%"
     )
 

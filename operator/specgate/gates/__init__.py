@@ -72,6 +72,7 @@ from specgate.gates.drift import (
 from specgate.gates.guard import (
     GUARD_MARGIN,
     MAX_AUTOCORRELATION,
+    MAX_ERROR_ALLOWANCE,
     MAX_GUARD_LAGS,
     MAX_PREWHITENING,
     MAX_SPREAD_ERROR,
@@ -124,6 +125,7 @@ __all__ = [
     "HAC_LAGS",
     "LOOK_Z",
     "MAX_AUTOCORRELATION",
+    "MAX_ERROR_ALLOWANCE",
     "MAX_GUARD_LAGS",
     "MAX_PREWHITENING",
     "MAX_SPREAD_ERROR",
