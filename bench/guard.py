@@ -34,7 +34,7 @@ import random
 import sys
 from collections.abc import Callable
 from concurrent.futures import ProcessPoolExecutor
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -48,11 +48,14 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from specgate.api import Guard, parse_duration
 from specgate.gates import (
     MAX_AUTOCORRELATION,
+    MAX_ERROR_ALLOWANCE,
     MAX_GUARD_LAGS,
     MAX_PREWHITENING,
+    MAX_SPREAD_ERROR,
     MIN_GUARD_REFERENCE_BLOCKS,
     MONTH_SECONDS,
     NO_DRIFT,
+    SPREAD_ERROR_SCALE,
     AcceptanceWindow,
     acceptance_guard,
     guard_threshold,
@@ -106,9 +109,10 @@ def _window_sums(values: FloatArray, starts: npt.NDArray[np.int64], length: int)
     return result
 
 
-def spread_per_look(accepted: FloatArray, tokens: FloatArray) -> FloatArray:
-    """gates.guard_spread's s^2 per draft token for the look over blocks s .. s + HISTORY - 1, for
-    every s at once: the older REFERENCE blocks' prewhitened long-run variance, binomial floor."""
+def spread_per_look(accepted: FloatArray, tokens: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """gates.guard_spread's s^2 per draft token and gates.acceptance_guard's threshold for the look
+    over blocks s .. s + HISTORY - 1, for every s at once: the older REFERENCE blocks' prewhitened
+    long-run variance (binomial floor), and the threshold for its relative error."""
     m = REFERENCE
     starts = np.arange(len(accepted) - HISTORY + 1)
     n_ref = _window_sums(tokens, starts, m)
@@ -137,7 +141,17 @@ def spread_per_look(accepted: FloatArray, tokens: FloatArray) -> FloatArray:
     lrv = np.where(whitened[0] > 0, recoloured, gamma[0]) * m / (m - 1)
     a_ref = alpha * n_ref
     binomial = (a_ref + 1) / (n_ref + 2) * (n_ref - a_ref + 1) / (n_ref + 2)
-    result: FloatArray = np.maximum(lrv * m / np.maximum(n_ref, 1e-12), binomial)
+    spread: FloatArray = np.maximum(lrv * m / np.maximum(n_ref, 1e-12), binomial)
+    error = np.minimum(SPREAD_ERROR_SCALE * np.sqrt((1 + rho) / (1 - rho) / m), MAX_SPREAD_ERROR)
+    return spread, threshold_per_look(error)
+
+
+def threshold_per_look(spread_error: FloatArray) -> FloatArray:
+    """gates.guard_threshold at each look's relative spread error (gates.threshold_for_spread_error,
+    at most MAX_ERROR_ALLOWANCE above h0)."""
+    h0 = guard_threshold(FALSE_ALARMS_PER_MONTH, BLOCK_SECONDS)
+    c = np.sqrt(1 + 2 * spread_error**2 * h0)
+    result: FloatArray = np.minimum(2 * h0 * np.exp(c - 1) / (1 + c), h0 + MAX_ERROR_ALLOWANCE)
     return result
 
 
@@ -150,11 +164,11 @@ def ranges_per_look(accepted: FloatArray, tokens: FloatArray) -> FloatArray:
     return result
 
 
-def statistics_per_look(accepted: FloatArray, tokens: FloatArray, spread: float | None = None) -> FloatArray:
-    """gates.acceptance_guard's CUSUM at each look t >= HISTORY - 1 over blocks
-    t - HISTORY + 1 .. t; with `spread`, that s^2 per draft token instead of each look's estimate."""
-    s2 = spread_per_look(accepted, tokens) if spread is None else spread
-    return cusum(ranges_per_look(accepted, tokens), s2)
+def statistics_per_look(accepted: FloatArray, tokens: FloatArray) -> tuple[FloatArray, FloatArray]:
+    """gates.acceptance_guard's CUSUM and threshold at each look t >= HISTORY - 1 over blocks
+    t - HISTORY + 1 .. t."""
+    s2, thresholds = spread_per_look(accepted, tokens)
+    return cusum(ranges_per_look(accepted, tokens), s2), thresholds
 
 
 def cusum(ranges: FloatArray, spread: FloatArray | float) -> FloatArray:
@@ -164,8 +178,9 @@ def cusum(ranges: FloatArray, spread: FloatArray | float) -> FloatArray:
 
 
 def check_against_the_operator(accepted: FloatArray, tokens: FloatArray, rng: random.Random) -> None:
-    """The vectorized looks equal gates.acceptance_guard's on sampled looks, or the bench stops."""
-    computed = statistics_per_look(accepted, tokens)
+    """The vectorized looks (CUSUM and threshold) equal gates.acceptance_guard's on sampled looks, or
+    the bench stops."""
+    computed, thresholds = statistics_per_look(accepted, tokens)
     for t in rng.sample(range(len(computed)), min(CHECKED_LOOKS, len(computed))):
         history = [
             AcceptanceWindow(0, float(n), float(a))
@@ -179,10 +194,14 @@ def check_against_the_operator(accepted: FloatArray, tokens: FloatArray, rng: ra
             block_seconds=BLOCK_SECONDS,
             drift=NO_DRIFT,
         )
-        if not math.isclose(computed[t], result.statistic, rel_tol=1e-6, abs_tol=1e-9):
-            raise SystemExit(
-                f"vectorized guard {computed[t]} != gates.acceptance_guard {result.statistic} at look {t}"
-            )
+        for name, mine, theirs in (
+            ("CUSUM", computed[t], result.statistic),
+            ("threshold", thresholds[t], result.threshold),
+        ):
+            if not math.isclose(mine, theirs, rel_tol=1e-6, abs_tol=1e-9):
+                raise SystemExit(
+                    f"vectorized guard {name} {mine} != gates.acceptance_guard's {theirs} at look {t}"
+                )
     assert REFERENCE >= MIN_GUARD_REFERENCE_BLOCKS  # the looks above measured their own spread
 
 
@@ -192,10 +211,11 @@ class Months:
     reference needs (each look's CUSUM range, and 4 h batch sums for the true spread)."""
 
     trips: int
-    maxima: list[float]
+    maxima: list[float]  # the CUSUM over its threshold
     ranges: list[npt.NDArray[np.float32]]
     batch_accepted: list[FloatArray]
     batch_tokens: list[FloatArray]
+    thresholds: list[float] = field(default_factory=list)  # each month's median threshold
 
     def true_spread(self) -> float:
         """The long-run variance per draft token of the months' 4 h batch residuals."""
@@ -204,8 +224,9 @@ class Months:
         return float(((accepted - alpha * tokens) ** 2).sum() / tokens.sum())
 
 
-def count_trips(statistic: npt.NDArray[np.floating[Any]], threshold: float) -> int:
-    """Looks at or over the threshold, one per history: after a trip the history starts afresh."""
+def count_trips(statistic: npt.NDArray[np.floating[Any]], threshold: float | FloatArray) -> int:
+    """Looks at or over the threshold (one, or each look's), one per history: after a trip the
+    history starts afresh."""
     trips, last = 0, -HISTORY
     for look in np.flatnonzero(statistic >= threshold):
         if look >= last + HISTORY:
@@ -223,7 +244,6 @@ def false_trips(cell: Cell, months: int, seed: int) -> Months:
     """The guard over `months` months of a healthy canary."""
     rng, checker = np.random.default_rng(seed), random.Random(seed)
     traffic = cell.traffic(GATE + DELTA)
-    threshold = guard_threshold(FALSE_ALARMS_PER_MONTH, BLOCK_SECONDS)
     per_month = int(MONTH_SECONDS // BLOCK_SECONDS)
     result = Months(0, [], [], [], [])
     for month in range(months):
@@ -232,9 +252,11 @@ def false_trips(cell: Cell, months: int, seed: int) -> Months:
         if month == 0:
             check_against_the_operator(accepted, tokens, checker)
         ranges = ranges_per_look(accepted, tokens)
-        statistic = cusum(ranges, spread_per_look(accepted, tokens))
-        result.trips += count_trips(statistic, threshold)
-        result.maxima.append(float(statistic.max()))
+        spread, thresholds = spread_per_look(accepted, tokens)
+        statistic = cusum(ranges, spread)
+        result.trips += count_trips(statistic, thresholds)
+        result.maxima.append(float((statistic / thresholds).max()))
+        result.thresholds.append(float(np.median(thresholds)))
         result.ranges.append(ranges.astype(np.float32))
         result.batch_accepted.append(_batch_sums(accepted))
         result.batch_tokens.append(_batch_sums(tokens))
@@ -253,9 +275,11 @@ def known_spread_threshold(months: Months, spread: float) -> float:
     return math.inf
 
 
-def first_trip_minutes(statistic: FloatArray, threshold: float) -> float:
+def first_trip_minutes(statistic: FloatArray, threshold: float | FloatArray) -> float:
     """Minutes from the shift to the look that trips (inf: none). Look k ends at block
     k + HISTORY - 1; the shift is at the start of block HISTORY."""
+    if not np.isscalar(threshold):
+        threshold = threshold[1:]
     after = np.flatnonzero(statistic[1:] >= threshold)
     return float((after[0] + 1) * BLOCK_SECONDS / 60) if len(after) else math.inf
 
@@ -270,14 +294,15 @@ def detection_minutes(
     shift = shifted_for_alpha(healthy, GATE + DELTA - drop)
     t0 = HISTORY * BLOCK_SECONDS
     dropped: Callable[[np.ndarray], np.ndarray] = lambda t: np.where(t >= t0, shift, 0.0)  # noqa: E731
-    threshold = guard_threshold(FALSE_ALARMS_PER_MONTH, BLOCK_SECONDS)
     spread, known_threshold = known_spread
     guard, known = [], []
     for _ in range(DELAY_TRIALS):
         counts = windows(healthy, HISTORY + MAX_DELAY_BLOCKS, rng, mu_shift=dropped)
         accepted, tokens = counts[:, 2], counts[:, 1]
-        guard.append(first_trip_minutes(statistics_per_look(accepted, tokens), threshold))
-        known.append(first_trip_minutes(statistics_per_look(accepted, tokens, spread), known_threshold))
+        ranges = ranges_per_look(accepted, tokens)
+        estimated, thresholds = spread_per_look(accepted, tokens)
+        guard.append(first_trip_minutes(cusum(ranges, estimated), thresholds))
+        known.append(first_trip_minutes(cusum(ranges, spread), known_threshold))
     return sorted(guard), sorted(known)
 
 
@@ -304,9 +329,10 @@ def run_cell(cell: Cell, months: int, seed: int) -> dict[str, str]:
     figures = {
         f"guard_false_trips_per_month_{cell.name}": f"{healthy.trips / months:.3f}",
         f"guard_false_trips_per_month_upper95_{cell.name}": f"{poisson_upper95(healthy.trips, months):.3f}",
-        f"guard_monthly_max_p50_p90_max_{cell.name}": "/".join(
-            f"{v:.1f}" for v in (quantile(maxima, 0.5), quantile(maxima, 0.9), maxima[-1])
+        f"guard_monthly_max_over_threshold_p50_p90_max_{cell.name}": "/".join(
+            f"{v:.2f}" for v in (quantile(maxima, 0.5), quantile(maxima, 0.9), maxima[-1])
         ),
+        f"guard_threshold_p50_{cell.name}": f"{float(np.median(healthy.thresholds)):.2f}",
         f"guard_true_spread_{cell.name}": f"{spread:.1f}",
         f"guard_known_spread_h_{cell.name}": f"{known_threshold:.1f}",
     }
@@ -330,16 +356,23 @@ def main() -> None:
         "--months-scale", type=float, default=1.0, help="fewer months (e.g. 0.1) for a quick look"
     )
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--seed", type=int, default=16, help="the first cell's seed (the others follow it)")
     args = parser.parse_args()
     cells = [Cell(mix, rate) for rate in reversed(RATES) for mix in MIXES]
-    threshold = guard_threshold(FALSE_ALARMS_PER_MONTH, BLOCK_SECONDS)
     print(
-        f"guard threshold {threshold:.2f} ({BLOCK_SECONDS:g}s blocks, history {HISTORY} blocks)", flush=True
+        f"guard threshold {guard_threshold(FALSE_ALARMS_PER_MONTH, BLOCK_SECONDS):.2f} with the spread "
+        f"known, {guard_threshold(FALSE_ALARMS_PER_MONTH, BLOCK_SECONDS, 0.15):.2f} / "
+        f"{guard_threshold(FALSE_ALARMS_PER_MONTH, BLOCK_SECONDS, 0.25):.2f} at its relative error 0.15 / 0.25 "
+        f"({BLOCK_SECONDS:g}s blocks, history {HISTORY} blocks, seed {args.seed})",
+        flush=True,
     )
     with ProcessPoolExecutor(args.jobs) as pool:
         jobs = [
             pool.submit(
-                run_cell, cell, max(1, round(MONTHS[cell.requests_per_window] * args.months_scale)), 16 + i
+                run_cell,
+                cell,
+                max(1, round(MONTHS[cell.requests_per_window] * args.months_scale)),
+                args.seed + i,
             )
             for i, cell in enumerate(cells)
         ]

@@ -17,8 +17,11 @@ from specgate import api, rollout
 from specgate.cli import render_timeline
 from specgate.gates import (
     GUARD_MARGIN,
+    MAX_ERROR_ALLOWANCE,
+    MAX_SPREAD_ERROR,
     MIN_GUARD_BLOCKS,
     MIN_GUARD_REFERENCE_BLOCKS,
+    SPREAD_ERROR_SCALE,
     AcceptanceWindow,
     GuardResult,
     MixDrift,
@@ -27,6 +30,8 @@ from specgate.gates import (
     guard_spread,
     guard_threshold,
     prewhitened_long_run_variance,
+    spread_error,
+    threshold_for_spread_error,
 )
 from specgate.observation import Window
 from specgate_lab.sim.streams import draft_windows
@@ -59,9 +64,19 @@ def test_threshold_is_the_log_of_the_blocks_between_false_alarms_with_the_margin
     assert guard_threshold(1.0, 15) == pytest.approx(12.0599 + GUARD_MARGIN, abs=1e-4)
 
 
+def test_the_spread_errors_allowance_stops_at_the_flat_six_nats_of_before() -> None:
+    # 60-s blocks, 0.1 a month: h0 = 12.9762 + 0.5. At r = 0.1, c = sqrt(1 + 2 * 0.01 * 13.4762)
+    # = 1.12673 and h = 2 * 13.4762 * e^0.12673 / 2.12673 = 14.3854, under the cap; at r = 0.3 the
+    # allowance (22.14 - 13.48) is cut to MAX_ERROR_ALLOWANCE: 12.9762 + 6.
+    assert guard_threshold(0.1, 60, 0.1) == pytest.approx(14.3854, abs=1e-3)
+    assert guard_threshold(0.1, 60, 0.3) == pytest.approx(12.9762 + 6.0, abs=1e-4)
+    assert GUARD_MARGIN + MAX_ERROR_ALLOWANCE == 6.0
+
+
 def test_alpha_holding_above_the_gate_keeps_the_statistic_at_zero() -> None:
     windows = [AcceptanceWindow(100, 400, 400 * 0.62) for _ in range(40)]
-    assert guard(windows) == (False, 0.0, pytest.approx(guard_threshold(0.1, 60)))
+    # 26 older blocks: the spread's error is past its cap
+    assert guard(windows) == (False, 0.0, pytest.approx(guard_threshold(0.1, 60, MAX_SPREAD_ERROR)))
 
 
 def test_too_few_blocks_are_not_judged() -> None:
@@ -103,6 +118,57 @@ def test_an_ar1_drift_under_noise_keeps_most_of_its_long_run_variance() -> None:
     assert estimate > 2 * 3.96
 
 
+@pytest.mark.parametrize("spread_error", [0.1, 0.2, 0.3])
+def test_the_threshold_keeps_lordens_rate_averaged_over_the_spreads_log_normal_error(
+    spread_error: float,
+) -> None:
+    """An estimate low by e^-e scales the CUSUM by e^e: a threshold h then trips like e^-(h e^-e).
+    Averaged over e ~ N(0, r^2) (80-node Gauss-Hermite quadrature here), the raised threshold's rate
+    is at most the bare one's e^-h0, and Laplace's method leaves it within half a nat of it."""
+    h0 = guard_threshold(0.1, 60)
+    h = threshold_for_spread_error(h0, spread_error)
+    nodes, weights = np.polynomial.hermite_e.hermegauss(80)
+    rate = float((weights / weights.sum() * np.exp(-h * np.exp(-spread_error * nodes))).sum())
+    assert -h0 - 0.5 < math.log(rate) <= -h0
+    assert threshold_for_spread_error(h0, 0.0) == pytest.approx(h0)
+
+
+def test_the_threshold_is_where_the_exponent_is_lowest_at_the_saddle() -> None:
+    """Laplace's method: the lowest of h e^-e + e^2 / (2 r^2) over e (a grid here) is h0."""
+    h0, r = 13.5, 0.25
+    h = threshold_for_spread_error(h0, r)
+    e = np.linspace(-1.0, 2.0, 300_001)
+    assert float((h * np.exp(-e) + e**2 / (2 * r**2)).min()) == pytest.approx(h0, rel=1e-6)
+
+
+def test_the_spreads_error_grows_with_the_blocks_correlation_and_shrinks_with_their_number() -> None:
+    """480 residuals alternating +1, -1 have a negative lag-1 correlation, taken as 0: the error is
+    SPREAD_ERROR_SCALE * sqrt(1 / 480). In runs of four (+1 x4, -1 x4, ...) 360 of the 479 lagged
+    products are +1 and 119 are -1, rho = 241 / 480, so tau = (1 + rho) / (1 - rho) three times as
+    many blocks hold one independent one. Eight white residuals say too little: the error is capped."""
+    white = [1.0 if i % 2 else -1.0 for i in range(480)]
+    assert spread_error(white) == pytest.approx(SPREAD_ERROR_SCALE * math.sqrt(1 / 480))
+    runs = [1.0 if (i // 4) % 2 else -1.0 for i in range(480)]
+    rho = 241 / 480
+    assert spread_error(runs) == pytest.approx(SPREAD_ERROR_SCALE * math.sqrt((1 + rho) / (1 - rho) / 480))
+    assert spread_error(white[:8]) == MAX_SPREAD_ERROR
+
+
+def test_a_drifting_history_trips_later_than_a_white_one_of_the_same_spread() -> None:
+    """12 h of blocks whose alpha wanders as an AR(1) (rho 0.8) and 12 h of independent ones: the
+    drifting history's spread is known less well, so its threshold is higher."""
+    rng = random.Random(5)
+    x, drifting, white = 0.0, [], []
+    for _ in range(720):
+        x = 0.8 * x + rng.gauss(0, 0.01)
+        drifting.append(AcceptanceWindow(1000, 4000, 4000 * (0.62 + x)))
+        white.append(AcceptanceWindow(1000, 4000, 4000 * (0.62 + rng.gauss(0, 0.017))))
+    drifting_error, white_error = full_guard(drifting).spread_error, full_guard(white).spread_error
+    assert drifting_error is not None and white_error is not None and drifting_error > white_error
+    assert full_guard(drifting).threshold > full_guard(white).threshold + 1.0
+    assert full_guard(white).threshold < guard_threshold(0.1, 60, 0.2)
+
+
 @pytest.mark.parametrize("m", [0, 1, 2])
 def test_too_few_residuals_have_no_long_run_variance(m: int) -> None:
     assert prewhitened_long_run_variance([1.0] * m) == 0.0
@@ -114,11 +180,11 @@ def test_a_young_history_takes_at_least_the_rollouts_drift_as_its_spread() -> No
     2 * 0.0081 * 180 * 40000 / 60 = 1944 per token, plus the binomial p (1 - p)."""
     drift = MixDrift(0.09, 180.0, "spec mixDrift (fallback)")
     young = [AcceptanceWindow(10_000, 40_000, 24_000) for _ in range(MIN_GUARD_REFERENCE_BLOCKS - 1)]
-    s2, source = guard_spread(young, drift, 60.0)
+    s2, source, _ = guard_spread(young, drift, 60.0)
     assert s2 == pytest.approx(drift_spread(drift, 40_000, 0.6, 60.0)) == pytest.approx(1944 + 0.24)
     assert source.startswith("the rollout's drift until an hour is measured")
     old = [*young, AcceptanceWindow(10_000, 40_000, 24_000)]
-    s2, source = guard_spread(old, drift, 60.0)
+    s2, source, _ = guard_spread(old, drift, 60.0)
     assert s2 < 1 and source == "measured over 1.0 h"
 
 
@@ -136,9 +202,11 @@ def test_status_shows_the_statistic_and_the_threshold_it_trips_at() -> None:
     run.step(after=60, canary=ready(2), canary_metrics=metrics(0.8))
     assert run.status.guard is not None
     assert (run.status.guard.statistic, run.status.guard.windows, run.status.guard.alpha) == (0.0, 20, 0.8)
-    # 15-s blocks here, 0.1 a month
-    assert run.status.guard.threshold == pytest.approx(14.3625 + GUARD_MARGIN, abs=1e-3)
-    shown = f"guard    CUSUM 0.0 of {14.3625 + GUARD_MARGIN:.1f} (trips there) over 20 blocks of 15s"
+    # 15-s blocks here, 0.1 a month: h0 = 14.3625 + 0.5 = 14.8625; 13 older blocks put the spread's
+    # error at its cap 0.3, so c = sqrt(1 + 2 * 0.09 * 14.8625) = 1.917093 and
+    # 2 * 14.8625 * e^0.917093 / 2.917093 = 25.4953, past the allowance's cap: 14.8625 + 5.5
+    assert run.status.guard.threshold == pytest.approx(20.3625, abs=1e-3)
+    shown = "guard    CUSUM 0.0 of 20.4 (trips there) over 20 blocks of 15s"
     assert shown in render_timeline("x", run.status)
     assert run.status.guard.spread_source is not None
     assert run.status.guard.spread_source.startswith("the rollout's drift until an hour is measured")
@@ -205,8 +273,8 @@ def test_a_simulated_month_of_a_healthy_canary_stays_under_the_threshold(mix: st
     counts = windows(cell.traffic(GATE + DELTA), 30 * 1440 + bench_guard.HISTORY - 1, rng)
     accepted, tokens = counts[:, 2], counts[:, 1]
     bench_guard.check_against_the_operator(accepted, tokens, checker)
-    largest = bench_guard.statistics_per_look(accepted, tokens).max()
-    assert largest < guard_threshold(0.1, 60)
+    statistic, thresholds = bench_guard.statistics_per_look(accepted, tokens)
+    assert (statistic < thresholds).all()
 
 
 def test_a_history_longer_than_a_range_query_answers_is_cut_to_its_newest_10000_blocks() -> None:
@@ -279,7 +347,9 @@ def test_status_shows_the_guards_figures_rounded_as_users_read_them() -> None:
     under the gate 0.55 but not for long). The spread is the rollout's fallback drift (0.09 over
     180 s): 0.51333 * 0.48667 = 0.24982 + 2 * 0.0081 * 180 * 300 / 15 = 58.32, so 58.56982 per
     token; each block adds 2 * 0.05 * (0.55 * 300 - 154) / 58.56982 to the CUSUM, 20 of them
-    22 / 58.56982 = 0.37562; it trips at log(30 days / (0.1 * 15 s)) + 6 = 20.36248. Status keeps
+    22 / 58.56982 = 0.37562; it trips at h0 = log(30 days / (0.1 * 15 s)) + 0.5 = 14.86248 raised
+    for the spread's error (13 older blocks: at its cap 0.3): c = sqrt(1 + 2 * 0.09 * h0) = 1.917093,
+    2 h0 e^(c - 1) / (1 + c) = 25.49526, cut to h0 + MAX_ERROR_ALLOWANCE = 20.36248. Status keeps
     3 decimals of the statistic, the threshold and the spread, 4 of alpha, and when it looked."""
     run = Run()
     run.to_promoted()
@@ -358,13 +428,15 @@ def test_a_history_too_short_to_judge_says_how_much_it_has_and_needs() -> None:
 
 
 def test_eight_blocks_are_judged_and_the_message_names_the_budget_and_the_drop_it_catches() -> None:
-    """Exactly MIN_GUARD_BLOCKS blocks are judged: alpha, the CUSUM and where it trips (log 432,000
-    blocks + 6 = 19.0), the budget at gate + indifference (0.6) and the drop it catches (to 0.5)."""
+    """Exactly MIN_GUARD_BLOCKS blocks are judged: alpha, the CUSUM and where it trips (h0 = log
+    432,000 blocks + 0.5 = 13.476 at the capped error 0.3: c = sqrt(1 + 0.18 h0) = 1.8340,
+    2 h0 e^0.8340 / 2.8340 = 22.1, cut to h0 + 5.5 = 19.0), the budget at gate + indifference (0.6), the drop it catches
+    (to 0.5) and the spread's relative error."""
     result = full_guard([AcceptanceWindow(100, 400, 248)] * MIN_GUARD_BLOCKS)
     assert (result.tripped, result.statistic, result.windows) == (False, 0.0, 8)
     assert result.message.startswith(
         "alpha 0.620 over 8 blocks of 60s; CUSUM 0.0, trips at 19.0 (0.1 false alarms per month at alpha "
-        "0.6, a drop to 0.5 is caught); spread "
+        "0.6, a drop to 0.5 is caught); spread measured over 0.1 h, relative error 30%"
     )
 
 

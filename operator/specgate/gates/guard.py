@@ -9,14 +9,17 @@ their log likelihood ratios, of alpha = gate - delta against alpha = gate + delt
     S_i = max(0, S_(i-1) + 2 * delta * (gate * n_i - a_i) / s^2),   trip when S_i >= h.
 
 For log likelihood ratios Lorden's bound gives an in-control average run length of at least e^h
-blocks, so h = log(blocks between false alarms) sets the budget (falseAlarmsPerMonth) when s^2 is
-the true long-run spread per token. The traffic's blocks are not independent (long requests span
-them; the mix drifts over minutes, which the history's hours show and 30 minutes could not) and
-s^2 is estimated, so h carries GUARD_MARGIN, calibrated on the traffic model's months
-(bench/guard.py), and s^2 is the older two thirds' long-run variance, AR(1)-prewhitened (a recent
-drop must not inflate the spread that should reveal it). Until those older blocks span an hour,
-s^2 is at least what the rollout's drift implies. The CUSUM runs over the blocks of the history
-(window-limited), so it needs no state across reconciles and restarts as any look does.
+blocks, so h0 = log(blocks between false alarms) sets the budget (falseAlarmsPerMonth) when s^2 is
+the true long-run spread per token; h0 carries GUARD_MARGIN for the traffic's heavy-tailed blocks.
+s^2 is the older two thirds' long-run variance, AR(1)-prewhitened (a recent drop must not inflate
+the spread that should reveal it), and it is estimated: an estimate low by a factor e^-e makes the
+CUSUM e^e too large. With e ~ N(0, r^2), r the estimate's relative error (`spread_error`: larger
+where the blocks are correlated, a drifting mix, and where the reference is short), the false-alarm
+rate e^-h averaged over e is kept at e^-h0: by Laplace's method at the saddle point,
+h = 2 h0 e^(c - 1) / (1 + c), c = sqrt(1 + 2 r^2 h0) (`threshold_for_spread_error`), which is h0 at
+r = 0 and grows with r. Until the older blocks span an hour, s^2 is at least what the rollout's
+drift implies. The CUSUM runs over the blocks of the history (window-limited), so it needs no state
+across reconciles and restarts as any look does.
 """
 
 from __future__ import annotations
@@ -33,13 +36,30 @@ MAX_GUARD_LAGS = 40  # the guard's Bartlett horizon at most, in blocks (prewhite
 MAX_AUTOCORRELATION = 0.98  # a lag-1 correlation above this is a trend, not noise: the horizon is capped
 
 
-# Nats added to log(blocks between false alarms): Lorden's bound holds for independent increments
-# and a known spread; the traffic's blocks are neither (a long request spans blocks, the mix drifts
-# over minutes, the spread is estimated), and bench/guard.py's months on the traffic model need
-# this much more to keep falseAlarmsPerMonth. (A second chart for a drop three times as deep
-# caught such drops sooner on paper, but its larger steps made it trip good canaries so much more
-# often that the margin it needed cost more than it won: tried on the same months, not kept.)
-GUARD_MARGIN = 6.0
+# Nats added to log(blocks between false alarms) before the spread's error is allowed for: Lorden's
+# bound holds for independent increments, and the traffic's blocks are heavy-tailed (a long request
+# spans blocks). With the spread known, bench/guard.py's months need 10.5-14 nats against
+# log(432,000) = 12.98; half a nat here and the spread error's allowance on top (about 2.5 nats on
+# a steady mix's 8 h) keep the budget there. (A second chart for a drop three times as deep caught such drops sooner on
+# paper, but its larger steps made it trip good canaries so much more often that the margin it
+# needed cost more than it won: tried on the same months, not kept.)
+GUARD_MARGIN = 0.5
+# The spread estimate's relative error (sd of log(estimate / truth)) is this many times
+# sqrt(tau / blocks), tau = (1 + rho) / (1 - rho) the blocks' autocorrelation time at the lag-1
+# correlation rho: measured on bench/guard.py's months at 20 requests a window, 2.6 on the steady mix
+# (0.145 at tau 1.46) and 2.9 on the drifting one (0.247 at tau 3.57) over 480 blocks; 3 is what the
+# steady mix at 3 requests a window needs to keep its budget (2.75 tripped 7 times in 60 months). A
+# Gaussian variance from tau-correlated blocks would have sqrt(2); heavy-tailed blocks have more.
+SPREAD_ERROR_SCALE = 3.0
+# Past this relative error (a history of minutes) the error stops growing: the rollout's drift
+# bounds the spread there (MIN_GUARD_REFERENCE_BLOCKS).
+MAX_SPREAD_ERROR = 0.3
+# The error's allowance stops here, at the flat 6 nats (with GUARD_MARGIN) the guard had before: on
+# a drifting mix the error is read from the same blocks as the spread, so a look whose correlation
+# reads low gets a low spread and a low threshold together, and a larger allowance there bought
+# slower detection with more false trips (bench/guard.py, 300 months at 20 requests a window: 27
+# trips and a drop of 0.25 caught in 51 min at p95 uncapped, against 20 and 48 with the flat 6).
+MAX_ERROR_ALLOWANCE = 5.5
 MIN_GUARD_BLOCKS = 8  # the CUSUM judges from this many blocks
 # Until the older part of the history holds this many blocks (an hour of 60 s blocks), the spread
 # is at least the one the rollout's drift implies: a spread from a few blocks is often too small.
@@ -57,13 +77,23 @@ class GuardResult:
     message: str
     spread: float | None = None  # s^2 per draft token the CUSUM used
     spread_source: str = ""
+    spread_error: float | None = None  # the spread's relative error the threshold allows for
 
 
-def guard_threshold(false_alarms_per_month: float, block_seconds: float) -> float:
-    """h = log(blocks between false alarms) + GUARD_MARGIN (Lorden's bound, widened for what the
-    traffic model shows it misses)."""
-    blocks_between_alarms = MONTH_SECONDS / (false_alarms_per_month * block_seconds)
-    return math.log(max(blocks_between_alarms, 1.0)) + GUARD_MARGIN
+def guard_threshold(false_alarms_per_month: float, block_seconds: float, spread_error: float = 0.0) -> float:
+    """h for a budget of false alarms and a spread estimated with relative error `spread_error`:
+    h0 = log(blocks between false alarms) + GUARD_MARGIN (Lorden's bound, widened for heavy-tailed
+    blocks), raised by `threshold_for_spread_error`, by MAX_ERROR_ALLOWANCE at most."""
+    h0 = math.log(max(MONTH_SECONDS / (false_alarms_per_month * block_seconds), 1.0)) + GUARD_MARGIN
+    return min(threshold_for_spread_error(h0, spread_error), h0 + MAX_ERROR_ALLOWANCE)
+
+
+def threshold_for_spread_error(h0: float, spread_error: float) -> float:
+    """The h whose false-alarm rate e^-(h e^-e), averaged over a log-normal error e ~ N(0, r^2) of
+    the spread, is e^-h0 (Laplace's method): the saddle point e* = c - 1, c = sqrt(1 + 2 r^2 h0),
+    gives h = e* e^(e*) / r^2 = 2 h0 e^(c - 1) / (1 + c) (written so that r = 0 gives h0)."""
+    c = math.sqrt(1 + 2 * spread_error**2 * h0)
+    return 2 * h0 * math.exp(c - 1) / (1 + c)
 
 
 def acceptance_guard(
@@ -81,7 +111,6 @@ def acceptance_guard(
     rollout's, measured or its fallback) bounds the spread until the history can tell its own."""
     # A block without drafts stays in: quiet minutes are part of the traffic, and add 0.
     usable = [w for w in blocks if w.usable()]
-    h = guard_threshold(false_alarms_per_month, block_seconds)
     n = sum(w.draft_tokens for w in usable)
     alpha = sum(w.accepted_tokens for w in usable) / n if n > 0 else None
     reference = usable[: max(MIN_GUARD_BLOCKS, len(usable) * 2 // 3)]
@@ -90,33 +119,54 @@ def acceptance_guard(
             f"{len(usable)} blocks, {n:.0f} draft tokens: the guard judges from {MIN_GUARD_BLOCKS} "
             "blocks, with drafts in its older part"
         )
+        # until the spread is measured, the threshold of a history too short to tell it
+        h = guard_threshold(false_alarms_per_month, block_seconds, MAX_SPREAD_ERROR)
         return GuardResult(False, 0.0, h, alpha, len(usable), message)
-    s2, source = guard_spread(reference, drift, block_seconds)
+    s2, source, error = guard_spread(reference, drift, block_seconds)
+    h = guard_threshold(false_alarms_per_month, block_seconds, error)
     statistic = 0.0
     for w in usable:
         statistic = max(0.0, statistic + 2 * indifference * (gate * w.draft_tokens - w.accepted_tokens) / s2)
     message = (
         f"alpha {alpha:.3f} over {len(usable)} blocks of {block_seconds:g}s; CUSUM {statistic:.1f}, "
         f"trips at {h:.1f} ({false_alarms_per_month:g} false alarms per month at alpha "
-        f"{gate + indifference:g}, a drop to {gate - indifference:g} is caught); spread {source}"
+        f"{gate + indifference:g}, a drop to {gate - indifference:g} is caught); spread {source}, "
+        f"relative error {error:.0%}"
     )
-    return GuardResult(statistic >= h, statistic, h, alpha, len(usable), message, s2, source)
+    return GuardResult(statistic >= h, statistic, h, alpha, len(usable), message, s2, source, error)
 
 
 def guard_spread(
     reference: Sequence[AcceptanceWindow], drift: MixDrift, block_seconds: float
-) -> tuple[float, str]:
-    """(s^2 per draft token, where it comes from) for the guard: the long-run variance of the older
-    blocks' residuals (`prewhitened_long_run_variance`), and while they are under an hour, at least
-    what the rollout's drift implies (`drift_spread`). Taken over the older part of the history: a
-    drop in the recent blocks would otherwise read as spread and hide itself."""
+) -> tuple[float, str, float]:
+    """(s^2 per draft token, where it comes from, its relative error) for the guard: the long-run
+    variance of the older blocks' residuals (`prewhitened_long_run_variance`), and while they are
+    under an hour, at least what the rollout's drift implies (`drift_spread`); the error is that of
+    the blocks' own estimate (`spread_error`) either way. Taken over the older part of the history:
+    a drop in the recent blocks would otherwise read as spread and hide itself."""
     n, p, residuals = centred(reference)
     measured = max(prewhitened_long_run_variance(residuals) * len(reference) / n, binomial_variance(n, p * n))
+    error = spread_error(residuals)
     own = f"measured over {len(reference) * block_seconds / 3600:.1f} h"
     prior = drift_spread(drift, n / len(reference), p, block_seconds)
     if len(reference) < MIN_GUARD_REFERENCE_BLOCKS and prior > measured:
-        return prior, f"the rollout's drift until an hour is measured ({drift.source})"
-    return measured, own
+        return prior, f"the rollout's drift until an hour is measured ({drift.source})", error
+    return measured, own, error
+
+
+def spread_error(residuals: Sequence[float]) -> float:
+    """The relative error of the long-run variance of `residuals`: SPREAD_ERROR_SCALE
+    sqrt(tau / blocks), tau = (1 + rho) / (1 - rho) at the prewhitening's lag-1 correlation rho
+    (correlated blocks hold fewer independent ones), at most MAX_SPREAD_ERROR."""
+    if len(residuals) < 3:
+        return MAX_SPREAD_ERROR
+    rho = lag1_correlation(autocovariances(residuals, 1))
+    return min(SPREAD_ERROR_SCALE * math.sqrt((1 + rho) / (1 - rho) / len(residuals)), MAX_SPREAD_ERROR)
+
+
+def lag1_correlation(gamma: Sequence[float]) -> float:
+    """The lag-1 correlation the prewhitening takes from gamma_0, gamma_1: in [0, MAX_PREWHITENING]."""
+    return min(max(gamma[1] / gamma[0], 0.0), MAX_PREWHITENING) if gamma[0] > 0 else 0.0
 
 
 def drift_spread(drift: MixDrift, tokens_per_block: float, p: float, block_seconds: float) -> float:
@@ -138,7 +188,7 @@ def prewhitened_long_run_variance(residuals: Sequence[float]) -> float:
     if m < 3:
         return 0.0
     gamma = autocovariances(residuals, min(m - 1, MAX_GUARD_LAGS + 1))
-    rho = min(max(gamma[1] / gamma[0], 0.0), MAX_PREWHITENING) if gamma[0] > 0 else 0.0
+    rho = lag1_correlation(gamma)
     whitened = [
         (1 + rho**2) * gamma[k] - rho * (gamma[abs(k - 1)] + gamma[k + 1]) for k in range(len(gamma) - 1)
     ]
