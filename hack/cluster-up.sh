@@ -55,6 +55,9 @@ write_kwokctl_config() {
   {
     # enableCRDs Logs: the bridge names each engine pod's log files in a Logs object (kubectl logs).
     printf 'apiVersion: config.kwok.x-k8s.io/v1alpha1\nkind: KwokctlConfiguration\noptions:\n  bindAddress: 127.0.0.1\n  enableCRDs: [Logs]\n'
+    # A throwaway lab's etcd need not wait on the disk: where the disk is slow or shared, an fsync
+    # per write holds every API write, towards the API server's 60 s limit (504).
+    printf 'componentsPatches:\n  - name: etcd\n    extraArgs:\n      - {key: unsafe-no-fsync, value: "true"}\n'
     for f in node/fast/node-initialize node/heartbeat-with-lease/node-heartbeat-with-lease pod/fast/pod-delete; do
       printf -- '---\n'; cat "$stages/$f.yaml"
     done

@@ -7,6 +7,7 @@ import re
 import signal
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -146,10 +147,26 @@ def custom_objects(api_client: client.ApiClient) -> client.CustomObjectsApi:
 def create_sd(
     api_client: client.ApiClient, namespace: str, body: dict[str, Any], dry_run: bool = False
 ) -> Any:
+    """Create the object, asking again while a loaded lab's API server answers 5xx (as kubectl's
+    users would): its 504 may come after the object was stored, so a 409 then is the object made."""
     kwargs: dict[str, Any] = {"dry_run": "All"} if dry_run else {}
-    return custom_objects(api_client).create_namespaced_custom_object(
-        api.GROUP, api.VERSION, namespace, api.PLURAL, body, **kwargs
-    )
+    deadline = time.monotonic() + CREATE_RETRY_SECONDS
+    answered_5xx = False
+    while True:
+        try:
+            return custom_objects(api_client).create_namespaced_custom_object(
+                api.GROUP, api.VERSION, namespace, api.PLURAL, body, **kwargs
+            )
+        except ApiException as exc:
+            if exc.status == 409 and answered_5xx and not dry_run:
+                return get_sd(api_client, namespace, body["metadata"]["name"])
+            if exc.status < 500 or time.monotonic() > deadline:
+                raise
+            answered_5xx = True
+        time.sleep(2)
+
+
+CREATE_RETRY_SECONDS = 180
 
 
 def get_sd(api_client: client.ApiClient, namespace: str, name: str) -> dict[str, Any]:
