@@ -199,7 +199,9 @@ start_prometheus() {
   local flags=(--config.file="$STATE/prometheus.yml" --storage.tsdb.path="$STATE/prometheus-data"
     --web.listen-address="127.0.0.1:$PROM_PORT")
   [ "$PROM_FLAVOUR" != 2 ] || flags+=(--storage.tsdb.retention.time="$PROM_RETENTION")
-  "$prom" "${flags[@]}" >"$STATE/prometheus.log" 2>&1 &
+  # A session of its own is a scheduling group of its own (autogroup): with every test line running,
+  # the tests' processes in make's session otherwise starved its scrapes and queries (10 s timeouts).
+  setsid "$prom" "${flags[@]}" >"$STATE/prometheus.log" 2>&1 </dev/null &
   echo $! >"$STATE/prometheus.pid"
   for _ in $(seq 60); do
     curl -sf "http://127.0.0.1:$PROM_PORT/-/ready" >/dev/null && break

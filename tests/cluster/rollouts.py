@@ -178,7 +178,7 @@ def run_rollout(
     log_dir: Path,
     *,
     until: Callable[[dict[str, Any]], bool] = lambda obj: obj.get("status", {}).get("phase") in SETTLED,
-    timeout: float = 420,
+    timeout: float = 600,
     concurrency: int = 4,
     during: Callable[[dict[str, Any]], None] | None = None,
     operator: Operator | None = None,

@@ -169,8 +169,10 @@ def check_the_failing_canary(mode: str, lab: dict[str, Any], node: str) -> None:
     api_client, namespace = lab["api_client"], lab["namespace"]
     if mode == "crashloop":
         # The canary alone gets --speculative-config; its engine exits at start, again and again.
+        # The deadline is long enough for the bridge to start, lose and restart the engine on a
+        # loaded machine (90 s was not, with half the cores taken): the pods' state must decide.
         body = sim_rollout(
-            "crash", {**GOOD, "SPECGATE_SIM_EXIT": "speculative"}, **SHORT, progressDeadline="90s"
+            "crash", {**GOOD, "SPECGATE_SIM_EXIT": "speculative"}, **SHORT, progressDeadline="180s"
         )
     elif mode == "unschedulable":
         # Baseline and canary pods may only use a 1-GPU node: the baseline holds it, the canary waits.

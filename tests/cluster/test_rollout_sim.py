@@ -381,7 +381,7 @@ def test_guard_rolls_back_when_alpha_drifts_after_promotion_keeping_every_replic
     while the canary serves; run_rollout's CapacityMonitor fails the test below 4 Ready pods."""
     lab, (run, drifted_at) = rollouts["drift"].result()
     status = run.status
-    assert drifted_at, "the guard never judged the promoted canary"
+    assert drifted_at, f"the guard never judged a promoted canary: {run.phases} {status.get('message')}"
     assert run.phases[-4:] == ["Promoting", "Promoted", "RollingBack", "RolledBack"], run.phases
     assert (status["phase"], status["reason"]) == ("RolledBack", "GuardTripped"), status.get("message")
     assert "alpha dropped below the gate" in status["message"]
