@@ -67,7 +67,10 @@ def test_fifty_rollouts_at_once_reach_their_verdicts(lab: dict[str, Any]) -> Non
             # Inconclusive on "loads differ by more than 25%" (canary 0.81 req/s per pod, baseline
             # 0.57) with alpha decided.
             gates = {"maxLoadDifference": 1.0}
-            body = sim_rollout(name, env, maxAnalysisDuration="8m", progressDeadline="8m", gates=gates)
+            # 15m to get Ready: the lab's API server once held every write for some five minutes
+            # under these hundred pods (handler timeouts on leases, EndpointSlices, pod status; etcd
+            # idle), and with 8m, 36 canaries created in it rolled back as CanaryUnhealthy.
+            body = sim_rollout(name, env, maxAnalysisDuration="8m", progressDeadline="15m", gates=gates)
             pin_to_node(body, node, taint=namespace)
             create_sd(api_client, namespace, body)
         started = time.monotonic()
