@@ -10,7 +10,8 @@ export KWOK_WORKDIR="$STATE/kwok"
 
 stop_pidfile "$STATE/bridge.pid"
 # Each engine runs in a session of its own: one the bridge did not stop (a bridge killed while it
-# stopped them; vLLM's helpers, run from the lab's vLLM venv) would hold cores and memory through the next run.
+# stopped them; vLLM's helpers, run from the lab's vLLM venv) would hold cores and memory through
+# the next run.
 pkill -KILL -f "specgate_lab\.sim|$CACHE/vllm-cpu" 2>/dev/null || true
 stop_pidfile "$STATE/prometheus.pid"
 rm -f "$STATE"/targets/*.json "$STATE"/targets/*/*.json
