@@ -115,6 +115,8 @@ CONTROL_PLANE_NICE=-10
 PROMETHEUS_NICE=-5
 
 prioritize() { # nice pid: the session's autogroup and the process group's threads (root only)
+  # Only a session leader's own autogroup: one not yet in its session would give the caller's.
+  [ "$(ps -o sid= -p "$2" | tr -d ' ')" = "$2" ] || return 0
   echo "$1" 2>/dev/null >"/proc/$2/autogroup" || true
   renice "$1" -g "$2" >/dev/null 2>&1 || true
 }
@@ -221,12 +223,12 @@ start_prometheus() {
   # A session of its own: a scheduling group of its own (autogroup), given PROMETHEUS_NICE below.
   setsid "$prom" "${flags[@]}" >"$STATE/prometheus.log" 2>&1 </dev/null &
   echo $! >"$STATE/prometheus.pid"
-  prioritize "$PROMETHEUS_NICE" "$(cat "$STATE/prometheus.pid")"
   for _ in $(seq 60); do
     curl -sf "http://127.0.0.1:$PROM_PORT/-/ready" >/dev/null && break
     sleep 0.5
   done
   curl -sf "http://127.0.0.1:$PROM_PORT/-/ready" >/dev/null || { tail "$STATE/prometheus.log"; exit 1; }
+  prioritize "$PROMETHEUS_NICE" "$(cat "$STATE/prometheus.pid")"  # ready: in its own session by now
   log "Prometheus $("$prom" --version 2>&1 | sed -n 's/^prometheus, version \([^ ]*\).*/\1/p') on http://127.0.0.1:$PROM_PORT"
 }
 
