@@ -108,7 +108,7 @@ start_control_plane() {
 
 # On a cluster the control plane has cores of its own; here it shares two with every engine, and
 # each engine runs in a session of its own (the bridge). Autogroup scheduling (where enabled) weighs
-# every session alike, so with dozens of engines busy the API server got a few percent of the cores
+# every session alike, so with dozens of engines busy the API server got about a quarter of a core
 # and held every write past its 60 s (handler timeouts, 504s, etcd idle). Its components, and
 # Prometheus, get a larger share: nice -10 and -5 for their sessions and every thread in them.
 CONTROL_PLANE_NICE=-10
