@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import socket
+from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from functools import partial
@@ -105,13 +106,12 @@ def child_pods(namespace: str | None, labels: kopf.Labels, body: kopf.Body, **_:
 )
 def reconcile(
     body: kopf.Body,
-    meta: kopf.Meta,
-    spec: kopf.Spec,
-    status: kopf.Status,
     patch: kopf.Patch,
-    **indexes: Any,  # kopf passes each index by its function's name
+    **indexes: Any,  # kopf passes each index by its function's name (and meta, spec, status: body's)
 ) -> None:
     now = datetime.now(UTC)
+    obj = kube.current_object(body)
+    meta, spec, status = obj["metadata"], obj.get("spec") or {}, obj.get("status") or {}
     owner = Owner(name=meta["name"], namespace=meta["namespace"], uid=meta["uid"])
     generation = int(meta.get("generation", 0))
     current = api.parse_status(dict(status))
@@ -135,7 +135,11 @@ def reconcile(
     _FAILURES.pop(owner.uid, None)
     recovered = conditions.reconcile_succeeded(decision.status.conditions, generation, api.iso(now))
     decision = replace(decision, status=decision.status.model_copy(update={"conditions": recovered}))
-    write_status(patch, current, decision.status)
+    if not write_status(meta, current, decision.status):
+        log.info(
+            "%s/%s changed since it was read; deciding again on the next tick", owner.namespace, owner.name
+        )
+        return
     for event in decision.events:
         kopf.event(body, type=event.type, reason=event.reason, message=event.message)
     analysis_start = api.parse_time(current.phase_since)
@@ -1071,8 +1075,11 @@ def _other_children(
 
 
 def write_status(
-    patch: kopf.Patch, current: SpeculativeDeploymentStatus, new: SpeculativeDeploymentStatus
-) -> None:
-    if new != current:
-        # None values stay in the dump: in a merge patch they delete what the last rollout left.
-        patch.status.update(new.model_dump(by_alias=True, mode="json"))
+    meta: Mapping[str, Any], current: SpeculativeDeploymentStatus, new: SpeculativeDeploymentStatus
+) -> bool:
+    """The new status, where it differs, written as of the version read (kube.write_status): False
+    where the object changed since, and nothing was written."""
+    if new == current:
+        return True
+    # None values stay in the dump: in a merge patch they delete what the last rollout left.
+    return kube.write_status(meta, new.model_dump(by_alias=True, mode="json"))

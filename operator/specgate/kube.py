@@ -1,4 +1,4 @@
-"""The only module that talks to the Kubernetes API (besides kopf's own watching and status patches).
+"""The only module that talks to the Kubernetes API (besides kopf's own watching and its patches).
 
 Children are written with server-side apply under one field manager, so reconciling is idempotent
 and fields that other controllers own (e.g. an HPA's replicas would be) are not fought over.
@@ -152,6 +152,7 @@ HTTP_ROUTE = f"/apis/{GATEWAY_API_VERSION}/namespaces/{{namespace}}/httproutes/{
 INFERENCE_POOL = f"/apis/{INFERENCE_POOL_VERSION}/namespaces/{{namespace}}/inferencepools/{{name}}"
 HPAS = "/apis/autoscaling/v2/namespaces/{namespace}/horizontalpodautoscalers"
 SCALED_OBJECTS = "/apis/keda.sh/v1alpha1/namespaces/{namespace}/scaledobjects"  # KEDA, where installed
+SPECULATIVE_DEPLOYMENT = f"/apis/{api.GROUP}/{api.VERSION}/namespaces/{{namespace}}/{api.PLURAL}/{{name}}"
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 CHILD_PATHS = {
@@ -274,6 +275,7 @@ def forget(owner_uid: str) -> None:
     """Drop what this process knew of a deleted SpeculativeDeployment's children."""
     _OWNED.difference_update({key for key in _OWNED if key[0] == owner_uid})
     _CLEANED.difference_update({done for done in _CLEANED if done[0] == owner_uid})
+    _KNOWN_VERSIONS.pop(owner_uid, None)
     for known in (_FREE, _APPLIED):
         for key in [key for key in known if key[0] == owner_uid]:
             del known[key]
@@ -686,6 +688,50 @@ def _pod_unscheduled(pod: Mapping[str, Any]) -> str | None:
             name = pod["metadata"]["name"]
             return f"pod {name}: {cond.get('reason')}: {cond.get('message') or ''}".strip()
     return None
+
+
+# Per object (uid): the resourceVersion this process last wrote its status at, or read it fresh at.
+_KNOWN_VERSIONS: dict[str, str] = {}
+_STALE = ""  # no object has this version: the next reconcile reads the object again
+
+
+def current_object(body: Mapping[str, Any]) -> Mapping[str, Any]:
+    """The object as the API server holds it now. kopf's timer hands over the watch's last copy,
+    which under a loaded API server lags behind the status this process wrote: decided on, a copy
+    two writes old wrote its old status back (the lab's fifty rollouts went from Canary back to
+    Baseline and measured it again). A copy at another version than the one this process last wrote
+    or read is read again; the first copy after a start is the watch's fresh list."""
+    meta = body["metadata"]
+    known = _KNOWN_VERSIONS.get(meta["uid"])
+    if known is None or known == meta["resourceVersion"]:
+        return body
+    try:
+        fresh = _request("GET", SPECULATIVE_DEPLOYMENT, namespace=meta["namespace"], name=meta["name"])
+    except ApiException as exc:
+        if exc.status == 404:  # deleted: kopf's watch ends its timer
+            return body
+        raise
+    _KNOWN_VERSIONS[meta["uid"]] = fresh["metadata"]["resourceVersion"]
+    return fresh
+
+
+def write_status(meta: Mapping[str, Any], status: dict[str, Any]) -> bool:
+    """Merge-patch the object's status as of the version `meta` was read at (its resourceVersion in
+    the patch is the API server's precondition); False, with nothing written, where the object
+    changed since: the next reconcile reads it again and decides on it."""
+    body = {"metadata": {"resourceVersion": meta["resourceVersion"]}, "status": status}
+    path = SPECULATIVE_DEPLOYMENT + "/status"
+    try:
+        written = _request(
+            "PATCH", path, body, content_type=MERGE_PATCH, namespace=meta["namespace"], name=meta["name"]
+        )
+    except ApiException as exc:
+        _KNOWN_VERSIONS[meta["uid"]] = _STALE  # a 5xx may have written it: read what there is
+        if exc.status == 409:
+            return False
+        raise
+    _KNOWN_VERSIONS[meta["uid"]] = written["metadata"]["resourceVersion"]
+    return True
 
 
 def get_speculative_deployment(namespace: str, name: str) -> dict[str, Any]:

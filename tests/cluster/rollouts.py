@@ -245,14 +245,20 @@ def history_time(status: dict[str, Any], phase: str) -> datetime:
     return parsed
 
 
-def timeline(status: dict[str, Any]) -> str:
-    """Seconds spent in each phase, from status.history: where a rollout's test time goes."""
+def phase_spans(status: dict[str, Any]) -> list[tuple[str, float]]:
+    """Seconds spent in each phase left so far, from status.history."""
     entries = [
         (h["phase"], datetime.fromisoformat(h["time"].replace("Z", "+00:00")))
         for h in status.get("history", [])
     ]
-    spans = [f"{phase}:{(later - at).total_seconds():.0f}" for (phase, at), (_, later) in pairwise(entries)]
-    return ",".join([*spans, entries[-1][0]] if entries else spans)
+    return [(phase, (later - at).total_seconds()) for (phase, at), (_, later) in pairwise(entries)]
+
+
+def timeline(status: dict[str, Any]) -> str:
+    """Seconds spent in each phase, then the phase it is in: where a rollout's test time goes."""
+    spans = [f"{phase}:{seconds:.0f}" for phase, seconds in phase_spans(status)]
+    history = status.get("history", [])
+    return ",".join([*spans, history[-1]["phase"]] if history else spans)
 
 
 def orphaned_pods(api_client: client.ApiClient, namespace: str) -> list[str]:

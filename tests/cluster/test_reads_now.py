@@ -41,3 +41,42 @@ def test_a_track_read_now_counts_a_deleted_pod_as_gone_at_once(lab: dict[str, An
     core.delete_namespaced_pod(pods[0].metadata.name, namespace)
     state = kube.track_state_now(namespace, name, selector)  # its replacement is not Ready yet
     assert (state.replicas, state.ready_replicas, state.serving) == (1, 0, 0)
+
+
+def test_a_status_is_written_as_of_the_version_read_and_a_stale_copy_is_read_again(
+    lab: dict[str, Any],
+) -> None:
+    """kube.write_status puts the resourceVersion read in its merge patch: the API server refuses a
+    write decided on an older copy (409: False, nothing written). kube.current_object reads the object
+    again where its copy is not at the version last written here, as a lagging watch's copy is not;
+    a copy at that version is used as it is. A null in the patch deletes the field."""
+    api_client, namespace = lab["api_client"], lab["namespace"]
+    config.load_kube_config(config_file=lab["kubeconfig"])  # type: ignore[no-untyped-call]
+    created = create_sd(api_client, namespace, sim_rollout("versions", {"SPECGATE_SIM_ALPHA": "0.8"}))
+    objects = client.CustomObjectsApi(api_client)
+
+    def stored() -> dict[str, Any]:
+        obj: dict[str, Any] = objects.get_namespaced_custom_object(
+            api.GROUP, api.VERSION, namespace, api.PLURAL, "versions"
+        )
+        return obj
+
+    first = {"phase": "Baseline", "message": "measuring", "observedGeneration": 1}
+    assert kube.write_status(created["metadata"], first) is True
+    now = stored()
+    assert {k: now["status"].get(k) for k in first} == first
+
+    # Decided on the copy from before that write: refused, and the status is the first one still.
+    assert kube.write_status(created["metadata"], {"phase": "Canary", "message": "stale"}) is False
+    assert stored()["status"]["phase"] == "Baseline"
+
+    # The stale copy is read again; a copy at the version written is not (the same object back).
+    fresh = kube.current_object(created)
+    assert (fresh["status"]["phase"], fresh["metadata"]["resourceVersion"]) == (
+        "Baseline",
+        now["metadata"]["resourceVersion"],
+    )
+    assert kube.current_object(now) is now
+
+    assert kube.write_status(now["metadata"], {"message": None}) is True
+    assert "message" not in stored()["status"] and stored()["status"]["phase"] == "Baseline"

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from statistics import median
 from typing import Any
 
 import pytest
@@ -18,6 +19,7 @@ from tests.cluster.rollouts import (
     history_phases,
     lab_operator,
     orphaned_pods,
+    phase_spans,
     pin_to_node,
     report,
     run_rollout,
@@ -25,6 +27,7 @@ from tests.cluster.rollouts import (
     settled_as,
     short_of,
     sim_rollout,
+    timeline,
 )
 
 from specgate import api
@@ -78,7 +81,7 @@ def test_fifty_rollouts_at_once_reach_their_verdicts(lab: dict[str, Any]) -> Non
             operator,
             Load(service_urls(lab["bridge_url"], namespace, names), "tiny", concurrency=1, duration=1200),
         ):
-            objects = wait_for(lambda: all_settled(api_client, namespace), 1200, "every rollout settled", 5)
+            objects = wait_until_settled(api_client, namespace, 1200)
         took = time.monotonic() - started
 
     statuses = {o["metadata"]["name"]: o["status"] for o in objects}
@@ -145,12 +148,40 @@ def check_alphas(objects: list[dict[str, Any]], alphas: dict[str, float]) -> Non
         assert all((a > midpoint) == (true_alpha > midpoint) for a, _ in figures), figures
 
 
-def all_settled(api_client: client.ApiClient, namespace: str) -> list[dict[str, Any]] | None:
-    items: list[dict[str, Any]] = client.CustomObjectsApi(api_client).list_namespaced_custom_object(
-        api.GROUP, api.VERSION, namespace, api.PLURAL
-    )["items"]
-    settled = [o for o in items if o.get("status", {}).get("phase") in SETTLED]
-    return items if len(settled) == len(items) == ROLLOUTS else None
+def wait_until_settled(api_client: client.ApiClient, namespace: str, timeout: float) -> list[dict[str, Any]]:
+    """Every object once all are settled, with where their time went (per phase: the median and the
+    slowest object's seconds); past `timeout`, an AssertionError naming each unsettled object's phase,
+    timeline and message."""
+    seen: list[dict[str, Any]] = []
+
+    def all_settled() -> list[dict[str, Any]] | None:
+        seen[:] = client.CustomObjectsApi(api_client).list_namespaced_custom_object(
+            api.GROUP, api.VERSION, namespace, api.PLURAL
+        )["items"]
+        settled = [o for o in seen if o.get("status", {}).get("phase") in SETTLED]
+        return seen if len(settled) == len(seen) == ROLLOUTS else None
+
+    try:
+        objects = wait_for(all_settled, timeout, "every rollout settled", 5)
+    except AssertionError as late:
+        unsettled = {
+            o["metadata"]["name"]: (timeline(o.get("status", {})), o.get("status", {}).get("message"))
+            for o in seen
+            if o.get("status", {}).get("phase") not in SETTLED
+        }
+        report(phase_seconds=phase_seconds(seen))
+        raise AssertionError(f"{late}; {len(unsettled)} of {len(seen)} unsettled: {unsettled}") from None
+    report(phase_seconds=phase_seconds(objects))
+    return objects
+
+
+def phase_seconds(objects: list[dict[str, Any]]) -> str:
+    """Per phase, over the objects that left it: the median and the most seconds spent in it."""
+    spans: dict[str, list[float]] = {}
+    for obj in objects:
+        for phase, seconds in phase_spans(obj.get("status", {})):
+            spans.setdefault(phase, []).append(seconds)
+    return ",".join(f"{phase}:{median(s):.0f}/{max(s):.0f}" for phase, s in spans.items())
 
 
 def test_three_peered_replicas_hand_over_on_sigterm_and_after_a_sigkill(lab: dict[str, Any]) -> None:

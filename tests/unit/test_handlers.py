@@ -311,29 +311,22 @@ STORED = api.SpeculativeDeploymentStatus(
 )
 
 
-def stored_object(status: api.SpeculativeDeploymentStatus) -> kopf.Body:
-    """The object as the API server holds it: a merge patch's nulls are absent, not null."""
-    return kopf.Body({"status": status.model_dump(by_alias=True, mode="json", exclude_none=True)})
-
-
-def test_write_status_deletes_the_fields_the_new_status_clears() -> None:
+def test_write_status_deletes_the_fields_the_new_status_clears(monkeypatch: pytest.MonkeyPatch) -> None:
     """Metrics back: verdict and metricsUnavailableSince go to None, which the merge patch must
-    carry as null (left out, the API server would keep the old values)."""
-    patch = kopf.Patch(body=stored_object(STORED))
+    carry as null (left out, the API server would keep the old values), as of the version read."""
+    writes: list[tuple[dict[str, Any], dict[str, Any]]] = []
+    monkeypatch.setattr(kube, "write_status", lambda meta, status: writes.append((meta, status)) or True)
     new = STORED.model_copy(update={"verdict": None, "metrics_unavailable_since": None})
-    handlers.write_status(patch, STORED, new)
-    cleared = {key: patch["status"].get(key, "left out") for key in ("verdict", "metricsUnavailableSince")}
-    assert cleared == {"verdict": None, "metricsUnavailableSince": None}
-    assert sorted(patch.as_json_patch(), key=lambda op: str(op["path"])) == [
-        {"op": "remove", "path": "/status/metricsUnavailableSince"},
-        {"op": "remove", "path": "/status/verdict"},
-    ]
+    assert handlers.write_status({"resourceVersion": "41"}, STORED, new)
+    ((meta, status),) = writes
+    cleared = {key: status.get(key, "left out") for key in ("verdict", "metricsUnavailableSince")}
+    assert (meta, cleared) == ({"resourceVersion": "41"}, {"verdict": None, "metricsUnavailableSince": None})
+    assert status["phase"] == "Analyzing"
 
 
-def test_write_status_leaves_an_unchanged_status_alone() -> None:
-    patch = kopf.Patch(body=stored_object(STORED))
-    handlers.write_status(patch, STORED, STORED.model_copy())
-    assert dict(patch) == {}
+def test_write_status_leaves_an_unchanged_status_alone(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(kube, "write_status", lambda meta, status: pytest.fail("written"))
+    assert handlers.write_status({"resourceVersion": "41"}, STORED, STORED.model_copy())
 
 
 def test_an_abort_with_a_new_template_keeps_the_old_one_while_its_roll_would_break_the_floor(

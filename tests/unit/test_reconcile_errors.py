@@ -11,9 +11,22 @@ from prometheus_client import REGISTRY
 from tests.unit.rollout_driver import Run
 
 from specgate import api, handlers, kube
-from specgate.rollout import Decision
+from specgate.rollout import Decision, Event
 
-META = {"name": "llama", "namespace": "ml", "uid": "u-61", "generation": 3}
+META = {"name": "llama", "namespace": "ml", "uid": "u-61", "generation": 3, "resourceVersion": "7"}
+
+
+@pytest.fixture(autouse=True)
+def written(monkeypatch: pytest.MonkeyPatch) -> list[dict[str, Any]]:
+    """The statuses reconcile writes (kube.write_status), in order; each write succeeds."""
+    statuses: list[dict[str, Any]] = []
+
+    def write(meta: dict[str, Any], status: dict[str, Any]) -> bool:
+        statuses.append(status)
+        return True
+
+    monkeypatch.setattr(kube, "write_status", write)
+    return statuses
 
 
 def reconcile(
@@ -26,7 +39,8 @@ def reconcile(
     indexes: dict[str, Any] = {"child_deployments": {}, "child_services": {}, "child_pods": {}}
     if replica_sets:
         indexes["child_replica_sets"] = {}
-    handlers.reconcile(body={}, meta=META, spec={}, status=status, patch=patch, **indexes)
+    body = kopf.Body({"metadata": META, "spec": {}, "status": status})
+    handlers.reconcile(body=body, patch=patch, **indexes)
     return patch
 
 
@@ -36,12 +50,12 @@ def gauge() -> float | None:
     return REGISTRY.get_sample_value("specgate_condition", labels)
 
 
-def condition(patch: kopf.Patch, kind: str) -> dict[str, Any]:
-    return next(c for c in patch["status"]["conditions"] if c["type"] == kind)
+def condition(status: dict[str, Any], kind: str) -> dict[str, Any]:
+    return next(c for c in status["conditions"] if c["type"] == kind)
 
 
 def test_the_same_error_raised_n_times_is_a_condition_and_one_event_then_cleared(
-    monkeypatch: pytest.MonkeyPatch,
+    monkeypatch: pytest.MonkeyPatch, written: list[dict[str, Any]]
 ) -> None:
     events: list[dict[str, Any]] = []
     monkeypatch.setattr(kopf, "event", lambda body, **event: events.append(event))
@@ -59,11 +73,11 @@ def test_the_same_error_raised_n_times_is_a_condition_and_one_event_then_cleared
             reconcile(status, patch)
     assert handlers.RECONCILE_ERRORS_SURFACED == 3
     assert [dict(p) for p in patches] == [{}, {}, dict(patches[2]), {}]  # written once, at the third
-    failing = condition(patches[2], "ReconcileError")
+    failing = condition(patches[2]["status"], "ReconcileError")
     assert failing["status"] == "True" and failing["observedGeneration"] == 3
     assert "the last 3 reconciles raised the same error" in failing["message"]
     assert "ValueError: evaluate needs both tracks' benchmarks" in failing["message"]
-    assert condition(patches[2], "Progressing")["status"] == "True"  # the phase's conditions kept
+    assert condition(patches[2]["status"], "Progressing")["status"] == "True"  # the phase's conditions kept
     assert [(e["type"], e["reason"]) for e in events] == [("Warning", "ReconcileError")]
     assert gauge() == 1
 
@@ -71,8 +85,8 @@ def test_the_same_error_raised_n_times_is_a_condition_and_one_event_then_cleared
     status["conditions"] = patches[2]["status"]["conditions"]
     kept = api.parse_status(status)
     monkeypatch.setattr(handlers, "step", lambda *_: Decision(kept, baseline_replicas=1, canary_replicas=1))
-    cleared = reconcile(status)
-    assert condition(cleared, "ReconcileError")["status"] == "False"
+    reconcile(status)
+    assert condition(written[-1], "ReconcileError")["status"] == "False"
     assert gauge() == 0
     monkeypatch.setattr(handlers, "step", broken)
     with pytest.raises(ValueError):
@@ -111,3 +125,21 @@ def test_different_errors_in_a_row_are_not_the_same_error(monkeypatch: pytest.Mo
         with pytest.raises(ConnectionError):
             reconcile({})
     assert handlers._FAILURES["u-61"] == ("ConnectionError: b", 1)
+
+
+def test_a_decision_on_an_object_changed_since_it_was_read_writes_and_tells_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The status write is refused (the object's resourceVersion moved on: kube.write_status False):
+    the transition's Event is not sent either, and the next tick decides on the object as it is."""
+    events: list[dict[str, Any]] = []
+    monkeypatch.setattr(kopf, "event", lambda body, **event: events.append(event))
+    monkeypatch.setattr(kube, "write_status", lambda meta, status: False)
+    moved = api.parse_status({"phase": "Canary"})
+    told = Event("Normal", "BaselineMeasured", "baseline: ...")
+    monkeypatch.setattr(handlers, "step", lambda *_: Decision(moved, 1, 1, events=(told,)))
+    reconcile({"phase": "Baseline"})
+    assert events == []
+    monkeypatch.setattr(kube, "write_status", lambda meta, status: True)
+    reconcile({"phase": "Baseline"})
+    assert [e["reason"] for e in events] == ["BaselineMeasured"]
