@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from contextlib import suppress
 from typing import Any
 
 import pytest
@@ -78,6 +80,24 @@ def engine_counters(namespace: str, pod_prefix: str) -> tuple[float, float]:
     )
 
 
+def canary_counters(namespace: str, read: list[tuple[float, float]]) -> Callable[[dict[str, Any]], None]:
+    """run_rollout's `during`: once the canary's benchmark Job is done (its counters move no more),
+    each poll appends the canary engine's counters, until a rollback takes the engine away."""
+
+    def during(obj: dict[str, Any]) -> None:
+        status = obj.get("status") or {}
+        done = "benchmark done" in (status.get("message") or "") or status.get("phase") in (
+            "Promoting",
+            "Promoted",
+            "RollingBack",
+        )
+        if done:
+            with suppress(StopIteration, OSError, ValueError):  # its pod gone, its engine stopping
+                read.append(engine_counters(namespace, "bench-canary-"))
+
+    return during
+
+
 def check_benchmark_status(status: dict[str, Any], benchmark: dict[str, Any]) -> dict[str, Any]:
     """Both tracks measured at every point, every request served; the comparison per point."""
     bench: dict[str, Any] = status["benchmark"]
@@ -130,9 +150,13 @@ def test_benchmark_jobs_measure_the_speedup_curve_and_the_verdict_follows_the_ga
     )
     gates = body["spec"]["rollout"]["gates"]
     gates |= {"minAcceptanceRate": 0.25, "maxP99ItlRegression": 1.5}
-    status = run_rollout(body=body, timeout=1400, concurrency=0, **lab).status
+    read: list[tuple[float, float]] = []  # the canary engine's counters, the last read while it served
+    status = run_rollout(
+        body=body, timeout=1400, concurrency=0, during=canary_counters(lab["namespace"], read), **lab
+    ).status
     bench = check_benchmark_status(status, benchmark)  # prints the curve, whatever the verdict
-    accepted, drafted = engine_counters(lab["namespace"], "bench-canary-")
+    assert read, "the canary engine's counters were never read while it served"
+    accepted, drafted = read[-1]
     assert drafted > 0 and bench["prometheusAlpha"] == pytest.approx(accepted / drafted, abs=0.02)
     assert bench["alpha"] == bench["prometheusAlpha"]
     baseline = {p["concurrency"]: p for p in bench["baseline"]["points"]}
