@@ -152,7 +152,6 @@ HTTP_ROUTE = f"/apis/{GATEWAY_API_VERSION}/namespaces/{{namespace}}/httproutes/{
 INFERENCE_POOL = f"/apis/{INFERENCE_POOL_VERSION}/namespaces/{{namespace}}/inferencepools/{{name}}"
 HPAS = "/apis/autoscaling/v2/namespaces/{namespace}/horizontalpodautoscalers"
 SCALED_OBJECTS = "/apis/keda.sh/v1alpha1/namespaces/{namespace}/scaledobjects"  # KEDA, where installed
-SPECULATIVE_DEPLOYMENT = f"/apis/{api.GROUP}/{api.VERSION}/namespaces/{{namespace}}/{api.PLURAL}/{{name}}"
 MERGE_PATCH = "application/merge-patch+json"
 JSON_PATCH = "application/json-patch+json"
 CHILD_PATHS = {
@@ -706,7 +705,7 @@ def current_object(body: Mapping[str, Any]) -> Mapping[str, Any]:
     if known is None or known == meta["resourceVersion"]:
         return body
     try:
-        fresh = _request("GET", SPECULATIVE_DEPLOYMENT, namespace=meta["namespace"], name=meta["name"])
+        fresh = get_speculative_deployment(meta["namespace"], meta["name"])
     except ApiException as exc:
         if exc.status == 404:  # deleted: kopf's watch ends its timer
             return body
@@ -720,10 +719,12 @@ def write_status(meta: Mapping[str, Any], status: dict[str, Any]) -> bool:
     the patch is the API server's precondition); False, with nothing written, where the object
     changed since: the next reconcile reads it again and decides on it."""
     body = {"metadata": {"resourceVersion": meta["resourceVersion"]}, "status": status}
-    path = SPECULATIVE_DEPLOYMENT + "/status"
-    try:
-        written = _request(
-            "PATCH", path, body, content_type=MERGE_PATCH, namespace=meta["namespace"], name=meta["name"]
+    try:  # a dict body goes as a merge patch, as annotate's does
+        written = cast(
+            dict[str, Any],
+            _custom().patch_namespaced_custom_object_status(
+                api.GROUP, api.VERSION, meta["namespace"], api.PLURAL, meta["name"], body
+            ),
         )
     except ApiException as exc:
         _KNOWN_VERSIONS[meta["uid"]] = _STALE  # a 5xx may have written it: read what there is

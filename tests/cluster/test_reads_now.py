@@ -13,8 +13,15 @@ from tests.cluster.rollouts import sim_rollout
 
 from specgate import api, kube, render
 from specgate.render import Track
+from specgate_lab.crds import install_crd
 
 pytestmark = pytest.mark.cluster
+
+
+@pytest.fixture(autouse=True)
+def crd(lab: dict[str, Any]) -> None:
+    """The objects' CRD, which a fresh lab does not serve until a test installs it."""
+    install_crd(lab["api_client"])
 
 
 def test_a_track_read_now_counts_a_deleted_pod_as_gone_at_once(lab: dict[str, Any]) -> None:
