@@ -368,7 +368,7 @@ class Gates(Model):
         "3m", "Correlation time of the traffic mix's drift (mixDrift): how long a swing lasts."
     )
     mix_drift_history: Duration = duration(
-        "4h",
+        "12h",
         "On a rollout that replaces a promoted config, how much of that config's own alpha history "
         "(its spec-decode counters in Prometheus, up to the new rollout's start) measures the mix's "
         "drift in place of mixDrift and mixDriftTimescale, which stay the fallback for a first rollout "

@@ -172,10 +172,10 @@ def steady_history(hours: float = 4.0, alpha: float = 0.7) -> tuple[AcceptanceWi
 
 
 def to_rerollout(run: Run) -> datetime:
-    """Promoted, serving for 5 h, then a new config: the new rollout's Analyzing phase, with its
+    """Promoted, serving for 13 h, then a new config: the new rollout's Analyzing phase, with its
     start as the incumbent's end (returned)."""
     run.to_promoted()
-    run.step(after=5 * 3600, canary=ready(2), canary_metrics=metrics(0.8))
+    run.step(after=13 * 3600, canary=ready(2), canary_metrics=metrics(0.8))
     edit(run, speculative={"method": "draft_model", "draftModel": "d", "numSpeculativeTokens": 2})
     run.step(baseline=TrackState(exists=True), canary=ready(2))
     began = run.now

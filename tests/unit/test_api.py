@@ -33,7 +33,7 @@ def test_defaults_follow_the_production_recipe() -> None:
         "indifference": 0.05,
         "mixDrift": 0.09,  # DESIGN: the Ornstein-Uhlenbeck mix, sd 0.09 ...
         "mixDriftTimescale": "3m",  # ... over 3 min
-        "mixDriftHistory": "4h",  # DESIGN: drift measured on the promoted config's hours (issue 37)
+        "mixDriftHistory": "12h",  # DESIGN: drift measured on the promoted config's hours (issue 37)
     }
     assert api.parse_spec(with_("rollout.gates.indifference", 0.1)).rollout.gates.indifference == 0.1
     assert spec.speculative.method == api.Method.EAGLE3

@@ -412,7 +412,7 @@ def test_a_rerollout_reads_the_promoted_configs_history_once(
     monkeypatch: pytest.MonkeyPatch, readable: bool
 ) -> None:
     """The rollout that replaced a promoted config asks Prometheus for that config's history on the
-    canary track (where it served), over the 4 h before this rollout began; the drift it measures
+    canary track (where it served), over the 12 h before this rollout began; the drift it measures
     is kept in status, and the next reconcile asks no more. Prometheus failing on it falls back to
     mixDrift, naming the failure, and does not hold the analysis."""
     FakeKube({"llama-baseline": ready(1), "llama-canary": ready(1)}).install(monkeypatch)
@@ -423,7 +423,7 @@ def test_a_rerollout_reads_the_promoted_configs_history_once(
     began = to_rerollout(run)
     decision = reconcile_step(run, after=60)
     labels = 'namespace="ml",specgate_dev_deployment="llama",specgate_dev_track="canary"'
-    assert prometheus.history_queries == [(labels, Window(began - timedelta(hours=4), began))]
+    assert prometheus.history_queries == [(labels, Window(began - timedelta(hours=12), began))]
     drift = decision.status.mix_drift
     assert drift is not None and drift.standard_deviation == (0.0 if readable else 0.09)
     assert drift.source.startswith("measured over 4.0 h" if readable else "spec mixDrift (fallback: ")

@@ -1191,7 +1191,7 @@ def test_a_spec_change_or_a_render_already_applied_is_not_held() -> None:
 
 
 def test_a_rerollout_measures_the_drift_on_the_promoted_configs_history() -> None:
-    """The rollout that replaces a promoted config reads its last mixDriftHistory (4 h) on the canary
+    """The rollout that replaces a promoted config reads its last mixDriftHistory (12 h) on the canary
     track, up to the new rollout's start, once: a steady history measures no drift, so three minutes
     at 0.62 pass where the fallback mixDrift 0.09 would not yet; status says which drift and whence,
     and keeps it (that a later look judges with it is
@@ -1201,7 +1201,7 @@ def test_a_rerollout_measures_the_drift_on_the_promoted_configs_history() -> Non
     promoted = next(h.time for h in run.status.history if h.phase == Phase.PROMOTED)
     assert (run.status.incumbent_since, run.status.incumbent_until) == (promoted, api.iso(began))
     window = rollout.incumbent_window(run.spec, run.status)
-    assert window is not None and (window.start, window.end) == (began - timedelta(hours=4), began)
+    assert window is not None and (window.start, window.end) == (began - timedelta(hours=12), began)
     first_rerollout_look(run, after=60)
     drift = run.status.mix_drift
     assert drift is not None and drift.standard_deviation == 0.0
