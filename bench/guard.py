@@ -4,9 +4,9 @@ takes to trip, per traffic cell (3 / 20 / 200 requests per 15 s window x steady 
 The streams come from the request-level traffic model (bench/traffic.py: per-request acceptance,
 heavy-tailed lengths, bursts, lulls, minute-scale drift of the mix) in the guard's blocks (60 s:
 a 15 s scrape's four). The guard is the operator's (gates.acceptance_guard with the defaults:
-falseAlarmsPerMonth 0.1, a 24 h history), looked at once per block.
+falseAlarmsPerMonth 0.1, a 36 h history), looked at once per block.
 
-A month is 43,200 looks, each over 720 blocks, so the looks are computed with numpy
+A month is 43,200 looks, each over 2,160 blocks, so the looks are computed with numpy
 (`statistics_per_look`) and checked against gates.acceptance_guard itself on sampled looks
 before any figure is printed: the figures are those of the operator's rule. The looks here have a
 full history (the guard's steady state; the operator's first hour after a promotion also bounds

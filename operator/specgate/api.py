@@ -443,7 +443,7 @@ class Guard(Model):
         "promoted canary's P99 latencies over this span against the stored baseline's.",
     )
     history: Duration = duration(
-        "24h",
+        "36h",
         "How far back the guard's alpha check looks after promotion: its change detector runs over "
         "the promoted config's alpha in blocks of a minute (4 scrapes, at least 15s) over this span, "
         "and takes the spread of their noise from its older two thirds, so it must be long beside the "
@@ -1226,7 +1226,7 @@ RULES: tuple[Rule, ...] = (
     Rule(
         Guard,
         "!has(self.history) || duration(self.history) >= duration('10m')",
-        "history must be at least 10m, e.g. 24h (hours of the promoted config's alpha hold the "
+        "history must be at least 10m, e.g. 36h (hours of the promoted config's alpha hold the "
         "guard's false-alarm budget)",
         "history",
         lambda g: parse_duration(g.history) >= 600,

@@ -115,7 +115,7 @@ def test_every_other_default_is_written_out() -> None:
             "guard": {
                 "enabled": True,
                 "window": "30m",  # the latency check's
-                "history": "24h",  # the alpha check's: hours, as DESIGN's decision says
+                "history": "36h",  # the alpha check's: hours, as DESIGN's decision says
                 "falseAlarmsPerMonth": 0.1,
                 "onMetricsUnavailable": "Warn",
             },

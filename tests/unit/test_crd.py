@@ -154,7 +154,7 @@ API_SERVER_RULES = {
     (".spec.rollout", ".traffic.router", "traffic.router GatewayAPI splits traffic between baseline and "
      "canary pods, which strategy sequential never runs side by side: use strategy canary, or router "
      "Service"),
-    (".spec.rollout.guard", ".history", "history must be at least 10m, e.g. 24h (hours of the promoted "
+    (".spec.rollout.guard", ".history", "history must be at least 10m, e.g. 36h (hours of the promoted "
      "config's alpha hold the guard's false-alarm budget)"),
     (".spec.rollout.traffic", ".backend", "backend InferencePool weights two InferencePools on an HTTPRoute "
      "rule, which needs router GatewayAPI: set router: GatewayAPI (with httpRoute or existingRoute), or "

@@ -252,9 +252,9 @@ def test_the_guards_alpha_history_is_guard_history_back_on_a_grid_of_blocks_from
     run = Run()
     run.to_promoted()
     promoted = run.now
-    # 24 h 30 min 7 s after promotion, the default 24 h history of 60 s blocks: the first block ends
-    # a block after the promotion, and 30 whole blocks (those ending up to 24 h 7 s ago) are left out.
-    now = promoted + timedelta(hours=24, minutes=30, seconds=7)
+    # 36 h 30 min 7 s after promotion, the default 36 h history of 60 s blocks: the first block ends
+    # a block after the promotion, and 30 whole blocks (those ending up to 36 h 7 s ago) are left out.
+    now = promoted + timedelta(hours=36, minutes=30, seconds=7)
     window = rollout.guard_history_window(run.spec, run.status, now, 60.0)
     assert window == Window(promoted + timedelta(minutes=31), now)
     young = promoted + timedelta(seconds=59)
@@ -264,7 +264,7 @@ def test_the_guards_alpha_history_is_guard_history_back_on_a_grid_of_blocks_from
 @pytest.mark.parametrize("mix", ["steady", "drift"])
 def test_a_simulated_month_of_a_healthy_canary_stays_under_the_threshold(mix: str) -> None:
     """The calibration, pinned: a month of bench/traffic.py's requests (20 a 15 s window) at alpha
-    gate + indifference, in 60 s blocks, looked at after every block with the default 24 h history,
+    gate + indifference, in 60 s blocks, looked at after every block with the default 36 h history,
     never reaches the threshold on either mix (a trip in such a month would be a false alarm, of
     which the budget allows one in ten months; bench/guard.py measures the rate over many). The
     looks are the operator's own (checked against acceptance_guard on sampled looks)."""

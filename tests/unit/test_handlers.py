@@ -437,7 +437,7 @@ def test_a_promoted_canary_is_guarded_on_its_history_in_blocks_of_four_scrapes(
     monkeypatch: pytest.MonkeyPatch, readable: bool
 ) -> None:
     """After promotion the guard asks Prometheus for the canary track's alpha since the promotion
-    (guard.history back, 24 h by default), in blocks of 4 scrapes (60 s at the spec's 15 s), and
+    (guard.history back, 36 h by default), in blocks of 4 scrapes (60 s at the spec's 15 s), and
     judges them; Prometheus failing on it is the guard's metrics being unavailable, as for its
     latency figures (held within metricsUnavailableBudget, the gated config keeps serving)."""
     FakeKube({"llama-baseline": ready(0), "llama-canary": ready(2)}).install(monkeypatch)
