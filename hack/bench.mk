@@ -1,6 +1,6 @@
 # Benchmarks: ratios measured side by side in one run (not timing assertions).
 .PHONY: bench
-bench: venv engines ## decision-rule, guard, latency-gate and draft-length benchmarks (about an hour on two cores: the guard's months take about 20, the draft lengths on real vLLM engines 20)
+bench: venv engines ## decision-rule, guard, latency-gate and draft-length benchmarks (about 90 minutes on two cores: the decisions' 12 h incumbent histories take about 35, the guard's 36 h months 24, the draft lengths on real vLLM engines 20)
 	$(PY) bench/decisions.py
 	$(PY) bench/speedup.py
 	$(PY) bench/draft_length_gpu.py
